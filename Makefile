@@ -1,0 +1,25 @@
+# Two commands: `make run` (app) and `make test` (tests). Both create .venv when missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup browser
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian chromium for the real-browser test (never `playwright install`); optional.
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+		|| echo "chromium could not be installed: the browser test will be skipped"
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) app.py
+
+test: $(STAMP) browser
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

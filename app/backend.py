@@ -1,0 +1,794 @@
+"""The app's backend: owns loaded model pairs, validates settings, runs vanilla then
+speculative decoding on the same input, and yields UI updates as plain dicts.
+
+No Gradio import here and nothing heavy at import time: ``specvlm`` (and with it torch)
+is imported on first use. The decode loop runs in a worker thread that consumes the
+engine's stream as fast as it can, so page rendering never adds to the measured decode
+time; the request's generator drains it and yields throttled updates. Stop sets a flag
+that the engine polls through ``should_stop`` every step.
+
+Update dicts use the keys in :data:`OUTPUT_KEYS` (plus ``"error"``, a readable message the
+UI also shows as a toast); each yield carries only what changed, the last one everything.
+
+Source: SpecVLM Studio issue 4; DESIGN 1-3, 4.12 (metrics), 8 (Gradio traps).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from app import plots
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "Please provide a detailed description of the video."
+"""The paper's VideoDetailCaption-style prompt."""
+
+OUTPUT_KEYS = (
+    "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
+    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps",
+)
+"""Keys of the update dicts yielded by :meth:`Backend.run`, in the UI's output order.
+``heatmaps`` is the per-session heatmap state for :meth:`Backend.pick_heatmaps`."""
+
+HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
+"""Heatmap toggle label -> :func:`app.plots.heatmap_gallery` mode."""
+
+FALLBACK_PRESETS = (
+    "Bundled tiny (CPU, Std-SD)", "Bundled tiny (CPU, Self-SD)", "Qwen2.5-VL-7B Self-SD",
+    "Qwen2.5-VL-32B + 7B draft", "LLaVA-OneVision-7B Self-SD", "LLaVA-OneVision-72B + 7B draft",
+)
+"""Preset names shown if ``specvlm.models.presets`` cannot be imported."""
+
+UPDATE_INTERVAL_S = 0.15
+"""Minimum time between streamed UI updates while decoding."""
+
+
+class UserError(ValueError):
+    """A problem the person can fix (bad file, bad setting, missing model); message is shown as-is."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the settings panel sets (DESIGN 5 defaults; 128 new tokens suits a CPU).
+
+    Attributes:
+        preset: model preset name.
+        custom_model: Hub id or local path overriding the preset; ``"target + draft"`` or
+            ``"target, draft"`` for Std-SD, a single id for Self-SD.
+        method: pruning method of the speculative run (``specvlm`` or a baseline).
+        drop_rate: r.  top_p: λ.
+        tree_shape, depth, top_k, total_tokens: the draft tree.
+        num_frames: frames sampled from the video.
+        max_new_tokens: generation budget per run.
+    """
+
+    preset: str = ""
+    custom_model: str = ""
+    method: str = "specvlm"
+    drop_rate: float = 0.9
+    top_p: float = 0.4
+    tree_shape: str = "dynamic"
+    depth: int = 5
+    top_k: int = 4
+    total_tokens: int = 16
+    num_frames: int = 16
+    max_new_tokens: int = 128
+
+
+class Engine:
+    """Thin lazy facade over ``specvlm`` (swap it for a fake in tests)."""
+
+    def presets(self) -> dict[str, Any]:
+        """Preset name -> Preset."""
+        from specvlm.models.presets import PRESETS
+        return dict(PRESETS)
+
+    def default_preset(self) -> str:
+        """The preset to select first (bundled CPU pair without CUDA)."""
+        from specvlm.models.presets import default_preset_name
+        return default_preset_name()
+
+    def cuda_available(self) -> bool:
+        """True if a CUDA device is usable."""
+        import torch
+        return bool(torch.cuda.is_available())
+
+    def load_pair(self, target: str, draft: str | None, device: str | None, dtype: str | None) -> Any:
+        """Load a ModelPair (draft None = Self-SD)."""
+        from specvlm.models import load_pair
+        return load_pair(target, draft, device=device, dtype=dtype)
+
+    def load_video(self, path: str, config: Any) -> Any:
+        """Decode and sample frames into a VideoClip."""
+        from specvlm.video import load_video
+        return load_video(path, config)
+
+    def load_srt(self, path: str) -> list[Any]:
+        """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""
+        from specvlm.subtitles import load_srt
+        return load_srt(path)
+
+    def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool]) -> Iterator[Any]:
+        """The engine's event stream: one PrefillInfo, then StepEvents."""
+        from specvlm.decoding import stream
+        return stream(pair, clip, prompt, config, should_stop=should_stop)
+
+    def is_oom(self, exc: BaseException) -> bool:
+        """True for out-of-memory errors (CUDA or host)."""
+        if isinstance(exc, MemoryError):
+            return True
+        import torch
+        return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+    def free_memory(self) -> None:
+        """Release cached accelerator memory after a failure."""
+        import gc
+        import torch
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def engine_importable() -> bool:
+    """True if the decoding engine (``specvlm.decoding``) can be imported."""
+    try:
+        import specvlm.decoding  # noqa: F401
+    except Exception:  # ImportError or a broken partial install
+        return False
+    return True
+
+
+class _RunState:
+    """Accumulates one run's stream for display (text pieces, timings, steps)."""
+
+    def __init__(self, name: str, decode: Callable[[list[int]], str] | None) -> None:
+        self.name = name
+        self.decode = decode
+        self.prefill: Any = None
+        self.ids: list[int] = []
+        self.pieces: list[tuple[str, bool]] = []
+        self.text = ""
+        self.times: list[float] = []
+        self.counts: list[int] = []
+        self.accept: list[int] = []
+        self.step_texts: list[str] = []
+        self.step_tokens = 0  # tokens emitted by verify/decode steps (step >= 1)
+        self.elapsed = 0.0
+        self.done = False
+        self.stopped = False
+        self.error: str | None = None
+        self._decoded = ""  # decode(ids) after the last complete token
+
+    def add(self, ev: Any) -> None:
+        """Fold one StepEvent in."""
+        pieces = self._split(ev)
+        self.pieces.extend(pieces)
+        self.text += "".join(p for p, _ in pieces)
+        self.elapsed = float(ev.elapsed_s)
+        self.times.append(self.elapsed)
+        self.counts.append(int(ev.num_generated))
+        if ev.step >= 1:
+            self.accept.append(int(ev.accept_length))
+            self.step_texts.append("".join(p for p, _ in pieces))
+            self.step_tokens += len(ev.token_ids)
+
+    def _split(self, ev: Any) -> list[tuple[str, bool]]:
+        """Per-token (text, from_draft) via incremental decoding; the event's text as one
+        piece if there is no tokenizer or decoding fails."""
+        flags = list(ev.from_draft) or [False] * len(ev.token_ids)
+        if self.decode is None:
+            self.ids.extend(ev.token_ids)
+            return [(ev.text, bool(flags) and all(flags))]
+        out = []
+        try:
+            for tok, fd in zip(ev.token_ids, flags):
+                self.ids.append(int(tok))
+                full = self.decode(self.ids)
+                if full.endswith("\ufffd"):  # incomplete UTF-8 sequence: wait for the next token
+                    continue
+                out.append((full[len(self._decoded):], bool(fd)))
+                self._decoded = full
+        except Exception:  # a tokenizer quirk must not break the page
+            log.exception("per-token decode failed; falling back to event text")
+            self.decode = None
+            return [(ev.text, all(flags))]
+        return out
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.counts[-1] / self.elapsed if self.counts and self.elapsed > 0 else 0.0
+
+    @property
+    def tau(self) -> float:
+        return sum(self.accept) / len(self.accept) if self.accept else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.step_tokens / len(self.accept) if self.accept else 0.0
+
+    def stats_md(self, speculative: bool) -> str:
+        """'0.84 s · 37 tokens · 44.0 tok/s' (+ τ) with a phase marker."""
+        n = self.counts[-1] if self.counts else 0
+        parts = [f"{self.elapsed:.2f} s", f"{n} tokens", f"{self.tokens_per_s:.1f} tok/s"]
+        if speculative and self.accept:
+            parts.append(f"τ {self.tau:.2f}")
+        if self.prefill is not None:
+            parts.append(f"prefill {self.prefill.prefill_s:.2f} s")
+        if self.error:
+            state = "error"
+        elif self.stopped:
+            state = "stopped"
+        elif self.done:
+            state = "done"
+        else:
+            state = "decoding" if self.counts else "waiting"
+        return f"**{self.name}** · {state} · " + " · ".join(parts)
+
+
+def parse_model_spec(text: str) -> tuple[str, str | None]:
+    """Split a custom model field into (target, draft or None).
+
+    Args:
+        text: ``"target"``, ``"target + draft"`` or ``"target, draft"``.
+
+    Returns:
+        (target, draft); draft None means Self-SD.
+
+    Raises:
+        UserError: empty target.
+    """
+    for sep in ("+", ","):
+        if sep in text:
+            target, draft = (s.strip() for s in text.split(sep, 1))
+            break
+    else:
+        target, draft = text.strip(), ""
+    if not target:
+        raise UserError("The custom model field needs a Hub id or local path (optionally 'target + draft').")
+    return target, (draft or None)
+
+
+class Backend:
+    """Loads and caches model pairs, runs comparisons, yields UI updates.
+
+    Args:
+        engine: the ``specvlm`` facade (default :class:`Engine`); tests pass a fake.
+        device: device for models (None: the engine picks, CUDA if available).
+        dtype: model dtype name (None: the engine picks).
+        max_cached_pairs: model pairs kept loaded (1 frees the old pair before loading a new one).
+        update_interval_s: minimum seconds between streamed updates.
+    """
+
+    def __init__(self, engine: Engine | None = None, *, device: str | None = None, dtype: str | None = None,
+                 max_cached_pairs: int = 1, update_interval_s: float = UPDATE_INTERVAL_S) -> None:
+        self.engine = engine or Engine()
+        self.device = device
+        self.dtype = dtype
+        self.max_cached_pairs = max(1, max_cached_pairs)
+        self.update_interval_s = update_interval_s
+        self._pairs: OrderedDict[tuple, Any] = OrderedDict()
+        self._load_lock = threading.Lock()
+        self._stops: dict[str, threading.Event] = {}
+
+    # ---- presets and defaults ------------------------------------------------------------
+
+    def preset_names(self) -> list[str]:
+        """Preset names for the dropdown (a fixed list if the engine is not installed)."""
+        try:
+            return list(self.engine.presets())
+        except Exception:
+            log.warning("specvlm presets not importable; showing fallback names", exc_info=True)
+            return list(FALLBACK_PRESETS)
+
+    def default_settings(self) -> Settings:
+        """Paper defaults; 128 new tokens on a CPU, 256 (paper) with CUDA."""
+        try:
+            preset = self.engine.default_preset()
+        except Exception:
+            preset = self.preset_names()[0]
+        try:
+            cuda = self.engine.cuda_available()
+        except Exception:
+            cuda = False
+        frames = self._preset_attr(preset, "num_frames", 16)
+        return Settings(preset=preset, num_frames=int(frames), max_new_tokens=256 if cuda else 128)
+
+    def _preset_attr(self, name: str, attr: str, default: Any) -> Any:
+        try:
+            return getattr(self.engine.presets()[name], attr, default)
+        except Exception:
+            return default
+
+    def preset_info(self, name: str) -> tuple[str, int]:
+        """(Markdown description, suggested frame count) of a preset."""
+        try:
+            p = self.engine.presets()[name]
+        except Exception:
+            return ("*Preset details unavailable (engine not installed).*", 16)
+        kind = "Self-SD (draft = target weights)" if p.draft is None else f"Std-SD, draft `{p.draft}`"
+        gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
+        return (f"{p.description}  \ntarget `{p.target}` · {kind}{gpu}", int(p.num_frames))
+
+    # ---- validation ------------------------------------------------------------------------
+
+    def build_configs(self, s: Settings) -> tuple[Any, Any]:
+        """Validate settings into (DecodeConfig, VideoConfig).
+
+        Raises:
+            UserError: a setting is missing or out of range (message names it).
+        """
+        from specvlm.config import ConfigError, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
+        if s.method == "vanilla":
+            raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
+        try:
+            ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
+                                                           "max_new_tokens")}
+            prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
+                                top_p=_as_float("λ", s.top_p))
+            tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
+                              total_tokens=ints["total_tokens"])
+            dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree)
+            vid = VideoConfig(num_frames=ints["num_frames"])
+        except ConfigError as e:
+            raise UserError(f"Invalid setting: {e}") from e
+        return dec, vid
+
+    # ---- models ----------------------------------------------------------------------------
+
+    def resolve_model(self, s: Settings) -> tuple[str, str | None, str]:
+        """(target, draft, display name) from the custom field or the preset.
+
+        Raises:
+            UserError: unknown preset, engine missing, or a GPU-only preset without CUDA.
+        """
+        if s.custom_model and s.custom_model.strip():
+            target, draft = parse_model_spec(s.custom_model)
+            return target, draft, s.custom_model.strip()
+        try:
+            presets = self.engine.presets()
+        except ImportError as e:
+            raise UserError(f"The specvlm engine is not installed correctly: {e}") from e
+        if s.preset not in presets:
+            raise UserError(f"Unknown preset {s.preset!r}: pick one from the list or enter a custom model.")
+        p = presets[s.preset]
+        if p.requires_cuda and not self.engine.cuda_available() and (self.device or "cuda").startswith("cuda"):
+            raise UserError(f"Preset {s.preset!r} needs a CUDA GPU and none is available here: "
+                            "pick a bundled CPU preset.")
+        return p.target, p.draft, s.preset
+
+    def get_pair(self, target: str, draft: str | None) -> Any:
+        """Load a model pair once and reuse it across requests (LRU of ``max_cached_pairs``).
+
+        Raises:
+            UserError: loading failed (message includes the cause).
+        """
+        key = (target, draft, self.device, self.dtype)
+        with self._load_lock:
+            if key in self._pairs:
+                self._pairs.move_to_end(key)
+                return self._pairs[key]
+            while len(self._pairs) >= self.max_cached_pairs:
+                self._pairs.popitem(last=False)
+                self._free()
+            try:
+                pair = self.engine.load_pair(target, draft, self.device, self.dtype)
+            except Exception as e:
+                self._free()
+                what = "out of memory" if self._is_oom(e) else f"{type(e).__name__}: {e}"
+                raise UserError(f"Could not load model {target!r}" + (f" with draft {draft!r}" if draft else "")
+                                + f": {what}") from e
+            self._pairs[key] = pair
+            return pair
+
+    def _free(self) -> None:
+        try:
+            self.engine.free_memory()
+        except Exception:
+            pass
+
+    def _is_oom(self, e: BaseException) -> bool:
+        try:
+            return bool(self.engine.is_oom(e))
+        except Exception:
+            return isinstance(e, MemoryError)
+
+    # ---- subtitles -------------------------------------------------------------------------
+
+    def subtitles_text(self, path: str | None) -> str:
+        """Readable text of an uploaded .srt ('[00:01.0 - 00:03.5] line' per cue).
+
+        Raises:
+            UserError: the file cannot be parsed.
+        """
+        if not path:
+            return ""
+        try:
+            cues = self.engine.load_srt(path)
+        except ImportError:
+            from pathlib import Path
+            raw = Path(path).read_bytes()
+            return raw.decode("utf-8-sig", errors="replace")
+        except ValueError as e:
+            raise UserError(f"Could not read the subtitle file: {e}") from e
+        return "\n".join(f"[{_mmss(c.start_s)} - {_mmss(c.end_s)}] {c.text}" for c in cues)
+
+    # ---- stop ------------------------------------------------------------------------------
+
+    def stop(self, session: str | None = None) -> str:
+        """Ask the session's running decode to stop at its next step.
+
+        Returns:
+            A status message.
+        """
+        ev = self._stops.get(session or "default")
+        if ev is None:
+            return "Nothing is running."
+        ev.set()
+        return "Stopping after the current step…"
+
+    # ---- the comparison --------------------------------------------------------------------
+
+    def run(self, video: str | None, prompt: str, settings: Settings, *, session: str | None = None,
+            progress: Callable[[float, str], None] | None = None,
+            heatmap_mode: str = "stages") -> Iterator[dict[str, Any]]:
+        """Run vanilla then speculative decoding on the same input, yielding UI updates.
+
+        Args:
+            video: path of the uploaded video.
+            prompt: the question.
+            settings: panel settings.
+            session: session id for Stop (one run per session).
+            progress: ``progress(fraction, description)`` for load / frames / prefill.
+            heatmap_mode: ``"stages"`` or ``"scores"`` for the gallery shown.
+
+        Yields:
+            Update dicts (keys of :data:`OUTPUT_KEYS`, plus ``"error"`` on failure). Errors never
+            raise: they end the run with a readable ``status``.
+        """
+        progress = progress or (lambda f, d: None)
+        sid = session or "default"
+        stop = threading.Event()
+        prev = self._stops.get(sid)
+        if prev is not None:
+            prev.set()  # a second Run in the same session ends the first
+        self._stops[sid] = stop
+        runs: list[_RunState] = []
+        view: dict[str, Any] = {}
+        try:
+            yield from self._run(video, prompt, settings, stop, progress, heatmap_mode, runs, view)
+        except ValueError as e:  # UserError, and the engine's typed input errors
+            yield self._fail(str(e) if isinstance(e, UserError) else f"Invalid input: {e}", runs, view)
+        except Exception as e:  # the server keeps running whatever happens
+            log.exception("comparison failed")
+            self._free()
+            msg = ("Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
+                   if self._is_oom(e) else f"Decoding failed: {type(e).__name__}: {e}")
+            yield self._fail(msg, runs, view)
+        finally:
+            stop.set()
+            if self._stops.get(sid) is stop:
+                del self._stops[sid]
+
+    def _fail(self, msg: str, runs: list[_RunState], view: dict[str, Any]) -> dict[str, Any]:
+        for r in runs:
+            if not r.done:
+                r.error = msg
+        upd = self._full(runs, view) if runs else {}
+        upd.update(status=f"**Error:** {msg}", error=msg)
+        return upd
+
+    def _run(self, video, prompt, settings, stop, progress, heatmap_mode, runs, view):
+        prompt = (prompt or "").strip() or DEFAULT_PROMPT
+        dec, vid = self.build_configs(settings)
+        if not video:
+            raise UserError("Upload a video (or click an example) first.")
+        target, draft, name = self.resolve_model(settings)
+        progress(0.05, f"Loading model {name}")
+        yield {"status": f"Loading model **{name}** (first time only)…"}
+        pair = self.get_pair(target, draft)
+        if getattr(pair, "frames_per_token", 1) > 1 and vid.num_frames % pair.frames_per_token:
+            vid = dataclasses.replace(vid, even_frames=True)
+        progress(0.2, "Decoding video frames")
+        yield {"status": "Decoding video frames…"}
+        clip = self._load_clip(video, vid)
+        decode = _decoder(pair)
+        label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
+        van, spec = _RunState("Vanilla", decode), _RunState(label, decode)
+        runs += [van, spec]
+        view.update(clip=clip, pair=pair, dec=dec, mode=heatmap_mode)
+        notes = " ".join(getattr(clip, "notes", []) or [])
+        yield self._full(runs, view) | {"status": f"Prefill (vanilla)… {len(clip.frames)} frames. {notes}"}
+        progress(0.3, "Prefill (vanilla)")
+        yield from self._one(van, dataclasses.replace(dec, method="vanilla"), pair, clip, prompt, stop, view)
+        if not stop.is_set():
+            progress(0.6, f"Prefill + pruning ({label})")
+            yield {"status": f"Prefill, scoring and pruning ({label})…"}
+            yield from self._one(spec, dec, pair, clip, prompt, stop, view)
+        else:
+            spec.stopped = True
+        yield self._full(runs, view) | {"status": self._final_status(runs, stop)}
+
+    def _load_clip(self, path: str, vid: Any) -> Any:
+        try:
+            return self.engine.load_video(path, vid)
+        except ImportError as e:
+            raise UserError(f"The video reader is not installed: {e}") from e
+        except ValueError as e:  # VideoError and friends
+            raise UserError(f"Could not read the video: {e}") from e
+
+    def _one(self, st: _RunState, dec: Any, pair: Any, clip: Any, prompt: str, stop: threading.Event,
+             view: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Decode one run in a worker thread and yield throttled updates."""
+        q: queue.Queue = queue.Queue()
+        done = object()
+
+        def pump() -> None:
+            try:
+                for ev in self.engine.stream(pair, clip, prompt, dec, stop.is_set):
+                    q.put(ev)
+            except BaseException as e:  # handed to the request thread
+                q.put(e)
+            finally:
+                q.put(done)
+
+        worker = threading.Thread(target=pump, name=f"decode-{st.name}", daemon=True)
+        worker.start()
+        last, dirty = 0.0, True
+        try:
+            while True:
+                items = _drain(q, self.update_interval_s)
+                finished = any(it is done for it in items)
+                for it in items:
+                    if isinstance(it, BaseException):
+                        raise it
+                    if it is not done:
+                        self._fold(st, it, view)
+                        dirty = True
+                now = time.perf_counter()
+                if finished:
+                    st.done, st.stopped = not stop.is_set(), stop.is_set()
+                if finished or (dirty and now - last >= self.update_interval_s):
+                    last, dirty = now, False
+                    yield self._step_update(st, view)
+                if finished:
+                    return
+        finally:
+            if worker.is_alive():  # the page went away or an error: end the engine loop too
+                stop.set()
+                worker.join(timeout=30)
+
+    def _fold(self, st: _RunState, item: Any, view: dict[str, Any]) -> None:
+        if hasattr(item, "step"):
+            st.add(item)
+        else:  # PrefillInfo
+            st.prefill = item
+            if item.prune is not None:
+                view["heatmaps"] = self._heatmaps(view["clip"], item)
+                view["heatmaps_new"] = True
+
+    def _heatmaps(self, clip: Any, info: Any) -> dict[str, Any]:
+        """Both gallery variants for the toggle, computed once per run."""
+        p = info.prune
+        fpt = int(getattr(info, "frames_per_token", 1) or 1)
+        common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
+                      timestamps=getattr(clip, "timestamps", None))
+        if info.token_grid is None:
+            return {"stages": [], "scores": None, "fpt": fpt,
+                    "note": "This model gave no token → frame map, so no heatmap."}
+        out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
+               "scores": None, "fpt": fpt, "note": ""}
+        if p.scores is not None:
+            out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores",
+                                                  scores=p.scores, **common)
+        out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
+        return out
+
+    @staticmethod
+    def pick_heatmaps(state: dict[str, Any] | None, mode: str) -> tuple[list, str]:
+        """(gallery items, legend HTML) for a heatmap state and a mode.
+
+        Args:
+            state: the ``heatmaps`` value of a run (None before any run).
+            mode: a :data:`HEATMAP_MODES` label or ``"stages"`` / ``"scores"``.
+        """
+        mode = HEATMAP_MODES.get(mode, mode)
+        if not state:
+            return [], plots.heatmap_legend_html(mode)
+        legend = plots.heatmap_legend_html(mode, state.get("fpt", 1))
+        if state.get("summary"):
+            legend = f"<div><b>{state['summary']}</b></div>" + legend
+        if state.get("note"):
+            legend += f"<div><i>{state['note']}</i></div>"
+        items = state.get(mode)
+        if items is None:
+            return [], legend + "<div><i>Raw scores are not available for this method.</i></div>"
+        return items, legend
+
+    # ---- update assembly -------------------------------------------------------------------
+
+    def _step_update(self, st: _RunState, view: dict[str, Any]) -> dict[str, Any]:
+        spec = st.name != "Vanilla"
+        upd: dict[str, Any] = {}
+        if spec:
+            upd["spec_html"] = plots.tokens_html(st.pieces, legend=False, placeholder="prefill…")
+            upd["spec_stats"] = st.stats_md(True)
+            upd["accept_plot"] = self._accept_fig(st, view)
+        else:
+            upd["vanilla_html"] = plots.plain_text_html(st.text, placeholder="prefill…")
+            upd["vanilla_stats"] = st.stats_md(False)
+        if view.pop("heatmaps_new", False):
+            upd["heatmaps"] = view["heatmaps"]
+            upd["gallery"], upd["heatmap_legend"] = self.pick_heatmaps(view["heatmaps"], view["mode"])
+        phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
+        upd["status"] = f"{st.name} {phase}: {st.counts[-1] if st.counts else 0} tokens"
+        view.setdefault("runs_seen", {})[st.name] = st
+        upd["time_plot"] = self._time_fig(view)
+        return upd
+
+    def _accept_fig(self, st: _RunState, view: dict[str, Any]) -> Any:
+        dec = view.get("dec")
+        return plots.accept_length_figure(st.accept, st.step_texts,
+                                          max_depth=getattr(getattr(dec, "tree", None), "depth", None))
+
+    def _time_fig(self, view: dict[str, Any]) -> Any:
+        runs = view.get("runs_seen", {})
+        return plots.tokens_over_time_figure({n: (r.times, r.counts) for n, r in runs.items()})
+
+    def _full(self, runs: list[_RunState], view: dict[str, Any]) -> dict[str, Any]:
+        """A complete update (every key) from the current state."""
+        van, spec = runs
+        view.setdefault("runs_seen", {}).update({van.name: van, spec.name: spec})
+        hm = view.get("heatmaps")
+        gallery, legend = self.pick_heatmaps(hm, view.get("mode", "stages"))
+        view.pop("heatmaps_new", None)
+        return {
+            "status": "",
+            "vanilla_html": plots.plain_text_html(van.text, placeholder="waiting…"),
+            "vanilla_stats": van.stats_md(False),
+            "spec_html": plots.tokens_html(spec.pieces, legend=False, placeholder="waiting…"),
+            "spec_stats": spec.stats_md(True),
+            "summary": summary_md(van, spec, view.get("dec")),
+            "gallery": gallery,
+            "heatmap_legend": legend,
+            "accept_plot": self._accept_fig(spec, view),
+            "time_plot": self._time_fig(view),
+            "heatmaps": hm,
+        }
+
+    def _final_status(self, runs: list[_RunState], stop: threading.Event) -> str:
+        if stop.is_set():
+            return "**Stopped.** Ready for the next run."
+        return "**Done.** Ready for the next run."
+
+
+def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:
+    """The comparison summary (Markdown): speedup, τ, tokens/forward, prefill, kept tokens,
+    identical or first divergence.
+
+    Args:
+        van: the vanilla run.  spec: the speculative run.  dec: the DecodeConfig.
+    """
+    if not van.counts and not spec.counts:
+        return ""
+    rows = ["| | Vanilla | " + spec.name + " |", "|---|---|---|"]
+    rows.append(f"| decode time | {van.elapsed:.2f} s | {spec.elapsed:.2f} s |")
+    rows.append(f"| tokens | {_last(van.counts)} | {_last(spec.counts)} |")
+    rows.append(f"| tokens/s | {van.tokens_per_s:.1f} | {spec.tokens_per_s:.1f} |")
+    rows.append(f"| prefill | {_prefill(van)} | {_prefill(spec)} |")
+    lines = ["\n".join(rows), ""]
+    facts = []
+    if van.tokens_per_s > 0 and spec.tokens_per_s > 0:
+        facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio)")
+    if spec.accept:
+        facts.append(f"τ = **{spec.tau:.2f}**")
+        facts.append(f"**{spec.tokens_per_forward:.2f}** tokens / target forward")
+    p = getattr(spec.prefill, "prune", None)
+    if p is not None:
+        r = 1 - p.num_kept / max(1, p.num_video_tokens)
+        facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
+    lines.append(" · ".join(facts))
+    lines.append("")
+    lines.append(_identity(van, spec))
+    return "\n".join(lines)
+
+
+def _identity(van: _RunState, spec: _RunState) -> str:
+    if not (van.done and spec.done):
+        return "Outputs not compared: a run did not finish."
+    try:
+        from specvlm.metrics import first_divergence
+    except ImportError:
+        first_divergence = _first_divergence
+    i = first_divergence(van.ids, spec.ids)
+    if i is None:
+        return f"**Outputs identical** ✓ ({len(van.ids)} tokens): speculative decoding was lossless."
+    ctx_v = _near(van, i)
+    ctx_s = _near(spec, i)
+    return (f"**Outputs differ from token {i}** (vanilla …{ctx_v!r} vs speculative …{ctx_s!r}). "
+            "Low-precision (bf16/fp16) verification can flip near-ties; fp32 should match exactly.")
+
+
+def _near(st: _RunState, i: int) -> str:
+    if st.decode is None:
+        return ""
+    try:
+        return st.decode(st.ids[max(0, i - 3): i + 3])
+    except Exception:
+        return ""
+
+
+def _first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _prefill(st: _RunState) -> str:
+    p = st.prefill
+    if p is None:
+        return "–"
+    s = f"{p.prefill_s:.2f} s"
+    extra = (p.prune_s or 0) + (p.draft_prefill_s or 0)
+    if p.prune is not None:
+        s += f" (+ prune & draft prefill {extra:.2f} s)"
+    return s
+
+
+def _last(xs: list[int]) -> int:
+    return xs[-1] if xs else 0
+
+
+def _mmss(t: float) -> str:
+    m, s = divmod(float(t), 60)
+    return f"{int(m):02d}:{s:04.1f}"
+
+
+def _drain(q: queue.Queue, timeout: float) -> list[Any]:
+    """Block up to ``timeout`` for one item, then take everything queued."""
+    try:
+        items = [q.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _decoder(pair: Any) -> Callable[[list[int]], str] | None:
+    """ids -> text with special tokens skipped, from the pair's tokenizer (None if absent)."""
+    tok = getattr(pair, "processor", None)
+    tok = getattr(tok, "tokenizer", tok)
+    if tok is None or not hasattr(tok, "decode"):
+        return None
+    return lambda ids: tok.decode(ids, skip_special_tokens=True)
+
+
+def _as_int(name: str, v: Any) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"Invalid setting: {name} must be a whole number, got {v!r}.") from None
+    if not math.isfinite(f) or f != int(f):
+        raise UserError(f"Invalid setting: {name} must be a whole number, got {v!r}.")
+    return int(f)
+
+
+def _as_float(name: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"Invalid setting: {name} must be a number, got {v!r}.") from None
+    if not math.isfinite(f):
+        raise UserError(f"Invalid setting: {name} must be a finite number, got {v!r}.")
+    return f

@@ -1,0 +1,487 @@
+#!/usr/bin/env python
+"""Train the bundled Qwen2.5-VL target + draft pair on synthetic shape videos (CPU).
+
+Phase 1 trains the TARGET (Qwen2_5_VLForConditionalGeneration, from scratch)
+on clips from ``specvlm.synth`` generated inline: mixed clip lengths
+(8-64 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
+detailed descriptions and multi-turn single-attribute questions, loss on
+answer tokens only, AdamW at a constant learning rate with a linear decay over
+the last part of the wall-clock budget.
+
+Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
+initialised from the target's vision tower, embeddings, first layer, norm and
+head, and distilled from the frozen target: KL(target || draft) on answer
+positions plus cross-entropy. Half the draft batches keep only 10-30% of the
+video tokens (uniform + random, original M-RoPE positions), as the draft sees
+them under SpecVLM pruning.
+
+Both phases have a wall-clock budget (minutes); the learning-rate schedule
+follows elapsed time, so a budget run always ends with the decay. State is
+checkpointed every ``--ckpt-minutes`` to ``<work>/<phase>/ckpt.pt``; rerunning the
+same command resumes (a finished phase is skipped). Final models are saved with
+``save_pretrained`` (safetensors) plus the processor into ``<out>/target`` and
+``<out>/draft`` with a loss-curve PNG.
+
+Training scene seeds are drawn below 10**8; evaluate on seeds >= 10**9.
+
+Examples:
+    python scripts/train_bundled.py --smoke                    # a few steps, tiny
+    python scripts/train_bundled.py --target-minutes 60 --draft-minutes 22
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from specvlm import synth  # noqa: E402
+
+IGNORE = -100
+TRAIN_SEED_LIMIT = 10**8
+
+
+# ----------------------------------------------------------------------------- model configs
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Architecture sizes (text + vision tower)."""
+
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 704
+    v_hidden: int = 128
+    v_depth: int = 2
+    v_heads: int = 4
+    v_intermediate: int = 256
+
+
+TARGET_SIZE = ModelSize()
+DRAFT_SIZE = ModelSize(layers=1)
+TINY_SIZE = ModelSize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128,
+                      v_hidden=32, v_depth=1, v_heads=2, v_intermediate=64)
+
+
+def make_config(tokenizer, size: ModelSize):
+    """Qwen2_5_VLConfig for the bundled models (vocab = tokenizer size rounded to 64)."""
+    from transformers import Qwen2_5_VLConfig
+
+    vocab = int(math.ceil(len(tokenizer) / 64) * 64)
+    head_dim = size.hidden // size.heads
+    q = head_dim // 2
+    t_sec = q - 2 * (3 * q // 8)
+    mrope = [t_sec, 3 * q // 8, 3 * q // 8]  # sums to head_dim/2 (16/24/24 at head_dim 128)
+    ids = tokenizer.convert_tokens_to_ids
+    text = dict(
+        vocab_size=vocab, hidden_size=size.hidden, intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        bos_token_id=None, eos_token_id=ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    vision = dict(
+        depth=size.v_depth, hidden_size=size.v_hidden, intermediate_size=size.v_intermediate,
+        num_heads=size.v_heads, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+        out_hidden_size=size.hidden, window_size=112, fullatt_block_indexes=[size.v_depth - 1],
+        tokens_per_second=4,
+    )
+    return Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, tie_word_embeddings=True,
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+
+
+def build_model(tokenizer, size: ModelSize, seed: int):
+    """Fresh Qwen2_5_VLForConditionalGeneration (fp32, sdpa) for ``size``."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = make_config(tokenizer, size)
+    model = Qwen2_5_VLForConditionalGeneration._from_config(cfg, attn_implementation="sdpa")
+    return model
+
+
+# ----------------------------------------------------------------------------- data
+
+@dataclass
+class DataRecipe:
+    """Per-batch sampling of clip shapes and tasks."""
+
+    frames: tuple = (8, 16, 16, 16, 16, 16, 24, 32, 32, 64)
+    sides: tuple = (112, 112, 112, 112, 140, 168, 224)
+    fps: tuple = (4.0, 6.0, 8.0)
+    token_budget: int = 3000      # ~ (video + text tokens) per batch
+    max_batch: int = 24
+    min_batch: int = 2
+    p_describe: float = 0.6
+    n_questions: int = 3
+    curriculum: float = 0.2       # share of the target budget with single-object scenes only
+
+
+SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
+
+
+def _label_answers(ids: list[int], header: list[int], end_id: int) -> list[int]:
+    """Labels = ids on assistant answers (incl. the closing <|im_end|>), IGNORE elsewhere."""
+    labels = [IGNORE] * len(ids)
+    n, i = len(header), 0
+    while i < len(ids):
+        if ids[i:i + n] == header:
+            j = i + n
+            while j < len(ids) and ids[j] != end_id:
+                labels[j] = ids[j]
+                j += 1
+            if j < len(ids):
+                labels[j] = ids[j]
+            i = j
+        i += 1
+    return labels
+
+
+def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -> list[dict]:
+    """Chat messages for one clip: a detailed description or ``n_q`` question turns."""
+    video = {"type": "video"}
+    if rng.random() < p_describe:
+        prompt = synth.DESCRIBE_PROMPTS[0] if rng.random() < 0.7 else \
+            synth.DESCRIBE_PROMPTS[rng.integers(len(synth.DESCRIBE_PROMPTS))]
+        msgs = [{"role": "user", "content": [video, {"type": "text", "text": prompt}]},
+                {"role": "assistant", "content": synth.describe(truth)}]
+        if rng.random() < 0.3:  # a follow-up question (cheap extra supervision)
+            q, a = synth.questions(truth, rng)[0]
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        return msgs
+    msgs: list[dict] = []
+    for k, (q, a) in enumerate(synth.questions(truth, rng)[:n_q]):
+        content = [video, {"type": "text", "text": q}] if k == 0 else [{"type": "text", "text": q}]
+        msgs += [{"role": "user", "content": content}, {"role": "assistant", "content": a}]
+    return msgs
+
+
+def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
+    """Generate one training batch inline.
+
+    All clips in a batch share (T, H, W, fps), so video tensors need no padding.
+
+    Returns:
+        dict of tensors for Qwen2_5_VLForConditionalGeneration (input_ids (B, L),
+        attention_mask, mm_token_type_ids, pixel_values_videos (P, 1176),
+        video_grid_thw (B, 3), second_per_grid_ts (B,), labels (B, L)) plus
+        ``meta`` (T, H, W, B).
+    """
+    rng = np.random.default_rng([seed, step])
+    T = int(rng.choice(recipe.frames))
+    side = int(rng.choice(recipe.sides))
+    if T >= 32:
+        side = min(side, 168)
+    if T >= 64:
+        side = min(side, 140)
+    other = side if rng.random() < 0.7 else int(rng.choice([s for s in recipe.sides if s <= side] or [side]))
+    H, W = (side, other) if rng.random() < 0.5 else (other, side)
+    fps = float(rng.choice(recipe.fps))
+    n_vid = (T // 2) * (H // 28) * (W // 28)
+    B = int(np.clip(recipe.token_budget // (n_vid + 40), recipe.min_batch, recipe.max_batch))
+    tok = processor.tokenizer
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    videos, texts, metas = [], [], []
+    for _ in range(B):
+        spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps,
+                               num_objects=1 if single_object else None)
+        frames, truth = synth.generate(int(rng.integers(TRAIN_SEED_LIMIT)), spec)
+        msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions)
+        texts.append(processor.apply_chat_template(msgs, tokenize=False))
+        videos.append(frames)
+        metas.append({"fps": fps, "total_num_frames": T, "frames_indices": list(range(T))})
+    batch = processor(text=texts, videos=videos, video_metadata=metas, padding=True, return_tensors="pt")
+    labels = [_label_answers(ids, header, end_id) for ids in batch["input_ids"].tolist()]
+    batch = dict(batch)
+    batch["labels"] = torch.tensor(labels)
+    batch["labels"][batch["attention_mask"] == 0] = IGNORE
+    batch["meta"] = (T, H, W, B)
+    return batch
+
+
+# ----------------------------------------------------------------------------- training utils
+
+def lr_at(progress: float, base: float, warmup_frac: float = 0.02, decay_from: float = 0.75) -> float:
+    """Constant LR after a short warmup, linear decay to 5% over the last (1 - decay_from) of the budget."""
+    if progress < warmup_frac:
+        return base * max(progress / warmup_frac, 0.02)
+    if progress < decay_from:
+        return base
+    return base * max(0.05, 1.0 - (progress - decay_from) / (1.0 - decay_from))
+
+
+def save_loss_plot(path: Path, losses: list[tuple[int, float]], title: str) -> None:
+    """Write a small PNG line plot of (step, loss) with PIL (no plotting deps)."""
+    from PIL import Image, ImageDraw
+
+    W, H, m = 640, 360, 40
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    d.text((m, 8), title, fill="black")
+    if len(losses) >= 2:
+        steps = np.array([s for s, _ in losses], float)
+        vals = np.log10(np.maximum(np.array([v for _, v in losses], float), 1e-4))
+        k = max(1, len(vals) // 100)
+        sm = np.convolve(vals, np.ones(k) / k, mode="valid")
+        st = steps[k - 1:]
+        lo, hi = float(sm.min()), float(sm.max()) + 1e-9
+        xs = m + (st - st[0]) / max(st[-1] - st[0], 1) * (W - 2 * m)
+        ys = H - m - (sm - lo) / (hi - lo) * (H - 2 * m)
+        d.line(list(zip(xs.tolist(), ys.tolist())), fill=(30, 90, 200), width=2)
+        d.rectangle([m, m, W - m, H - m], outline="gray")
+        d.text((m, H - m + 5), f"step {int(st[0])}", fill="black")
+        d.text((W - m - 80, H - m + 5), f"step {int(st[-1])}", fill="black")
+        d.text((2, m - 12), f"loss {10 ** hi:.3g}", fill="black")
+        d.text((2, H - m + 14), f"loss {10 ** lo:.3g} (log scale, smoothed {k})", fill="black")
+    img.save(path)
+
+
+def save_final(model, processor, out_dir: Path, losses, title: str, info: dict) -> None:
+    """save_pretrained (safetensors) + processor + generation config + loss plot + train info."""
+    from transformers import GenerationConfig
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = processor.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos, pad_token_id=tok.pad_token_id, do_sample=False, max_new_tokens=128)
+    model.config.text_config.eos_token_id = eos
+    model.config.text_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    processor.save_pretrained(str(out_dir))
+    save_loss_plot(out_dir / "loss_curve.png", losses, title)
+    (out_dir / "training_info.json").write_text(json.dumps(info, indent=1))
+
+
+class Checkpointer:
+    """Resumable training state in ``<work>/<phase>/ckpt.pt`` (atomic replace)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.path = folder / "ckpt.pt"
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def load(self):
+        return torch.load(self.path, weights_only=False) if self.path.exists() else None
+
+    def save(self, state: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.path)
+
+
+# ----------------------------------------------------------------------------- phases
+
+def _draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.Generator):
+    """Draft logits on the full sequence or with only ``keep_frac`` of the video tokens.
+
+    Returns:
+        logits (B, L', vocab), index (L',) of the kept sequence positions.
+    """
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta")}
+    L = batch["input_ids"].shape[1]
+    if keep_frac is None:
+        return draft(**inputs).logits, torch.arange(L)
+    m = draft.model
+    ids = batch["input_ids"]
+    emb = m.get_input_embeddings()(ids)
+    vid = m.get_video_features(batch["pixel_values_videos"], batch["video_grid_thw"], return_dict=True)
+    vid = torch.cat(vid.pooler_output, dim=0).to(emb.dtype)
+    vmask = (ids == draft.config.video_token_id)
+    emb = emb.masked_scatter(vmask.unsqueeze(-1).expand_as(emb), vid)
+    pos, _ = m.get_rope_index(ids, mm_token_type_ids=batch["mm_token_type_ids"],
+                              video_grid_thw=batch["video_grid_thw"],
+                              second_per_grid_ts=batch["second_per_grid_ts"],
+                              attention_mask=batch["attention_mask"])
+    vpos = torch.nonzero(vmask[0]).squeeze(1)           # same layout in every row
+    V = len(vpos)
+    K = max(1, int(V * keep_frac))
+    n_uni = K // 2
+    uni = np.linspace(0, V - 1, n_uni).astype(int) if n_uni else np.array([], int)
+    rest = np.setdiff1d(np.arange(V), uni)
+    rnd = rng.choice(rest, K - len(uni), replace=False)
+    kept = vpos[torch.as_tensor(np.sort(np.concatenate([uni, rnd])))]
+    text_pos = torch.nonzero(~vmask[0]).squeeze(1)
+    index = torch.sort(torch.cat([text_pos, kept])).values
+    out = draft(inputs_embeds=emb[:, index], position_ids=pos[:, :, index],
+                attention_mask=batch["attention_mask"][:, index])
+    return out.logits, index
+
+
+def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None):
+    """Run (or resume) one phase under a wall-clock budget; returns the trained model."""
+    from tqdm import tqdm
+
+    size = {"target": TARGET_SIZE, "draft": DRAFT_SIZE}[phase]
+    if args.smoke:
+        size = TINY_SIZE if phase == "target" else ModelSize(**{**TINY_SIZE.__dict__, "layers": 1})
+    work = Checkpointer(Path(args.work) / phase)
+    model = build_model(processor.tokenizer, size, args.seed + (0 if phase == "target" else 1))
+    if teacher is not None and not args.smoke:
+        _init_draft_from_target(model, teacher)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    state = work.load()
+    step, elapsed, losses = 0, 0.0, []
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
+        print(f"[{phase}] resumed at step {step}, {elapsed / 60:.1f} min done", flush=True)
+    if state is not None and state.get("done"):
+        return model, state
+    budget = minutes * 60.0
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"[{phase}] {nparams / 1e6:.2f}M params, budget {minutes:.1f} min", flush=True)
+    model.train()
+    t_last_ckpt = time.time()
+    bar = tqdm(total=int(budget), initial=int(elapsed), unit="s", desc=phase, mininterval=5,
+               file=sys.stdout, dynamic_ncols=False, ncols=110)
+    ema = None
+    rng = np.random.default_rng([args.seed, 7, step])
+    max_steps = args.max_steps
+    while elapsed < budget and (max_steps is None or step < max_steps):
+        t0 = time.time()
+        progress = elapsed / budget
+        single = phase == "target" and progress < recipe.curriculum
+        batch = make_batch(processor, recipe, args.seed + (0 if phase == "target" else 10**6), step, single)
+        lr = lr_at(progress, args.lr)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            if phase == "target":
+                inputs = {k: v for k, v in batch.items() if k != "meta"}
+                loss = model(**inputs).loss
+            else:
+                loss = _distill_loss(model, teacher, batch, rng, args)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        dt = time.time() - t0
+        elapsed += dt
+        lv = float(loss.detach())
+        losses.append((step, lv))
+        ema = lv if ema is None else 0.98 * ema + 0.02 * lv
+        T, H, W, B = batch["meta"]
+        bar.set_postfix_str(f"step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s", refresh=False)
+        bar.update(int(elapsed) - bar.n)
+        if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
+            work.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                       "elapsed": elapsed, "losses": losses, "done": False})
+            t_last_ckpt = time.time()
+    bar.close()
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+             "elapsed": elapsed, "losses": losses, "done": True, "size": size.__dict__}
+    work.save(state)
+    print(f"[{phase}] done: {step} steps in {elapsed / 60:.1f} min, final loss ema {ema}", flush=True)
+    return model, state
+
+
+def _init_draft_from_target(draft, target) -> None:
+    """Copy vision tower, embeddings, final norm/head and layer 0 from the target."""
+    tsd = target.state_dict()
+    own = draft.state_dict()
+    copied = {k: v for k, v in tsd.items() if k in own and own[k].shape == v.shape}
+    draft.load_state_dict(copied, strict=False)
+
+
+def _distill_loss(draft, teacher, batch: dict, rng, args):
+    """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on answer positions."""
+    labels = batch["labels"]
+    with torch.no_grad():
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta")}
+        t_logits = teacher(**inputs).logits.float()
+    keep = float(rng.uniform(0.1, 0.3)) if rng.random() < args.prune_prob else None
+    d_logits, index = _draft_forward(draft, batch, keep, rng)
+    d_logits = d_logits.float()
+    # predict token i+1 from position i, at answer positions
+    lab = labels[:, index]
+    tgt = lab[:, 1:]
+    mask = tgt != IGNORE
+    d = d_logits[:, :-1][mask]
+    t = t_logits[:, index][:, :-1][mask]
+    ce = F.cross_entropy(d, tgt[mask])
+    kl = F.kl_div(F.log_softmax(d, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
+    return 0.5 * ce + 0.5 * kl
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="assets/model", help="final models go to OUT/target and OUT/draft")
+    ap.add_argument("--work", default="runs/bundled", help="checkpoints, logs (resumable)")
+    ap.add_argument("--target-minutes", type=float, default=60.0, help="wall budget of the target phase")
+    ap.add_argument("--draft-minutes", type=float, default=22.0, help="wall budget of the draft phase")
+    ap.add_argument("--phase", choices=("all", "target", "draft"), default="all")
+    ap.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (AdamW)")
+    ap.add_argument("--token-budget", type=int, default=3000, help="~video+text tokens per batch")
+    ap.add_argument("--prune-prob", type=float, default=0.5, help="draft: share of batches with pruned video")
+    ap.add_argument("--ckpt-minutes", type=float, default=4.0, help="checkpoint interval")
+    ap.add_argument("--max-steps", type=int, default=None, help="stop a phase after this many steps")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU AMX)")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, tiny clips, 5 steps per phase")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    from build_bundled_processor import build_processor
+
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    recipe = DataRecipe(token_budget=args.token_budget)
+    if args.smoke:
+        recipe = SMOKE_RECIPE
+        args.max_steps = args.max_steps or 5
+        args.work = str(Path(args.work) / "smoke")
+        args.out = str(Path(args.work) / "model")
+    proc_dir = Path(args.work) / "processor"
+    if (proc_dir / "tokenizer.json").exists():
+        from transformers import AutoProcessor
+        processor = AutoProcessor.from_pretrained(str(proc_dir))
+    else:
+        processor = build_processor(proc_dir)
+    t_start = time.time()
+    target, tstate = None, None
+    if args.phase in ("all", "target", "draft"):
+        target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes)
+        info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
+                "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
+                "command": " ".join(sys.argv)}
+        save_final(target, processor, Path(args.out) / "target", tstate["losses"], "target loss", info)
+    if args.phase in ("all", "draft"):
+        target.eval()
+        for p in target.parameters():
+            p.requires_grad_(False)
+        draft, dstate = train_phase(args, "draft", processor, recipe, args.draft_minutes, teacher=target)
+        info = {"phase": "draft", "steps": dstate["step"], "minutes": dstate["elapsed"] / 60,
+                "size": dstate["size"], "distilled_from": "target", "command": " ".join(sys.argv)}
+        save_final(draft, processor, Path(args.out) / "draft", dstate["losses"], "draft loss", info)
+    print(f"all done in {(time.time() - t_start) / 60:.1f} min this run; models in {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

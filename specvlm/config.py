@@ -1,0 +1,158 @@
+"""Frozen configuration dataclasses; every default lives here.
+
+Validation happens in ``__post_init__`` and raises :class:`ConfigError`
+(a ``ValueError``) with a message that names the setting and the valid range,
+so the CLI and the app can show it as-is.
+
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201), Sec. 3 and 4 for the
+defaults r = 0.9, λ = 0.4; EAGLE-2 (Li et al. 2024) for the dynamic tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+PRUNE_METHODS = (
+    "specvlm",
+    "none",
+    "random",
+    "uniform",
+    "window-front",
+    "window-middle",
+    "window-end",
+    "frame",
+    "attention",
+)
+"""Video-token pruning methods for the draft (DESIGN 4.6)."""
+
+DECODE_METHODS = ("vanilla",) + PRUNE_METHODS
+"""``vanilla`` = plain greedy decoding with the target; the rest are speculative."""
+
+TREE_SHAPES = ("dynamic", "static", "chain")
+
+
+class ConfigError(ValueError):
+    """A setting is out of range; the message names the setting and the valid range."""
+
+
+def _check_range(name: str, value: float, lo: float, hi: float) -> None:
+    if not (lo <= value <= hi):
+        raise ConfigError(f"{name}={value!r} is out of range: use a value in [{lo}, {hi}].")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """How the draft's video tokens are chosen.
+
+    Attributes:
+        method: one of :data:`PRUNE_METHODS`.
+        drop_rate: r, the share of video tokens the draft does NOT see, in [0, 1).
+            Kept count K = max(1, floor(V * (1 - r))).
+        top_p: λ, Stage I's cumulative attention share (top-p retention), in [0, 1].
+        seed: RNG seed for ``random``.
+
+    Raises:
+        ConfigError: unknown method or out-of-range value.
+    """
+
+    method: str = "specvlm"
+    drop_rate: float = 0.9
+    top_p: float = 0.4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in PRUNE_METHODS:
+            raise ConfigError(f"pruning method {self.method!r} is unknown: use one of {', '.join(PRUNE_METHODS)}.")
+        _check_range("drop_rate", float(self.drop_rate), 0.0, 0.999)
+        _check_range("top_p", float(self.top_p), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Shape of the draft tree (DESIGN 4.8).
+
+    Attributes:
+        shape: ``dynamic`` (EAGLE-2 style), ``static`` (fixed paths) or ``chain``.
+        depth: maximum number of drafted tokens along one path (1..16).
+        top_k: children per expanded node and frontier width for ``dynamic`` (1..16).
+        total_tokens: drafted nodes kept after reranking for ``dynamic`` (1..128).
+        static_preset: name of a static tree in :data:`specvlm.tree.STATIC_TREES`.
+
+    Raises:
+        ConfigError: unknown shape or out-of-range value.
+    """
+
+    shape: str = "dynamic"
+    depth: int = 5
+    top_k: int = 4
+    total_tokens: int = 16
+    static_preset: str = "official-25"
+
+    def __post_init__(self) -> None:
+        if self.shape not in TREE_SHAPES:
+            raise ConfigError(f"tree shape {self.shape!r} is unknown: use one of {', '.join(TREE_SHAPES)}.")
+        _check_range("depth", int(self.depth), 1, 16)
+        _check_range("top_k", int(self.top_k), 1, 16)
+        _check_range("total_tokens", int(self.total_tokens), 1, 128)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decoding request's settings.
+
+    Attributes:
+        method: ``vanilla`` or a pruning method (speculative decoding); for speculative
+            methods it overrides ``prune.method``.
+        max_new_tokens: generation budget in tokens (1..4096).
+        prune: video-token pruning for the draft.
+        tree: draft tree shape.
+        stop_at_eos: stop at the first EOS (False = fixed-length generation).
+
+    Raises:
+        ConfigError: unknown method or out-of-range value.
+    """
+
+    method: str = "specvlm"
+    max_new_tokens: int = 256
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in DECODE_METHODS:
+            raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
+        _check_range("max_new_tokens", int(self.max_new_tokens), 1, 4096)
+        if self.speculative and self.prune.method != self.method:
+            object.__setattr__(self, "prune", replace(self.prune, method=self.method))
+
+    @property
+    def speculative(self) -> bool:
+        """True for every method except ``vanilla``."""
+        return self.method != "vanilla"
+
+
+@dataclass(frozen=True)
+class VideoConfig:
+    """Frame sampling.
+
+    Attributes:
+        num_frames: frames sampled uniformly over the clip (1..1024); ignored when fps is set.
+        fps: sample at this rate instead (frames per second, > 0), capped by max_frames.
+        max_frames: hard cap on sampled frames (memory bound).
+        max_pixels: frames larger than this (H*W) are downscaled by the processor.
+        even_frames: round the count down to an even number (Qwen2.5-VL temporal patch 2).
+
+    Raises:
+        ConfigError: out-of-range value.
+    """
+
+    num_frames: int = 16
+    fps: float | None = None
+    max_frames: int = 256
+    max_pixels: int = 448 * 448
+    even_frames: bool = False
+
+    def __post_init__(self) -> None:
+        _check_range("num_frames", int(self.num_frames), 1, 1024)
+        _check_range("max_frames", int(self.max_frames), 1, 4096)
+        if self.fps is not None:
+            _check_range("fps", float(self.fps), 1e-3, 240.0)

@@ -1,0 +1,415 @@
+"""Vanilla and speculative decoding as streaming generators.
+
+``stream()`` is the main API: it yields one :class:`PrefillInfo`, then one
+:class:`StepEvent` per target forward (vanilla) or per verify step
+(speculative). ``generate()`` consumes it into a :class:`DecodeResult`.
+
+The numbered comments in :func:`_stream_speculative` mirror DESIGN 4.1-4.10.
+No state is kept on model objects: caches and positions live in local state.
+
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
+(Li et al. 2024) for the dynamic tree; Leviathan et al. 2023 for SD.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+from specvlm import kv
+from specvlm.config import DecodeConfig
+from specvlm.metrics import Timer, tau as mean_tau, tokens_per_target_forward
+from specvlm.models import ModelInputs, ModelPair
+from specvlm.pruning import prune
+from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
+from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent, VideoClip
+
+log = logging.getLogger(__name__)
+
+SCORE_METHODS = ("specvlm", "attention")
+
+
+# --------------------------------------------------------------------------- forwards
+def _device(model: Any) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.Tensor, cache: Any,
+               mask: torch.Tensor | None = None, rows: slice | None = slice(-1, None),
+               output_attentions: bool = False) -> tuple[torch.Tensor | None, Any]:
+    """One language-model forward over ``n`` new tokens, appending to ``cache``.
+
+    Args:
+        model: a ``...ForConditionalGeneration`` model.
+        adapter: its family adapter.
+        embeds: float (1, n, D) input embeddings.
+        positions: int64 (R, n) position ids.
+        cache: KV cache holding P tokens; P + n afterwards.
+        mask: float additive (1, 1, n, P + n) or None for plain causal attention.
+        rows: which of the n rows to run the LM head on (None = none).
+        output_attentions: return attention weights (eager attention only).
+
+    Returns:
+        (logits float (rows, vocab) or None, attentions tuple or None).
+    """
+    dev = _device(model)
+    out = adapter.language_model(model)(
+        inputs_embeds=embeds, position_ids=adapter.lm_positions(positions.to(dev)), attention_mask=mask,
+        cache=cache, use_cache=True, output_attentions=output_attentions,
+    )
+    logits = None
+    if rows is not None:
+        logits = model.get_output_embeddings()(out.last_hidden_state[0, rows])
+    return logits, getattr(out, "attentions", None)
+
+
+def embed_tokens(model: Any, token_ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """Token ids -> float (1, n, D) embeddings on the model's device."""
+    ids = torch.as_tensor(token_ids, dtype=torch.long, device=_device(model)).reshape(1, -1)
+    return model.get_input_embeddings()(ids)
+
+
+def prompt_embeds(model: Any, adapter: Any, inputs: ModelInputs) -> torch.Tensor:
+    """Prompt embeddings with the video encoder's features at the video positions: float (1, L, D).
+
+    The video encoder runs once here (per model).
+    """
+    feats = adapter.video_features(model, inputs)
+    emb = model.get_input_embeddings()(inputs.input_ids.to(_device(model))).clone()
+    if feats.shape[0] != inputs.num_video_tokens:
+        raise ValueError(f"video features ({feats.shape[0]}) and video tokens ({inputs.num_video_tokens}) do "
+                         "not match: the prompt must contain exactly one video placeholder.")
+    emb[0, inputs.video_index.to(emb.device)] = feats.to(emb.dtype)
+    return emb
+
+
+# --------------------------------------------------------------------------- prefill
+@dataclass
+class TargetPrefill:
+    """Target state after prefill (DESIGN 4.1-4.2).
+
+    Attributes:
+        cache: target KV cache over the L prompt tokens.
+        first_token: greedy token after the prompt.
+        embeds: float (1, L, D) prompt embeddings (reused by a Self-SD draft).
+        scores: float32 (V,) text-to-video attention scores, or None.
+    """
+
+    cache: Any
+    first_token: int
+    embeds: torch.Tensor
+    scores: torch.Tensor | None
+
+
+def attention_scores(attentions: tuple, video_index: torch.Tensor) -> torch.Tensor:
+    """Text-to-video scores from pass B's attention weights.
+
+    Args:
+        attentions: per layer float (1, heads, q, P + q).
+        video_index: int64 (V,) key positions of the video tokens.
+
+    Returns:
+        float32 (V,): per layer mean over heads and queries, then mean over layers.
+
+    Source: SpecVLM Sec. 3.2 (verifier-guided importance); DESIGN 4.2.
+    """
+    per_layer = torch.stack([a[0].float().mean(dim=(0, 1)) for a in attentions])
+    return per_layer.mean(0)[video_index.to(per_layer.device)].cpu()
+
+
+def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> TargetPrefill:
+    """Two-pass target prefill: pass A up to the last video token, pass B the rest.
+
+    Pass B runs with eager attention and returns attention weights only when
+    ``with_scores``; memory stays O(text x L) per layer.
+
+    Raises:
+        ValueError: the prompt has no video tokens.
+    """
+    model, ad = pair.target, pair.adapter
+    if inputs.num_video_tokens == 0:
+        raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
+    emb = prompt_embeds(model, ad, inputs)
+    L = emb.shape[1]
+    split = min(int(inputs.video_index[-1]) + 1, L - 1)
+    cache = kv.new_cache(model)
+    lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None)
+    scores = None
+    if with_scores:
+        impl = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            logits, att = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache,
+                                     output_attentions=True)
+        finally:
+            model.set_attn_implementation(impl)
+        scores = attention_scores(att, inputs.video_index)
+    else:
+        logits, _ = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
+    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores)
+
+
+def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor) -> tuple[Any, int]:
+    """Draft prefill on all text tokens + the kept video tokens, at their original positions.
+
+    Args:
+        keep: int64 (K,) sorted indices into the V video tokens.
+
+    Returns:
+        (draft cache, draft prompt length).
+
+    Source: DESIGN 4.7 (positions kept, not renumbered).
+    """
+    L = inputs.input_ids.shape[1]
+    seq_keep = torch.ones(L, dtype=torch.bool)
+    seq_keep[inputs.video_index] = False
+    seq_keep[inputs.video_index[keep]] = True
+    idx = seq_keep.nonzero().flatten()
+    draft = pair.draft
+    if pair.self_sd:
+        emb = target.embeds
+    else:
+        emb = prompt_embeds(draft, pair.draft_adapter, inputs)
+    emb = emb[:, idx.to(emb.device)]
+    cache = kv.new_cache(draft)
+    lm_forward(draft, pair.draft_adapter, emb, inputs.positions[:, idx], cache, rows=None)
+    return cache, int(idx.numel())
+
+
+# --------------------------------------------------------------------------- draft side
+class DraftRunner:
+    """Owns the draft's KV cache during one request: pending tokens, tree feeds, rollback.
+
+    Args:
+        pair: the model pair.
+        cache: draft cache after draft prefill.
+        rope_dims: R, rows of the position ids.
+    """
+
+    def __init__(self, pair: ModelPair, cache: Any, rope_dims: int):
+        self.pair, self.cache, self.R = pair, cache, rope_dims
+        self.model, self.ad = pair.draft, pair.draft_adapter
+        self.base = kv.cache_length(cache)
+        self.root_pos = 0
+        self.slot: dict[int, int] = {}
+
+    def _logp(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(logits[..., : self.pair.shared_vocab].float(), -1)
+
+    def feed_pending(self, tokens: list[int], root_pos: int) -> torch.Tensor:
+        """Feed tokens not yet in the draft cache, ending with the root at ``root_pos``.
+
+        Returns:
+            float32 (vocab,) draft log-probs after the root.
+        """
+        n = len(tokens)
+        pos = torch.arange(root_pos - n + 1, root_pos + 1).expand(self.R, n)
+        logits, _ = lm_forward(self.model, self.ad, embed_tokens(self.model, tokens), pos, self.cache)
+        self.base = kv.cache_length(self.cache)
+        self.root_pos = root_pos
+        self.slot = {}
+        return self._logp(logits[-1])
+
+    def feed_nodes(self, nodes: list[int], tree: DraftTree) -> torch.Tensor:
+        """Feed tree nodes whose ancestors are already fed; returns float32 (F, vocab) log-probs."""
+        par = tree.parents.tolist()
+        n_fed, F = len(self.slot), len(nodes)
+        allowed = torch.zeros(F, n_fed + F, dtype=torch.bool)
+        for r, node in enumerate(nodes):
+            allowed[r, n_fed + r] = True
+            p = par[node]
+            while p >= 0:
+                allowed[r, self.slot[p] - self.base] = True
+                p = par[p]
+        dtype = self.model.get_input_embeddings().weight.dtype
+        mask = additive_mask(allowed, self.base, dtype, _device(self.model))
+        toks = tree.tokens[nodes]
+        pos = (self.root_pos + tree.depths[nodes]).expand(self.R, F)
+        logits, _ = lm_forward(self.model, self.ad, embed_tokens(self.model, toks), pos, self.cache, mask=mask,
+                               rows=slice(None))
+        for r, node in enumerate(nodes):
+            self.slot[node] = self.base + n_fed + r
+        return self._logp(logits)
+
+    def rollback(self) -> None:
+        """Drop every tree node from the draft cache (back to after the pending tokens)."""
+        kv.truncate(self.cache, self.base)
+        self.slot = {}
+
+
+# --------------------------------------------------------------------------- helpers
+class _Emitter:
+    """Tracks generated ids, EOS / max_new_tokens truncation and text deltas."""
+
+    def __init__(self, pair: ModelPair, config: DecodeConfig):
+        self.tok = pair.processor.tokenizer
+        self.eos = pair.eos_token_ids if config.stop_at_eos else set()
+        self.max = config.max_new_tokens
+        self.ids: list[int] = []
+        self.text = ""
+        self.done = False
+
+    def take(self, tokens: list[int]) -> list[int]:
+        """Append tokens up to the first EOS / the budget; returns those actually emitted."""
+        out = []
+        for t in tokens:
+            if self.done:
+                break
+            out.append(t)
+            self.ids.append(t)
+            if t in self.eos or len(self.ids) >= self.max:
+                self.done = True
+        return out
+
+    def delta(self) -> str:
+        new = self.tok.decode(self.ids, skip_special_tokens=True)
+        d, self.text = new[len(self.text):] if new.startswith(self.text) else new, new
+        return d
+
+
+def _rope_dims(inputs: ModelInputs) -> int:
+    return int(inputs.positions.shape[0])
+
+
+# --------------------------------------------------------------------------- streams
+def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None, *,
+           inputs: ModelInputs | None = None, should_stop: Callable[[], bool] | None = None,
+           record_trees: bool = False) -> Iterator[PrefillInfo | StepEvent]:
+    """Decode one request, streaming events.
+
+    Args:
+        pair: target + draft.
+        clip: sampled frames (ignored when ``inputs`` is given).
+        prompt: user text.
+        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults).
+        inputs: prepared inputs (skips the processor), e.g. from ``pair.adapter.prepare``.
+        should_stop: polled before every step; True ends the stream early.
+        record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
+
+    Yields:
+        One PrefillInfo, then StepEvents (step 0 = the prefill token).
+
+    Raises:
+        ValueError (and subclasses): bad prompt, video or settings.
+    """
+    config = config or DecodeConfig()
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        if inputs is None:
+            inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+        if config.speculative:
+            yield from _stream_speculative(pair, inputs, config, t0, should_stop, record_trees)
+        else:
+            yield from _stream_vanilla(pair, inputs, config, t0, should_stop)
+
+
+def _stream_vanilla(pair, inputs, config, t0, should_stop):
+    dev = pair.device
+    with Timer(dev) as t_pre:
+        tp = prefill_target(pair, inputs, with_scores=False)
+    yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
+                      inputs.token_grid, inputs.frames_per_token)
+    em = _Emitter(pair, config)
+    t_dec = time.perf_counter()
+    em.take([tp.first_token])
+    yield StepEvent(0, [tp.first_token], 0, [False], em.delta(), num_generated=1)
+    pos, root, step = inputs.next_position, tp.first_token, 0
+    R = _rope_dims(inputs)
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        with Timer(dev) as t_v:
+            logits, _ = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [root]),
+                                   torch.full((R, 1), pos), tp.cache)
+            root = int(logits[-1].argmax())
+        pos += 1
+        new = em.take([root])
+        yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids))
+
+
+def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
+    dev = pair.device
+    method = config.prune.method
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(dev) as t_pre:
+        tp = prefill_target(pair, inputs, with_scores=method in SCORE_METHODS)
+    # 4.3-4.6 pruning (pure)
+    with Timer() as t_prune:
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens)
+    # 4.7 draft prefill on kept video tokens, original positions
+    with Timer(pair.draft.device) as t_dpre:
+        d_cache, d_len = prefill_draft(pair, inputs, tp, pr.keep)
+    yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
+                      t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token)
+    em = _Emitter(pair, config)
+    t_dec = time.perf_counter()
+    em.take([tp.first_token])
+    yield StepEvent(0, [tp.first_token], 0, [False], em.delta(), num_generated=1)
+    runner = DraftRunner(pair, d_cache, _rope_dims(inputs))
+    pos, root, pending, step = inputs.next_position, tp.first_token, [tp.first_token], 0
+    dtype = pair.target.get_input_embeddings().weight.dtype
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        # 4.8 draft tree from the root (pending tokens first enter the draft cache)
+        with Timer(pair.draft.device) as t_d:
+            root_logp = runner.feed_pending(pending, pos)
+            tree = build_tree(root_logp, runner.feed_nodes, config.tree)
+            runner.rollback()
+        # 4.9 verify: one target forward over root + tree with a 4-D mask
+        with Timer(dev) as t_v:
+            Lt = kv.cache_length(tp.cache)
+            toks = torch.cat([torch.tensor([root]), tree.tokens])
+            positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(
+                _rope_dims(inputs), -1)
+            mask = verify_mask(tree.parents, Lt, dtype, dev)
+            logits, _ = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
+                                   tp.cache, mask=mask, rows=slice(None))
+            path, bonus = greedy_accept(tree, logits.argmax(-1).cpu())
+            # 4.10 commit: keep root + accepted nodes in path order
+            kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
+        accepted = [int(tree.tokens[i]) for i in path]
+        new = em.take(accepted + [bonus])
+        n_acc = min(len(accepted), len(new))
+        pending, root, pos = accepted + [bonus], bonus, pos + len(accepted) + 1
+        rec = None
+        if record_trees:
+            rec = DraftTreeRecord(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(), path, bonus)
+        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], em.delta(), draft_ms=t_d.ms,
+                        verify_ms=t_v.ms, tree_size=tree.size, elapsed_s=time.perf_counter() - t_dec,
+                        num_generated=len(em.ids), tree=rec)
+
+
+def generate(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None,
+             **kwargs: Any) -> DecodeResult:
+    """Run :func:`stream` to the end and summarise it (DESIGN 4.12).
+
+    Returns:
+        DecodeResult: ids, text, τ (mean accepted length excluding the bonus token),
+        tokens per target forward, decode time (s, excludes prefill/scoring/pruning/draft
+        prefill), end-to-end time (s), tokens/s over decode time, per-step accept lengths.
+    """
+    config = config or DecodeConfig()
+    t0 = time.perf_counter()
+    steps: list[StepEvent] = []
+    info: PrefillInfo | None = None
+    for ev in stream(pair, clip, prompt, config, **kwargs):
+        if isinstance(ev, PrefillInfo):
+            info = ev
+        else:
+            steps.append(ev)
+    total = time.perf_counter() - t0
+    ids = [t for s in steps for t in s.token_ids]
+    verify_steps = [s for s in steps if s.step > 0]
+    accept = [s.accept_length for s in verify_steps] if config.speculative else []
+    decode_s = steps[-1].elapsed_s if steps else 0.0
+    text = pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
+    return DecodeResult(
+        token_ids=ids, text=text, method=config.method, accept_lengths=accept, tau=mean_tau(accept),
+        tokens_per_target_forward=tokens_per_target_forward(max(len(ids) - 1, 0), len(verify_steps)),
+        decode_s=decode_s, total_s=total, tokens_per_s=(len(ids) / decode_s) if decode_s > 0 else 0.0,
+        draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3,
+        prefill=info, steps=steps,
+    )

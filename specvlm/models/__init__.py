@@ -1,0 +1,181 @@
+"""Model loading: target + draft pairs, adapters per family."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specvlm.models.base import (Adapter, ModelInputs, ModelLoadError, TokenizerMismatchError,
+                                 adapter_for)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ModelPair", "load_pair", "pair_from_models", "ModelInputs", "ModelLoadError",
+           "TokenizerMismatchError", "adapter_for"]
+
+
+@dataclass
+class ModelPair:
+    """A target (verifier) and a draft (proposer) sharing a tokenizer.
+
+    Attributes:
+        target: the full model (``...ForConditionalGeneration``).
+        draft: the draft model; the same object as ``target`` for Self-SD.
+        processor: the target's processor (chat template, video processor, tokenizer).
+        adapter: the family adapter of the target.
+        draft_adapter: the family adapter of the draft.
+        name: display name.
+        shared_vocab: ids compared between draft and target (min of the two LM-head sizes).
+    """
+
+    target: Any
+    draft: Any
+    processor: Any
+    adapter: Adapter
+    draft_adapter: Adapter
+    name: str = ""
+    shared_vocab: int = 0
+
+    @property
+    def self_sd(self) -> bool:
+        """True when the draft is the target's own weights."""
+        return self.draft is self.target
+
+    @property
+    def family(self) -> str:
+        return self.adapter.family
+
+    @property
+    def frames_per_token(self) -> int:
+        return self.adapter.frames_per_token
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.get_input_embeddings().weight.device
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        """EOS ids from the target's generation config (plus the tokenizer's)."""
+        ids: set[int] = set()
+        gc = getattr(self.target, "generation_config", None)
+        eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos:
+            ids.update(int(e) for e in eos)
+        tok = getattr(self.processor, "tokenizer", None)
+        if tok is not None and tok.eos_token_id is not None:
+            ids.add(int(tok.eos_token_id))
+        return ids
+
+
+def _vocab_size(model: Any) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draft_processor: Any | None = None,
+                     name: str = "") -> ModelPair:
+    """Wrap already-loaded models (tests, tiny models, custom code).
+
+    Args:
+        target: the target model.
+        processor: the target's processor.
+        draft: a smaller model of the same family and tokenizer, or None for Self-SD.
+        draft_processor: the draft's processor, used only to check the tokenizer.
+
+    Raises:
+        TokenizerMismatchError: draft and target tokenizers differ on shared ids.
+        ModelLoadError: unsupported family.
+    """
+    adapter = adapter_for(target)
+    if draft is None or draft is target:
+        return ModelPair(target, target, processor, adapter, adapter, name or "Self-SD", _vocab_size(target))
+    d_adapter = adapter_for(draft)
+    if d_adapter.family != adapter.family:
+        raise TokenizerMismatchError(
+            f"draft family {d_adapter.family} differs from target family {adapter.family}: "
+            "use a draft from the same model family (Std-SD).")
+    if draft_processor is not None:
+        _check_tokenizers(processor.tokenizer, draft_processor.tokenizer)
+    shared = min(_vocab_size(target), _vocab_size(draft))
+    return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared)
+
+
+def _check_tokenizers(t_tok: Any, d_tok: Any) -> None:
+    """Refuse tokenizers that really differ; padded vocab sizes are fine (DESIGN 4)."""
+    tv, dv = t_tok.get_vocab(), d_tok.get_vocab()
+    common = set(tv) & set(dv)
+    diff = [tok for tok in common if tv[tok] != dv[tok]]
+    only = (set(tv) ^ set(dv))
+    if diff or len(only) > max(64, 0.001 * len(tv)):
+        raise TokenizerMismatchError(
+            f"draft and target tokenizers differ ({len(diff)} tokens with different ids, {len(only)} tokens "
+            "in only one): choose a draft with the same tokenizer as the target.")
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelLoadError(f"dtype {dtype!r} is unknown: use float32, bfloat16 or float16.")
+    return table[dtype]
+
+
+def _load_one(path: str, device: str, dtype: torch.dtype, device_map: str | None):
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    try:
+        cfg = AutoConfig.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - turned into one readable message
+        raise ModelLoadError(
+            f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300]}. Use a local folder saved "
+            "with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision model (remote code is never run)."
+        ) from exc
+    if cfg.model_type not in ("qwen2_5_vl", "llava_onevision"):
+        raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only qwen2_5_vl and llava_onevision "
+                             "are supported.")
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "sdpa"}
+    if device_map:
+        kwargs["device_map"] = device_map
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).eval()
+        processor = AutoProcessor.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300]}") from exc
+    if not device_map:
+        model.to(device)
+    return model, processor
+
+
+def load_pair(target: str, draft: str | None = None, *, device: str | None = None, dtype: str | None = None,
+              device_map: str | None = None) -> ModelPair:
+    """Load a target (and optional Std-SD draft) by Hub id or local folder.
+
+    Args:
+        target: Hub id or local path of the target.
+        draft: Hub id or local path of a smaller sibling (Std-SD); None = Self-SD.
+        device: "cpu", "cuda", "cuda:1"...; default cuda when available.
+        dtype: "float32" | "bfloat16" | "float16"; default bf16 on CUDA, fp32 on CPU.
+        device_map: e.g. "auto" to shard a large target over all visible GPUs (accelerate).
+
+    Returns:
+        ModelPair, models in eval mode with sdpa attention.
+
+    Raises:
+        ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dt = _resolve_dtype(dtype, device)
+    log.info("loading target %s (%s, %s)", target, device, dt)
+    t_model, t_proc = _load_one(target, device, dt, device_map)
+    if draft is None or draft == target:
+        return pair_from_models(t_model, t_proc, name=f"{target} (Self-SD)")
+    log.info("loading draft %s", draft)
+    d_model, d_proc = _load_one(draft, device, dt, device_map)
+    return pair_from_models(t_model, t_proc, d_model, d_proc, name=f"{target} + {draft} (Std-SD)")

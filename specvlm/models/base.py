@@ -1,0 +1,116 @@
+"""Model-family adapters: the only place that knows a family's specifics.
+
+An adapter turns (processor, clip, prompt) into :class:`ModelInputs` and knows
+where a model keeps its language model, LM head and video encoder. Generic code
+(prefill, drafting, verification) only talks to adapters.
+
+Source: DESIGN.md sections 2-3 and 7.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from specvlm.types import VideoClip
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(ValueError):
+    """A model or processor could not be loaded; the message names it and says what to do."""
+
+
+class TokenizerMismatchError(ModelLoadError):
+    """Std-SD draft and target tokenizers really differ (not just padded vocab sizes)."""
+
+
+@dataclass
+class ModelInputs:
+    """One request's prompt, ready for prefill.
+
+    Attributes:
+        input_ids: int64 (1, L), the full target prompt with video placeholders.
+        positions: int64 (R, L) position ids; R = 3 for M-RoPE (Qwen2.5-VL), 1 otherwise.
+        video_index: int64 (V,), sequence positions of the video tokens, ascending.
+        token_grid: int64 (V, 3), (frame, row, col) per video token in the merged grid
+            (frame = temporal group index; row = col = -1 for a newline token).
+        frames_per_token: frames covered by one video token along time.
+        vision: processor tensors the video encoder needs (family specific).
+        prompt_text: the chat-templated prompt string.
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    video_index: torch.Tensor
+    token_grid: torch.Tensor
+    frames_per_token: int
+    vision: dict[str, Any] = field(default_factory=dict)
+    prompt_text: str = ""
+
+    @property
+    def num_video_tokens(self) -> int:
+        return int(self.video_index.numel())
+
+    @property
+    def next_position(self) -> int:
+        """Position of the first generated token: last prompt position + 1 (DESIGN 7)."""
+        return int(self.positions[0, -1]) + 1
+
+
+class Adapter(Protocol):
+    """What generic code needs from a model family."""
+
+    family: str
+    frames_per_token: int
+
+    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str) -> ModelInputs:
+        """Build :class:`ModelInputs` with the model's own processor and chat template."""
+
+    def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
+        """Run the video encoder once: float (V, D) in the model's dtype, D = text hidden size."""
+
+    def language_model(self, model: Any) -> torch.nn.Module:
+        """The decoder stack taking ``inputs_embeds``, ``position_ids``, ``attention_mask``, ``cache``."""
+
+    def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Convert (R, n) positions to what the language model expects."""
+
+
+def message_for(prompt: str) -> list[dict]:
+    """A one-turn chat with the video before the text (both families' convention)."""
+    return [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
+
+
+def check_prompt(prompt: str) -> str:
+    """Validate a prompt; raises ValueError for empty prompts."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("The prompt is empty: type a question or instruction about the video.")
+    return prompt
+
+
+_ADAPTERS: dict[str, Adapter] = {}
+
+
+def register(model_type: str, adapter: Adapter) -> None:
+    """Register an adapter for a ``config.model_type``."""
+    _ADAPTERS[model_type] = adapter
+
+
+def adapter_for(model: Any) -> Adapter:
+    """The adapter for ``model.config.model_type``.
+
+    Raises:
+        ModelLoadError: the family is not supported.
+    """
+    from specvlm.models import llava_onevision, qwen2_5_vl  # noqa: F401  (registration)
+
+    mt = getattr(model.config, "model_type", None)
+    if mt not in _ADAPTERS:
+        raise ModelLoadError(
+            f"model type {mt!r} is not supported: use a Qwen2.5-VL or LLaVA-OneVision checkpoint "
+            f"(supported: {', '.join(sorted(_ADAPTERS))})."
+        )
+    return _ADAPTERS[mt]

@@ -1,0 +1,193 @@
+"""Typed results shared by the library, the CLI, the app and the benchmark."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class VideoClip:
+    """Sampled frames of one video.
+
+    Attributes:
+        frames: uint8 array (T, H, W, 3), RGB.
+        timestamps: float64 array (T,), seconds from the start of the clip.
+        path: the source file, or None for in-memory clips.
+        native_fps: the stream's average frame rate (frames/s).
+        total_frames: frames in the stream.
+        duration: stream duration in seconds.
+        notes: human-readable notes on limits applied (frames capped, downscaled, ...).
+    """
+
+    frames: np.ndarray
+    timestamps: np.ndarray
+    path: str | None = None
+    native_fps: float = 0.0
+    total_frames: int = 0
+    duration: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sample_fps(self) -> float:
+        """Effective rate of the sampled frames (frames/s); native fps when T < 2."""
+        if len(self.timestamps) >= 2:
+            span = float(self.timestamps[-1] - self.timestamps[0])
+            if span > 0:
+                return (len(self.timestamps) - 1) / span
+        return float(self.native_fps or 1.0)
+
+
+@dataclass
+class PruneResult:
+    """Which video tokens the draft keeps (DESIGN 4.3-4.6).
+
+    Attributes:
+        keep: int64 (K,), sorted unique indices into the V video tokens.
+        stage1: int64 (k1,), sorted; Stage I (verifier-guided top-p) picks. Empty for
+            methods without a score stage.
+        stage2: int64 (K - k1,), sorted; Stage II (spatially uniform) picks. Empty for
+            single-stage methods.
+        scores: float32 (V,), text-to-video attention scores (or None if not computed).
+        num_video_tokens: V.
+        method: the pruning method name.
+    """
+
+    keep: torch.Tensor
+    stage1: torch.Tensor
+    stage2: torch.Tensor
+    scores: torch.Tensor | None
+    num_video_tokens: int
+    method: str
+
+    @property
+    def num_kept(self) -> int:
+        """K, the number of kept video tokens."""
+        return int(self.keep.numel())
+
+
+@dataclass
+class DraftTreeRecord:
+    """What one verify step drafted and accepted (for inspection).
+
+    Attributes:
+        tokens: drafted token ids, node order (N,).
+        parents: parent node index per node, -1 for children of the root (N,).
+        draft_logprobs: cumulative draft log-probability per node (N,).
+        accepted_nodes: node indices of the accepted path, root-first.
+        target_token: the target's token after the accepted path (bonus/correction).
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    draft_logprobs: list[float]
+    accepted_nodes: list[int]
+    target_token: int
+
+
+@dataclass
+class StepEvent:
+    """One streamed decoding step.
+
+    For speculative decoding one event per verify step; for vanilla one per
+    generated token. The first event of every stream (step 0) carries the token
+    produced by the target's prefill, with ``accept_length`` 0.
+
+    Attributes:
+        step: 0 for the prefill token, then 1, 2, ... per verify/decode step.
+        token_ids: new token ids emitted at this step (after EOS/max truncation).
+        accept_length: draft tokens accepted at this step (0..depth); the rest of
+            ``token_ids`` came from the target.
+        from_draft: per entry of ``token_ids``, True if it was an accepted draft token.
+        text: decoded text delta for ``token_ids``.
+        draft_ms: time drafting the tree (ms), 0 for vanilla.
+        verify_ms: time of the target forward (ms).
+        tree_size: drafted nodes verified at this step (0 for vanilla).
+        elapsed_s: decode wall time since the first decode step began (s), excludes prefill.
+        num_generated: tokens generated so far including this step.
+        tree: the drafted tree, when recorded.
+    """
+
+    step: int
+    token_ids: list[int]
+    accept_length: int
+    from_draft: list[bool]
+    text: str
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    tree_size: int = 0
+    elapsed_s: float = 0.0
+    num_generated: int = 0
+    tree: DraftTreeRecord | None = None
+
+
+@dataclass
+class PrefillInfo:
+    """Emitted once per request before any StepEvent (``stream`` yields it first).
+
+    Attributes:
+        num_prompt_tokens: L, target prompt length in tokens.
+        num_video_tokens: V.
+        num_draft_prompt_tokens: draft prompt length after pruning.
+        prune: the PruneResult (None for vanilla).
+        prefill_s: target prefill time incl. scoring (s).
+        prune_s: pruning time (s).
+        draft_prefill_s: draft prefill time (s).
+        token_grid: int64 (V, 3) (frame, row, col) per video token in the merged grid.
+        frames_per_token: frames covered by one video token (2 for Qwen2.5-VL).
+    """
+
+    num_prompt_tokens: int
+    num_video_tokens: int
+    num_draft_prompt_tokens: int
+    prune: PruneResult | None
+    prefill_s: float
+    prune_s: float
+    draft_prefill_s: float
+    token_grid: torch.Tensor | None = None
+    frames_per_token: int = 1
+
+
+@dataclass
+class DecodeResult:
+    """Everything about one finished request (DESIGN 4.12).
+
+    Attributes:
+        token_ids: generated ids (excluding the prompt).
+        text: decoded text.
+        method: decode method.
+        accept_lengths: accepted draft tokens per verify step.
+        tau: τ, mean accepted length (excludes the bonus token); 0 for vanilla.
+        tokens_per_target_forward: generated tokens / target forwards after prefill (τ + 1 on average).
+        decode_s: decode time (s), excludes prefill, scoring, pruning and draft prefill.
+        total_s: end-to-end time (s) including them.
+        tokens_per_s: generated tokens / decode_s.
+        draft_s: total drafting time (s).
+        verify_s: total target verify/decode time (s).
+        prefill: the PrefillInfo.
+        steps: all StepEvents.
+    """
+
+    token_ids: list[int]
+    text: str
+    method: str
+    accept_lengths: list[int]
+    tau: float
+    tokens_per_target_forward: float
+    decode_s: float
+    total_s: float
+    tokens_per_s: float
+    draft_s: float
+    verify_s: float
+    prefill: PrefillInfo
+    steps: list[StepEvent]
+
+    @property
+    def num_video_tokens(self) -> int:
+        return self.prefill.num_video_tokens
+
+    @property
+    def num_kept(self) -> int:
+        p = self.prefill.prune
+        return p.num_kept if p is not None else self.prefill.num_video_tokens

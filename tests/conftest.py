@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny models of both families built in-process (no downloads)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def make_clip(num_frames: int = 8, side: int = 112, seed: int = 0, fps: float = 4.0):
+    """A random-pixel clip with smooth structure so features vary across tokens."""
+    from specvlm.types import VideoClip
+
+    rng = np.random.RandomState(seed)
+    frames = rng.randint(0, 255, (num_frames, side, side, 3), dtype=np.uint8)
+    return VideoClip(frames, np.arange(num_frames) / fps, native_fps=fps, total_frames=num_frames,
+                     duration=num_frames / fps)
+
+
+@pytest.fixture(scope="session")
+def qwen_tiny():
+    from specvlm.tiny import tiny_qwen2_5_vl
+    return tiny_qwen2_5_vl(seed=0)
+
+
+@pytest.fixture(scope="session")
+def qwen_tiny_draft():
+    """A 1-layer Qwen2.5-VL draft with the same tokenizer and a differently padded vocab."""
+    from specvlm.tiny import tiny_qwen2_5_vl
+    return tiny_qwen2_5_vl(seed=1, hidden=32, layers=1, pad_vocab_to=64)
+
+
+@pytest.fixture(scope="session")
+def llava_tiny():
+    from specvlm.tiny import tiny_llava_onevision
+    return tiny_llava_onevision(seed=0)
+
+
+@pytest.fixture(scope="session")
+def llava_tiny_draft():
+    from specvlm.tiny import tiny_llava_onevision
+    return tiny_llava_onevision(seed=1, hidden=32, layers=1)

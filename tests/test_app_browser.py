@@ -1,0 +1,139 @@
+"""Real browser: Debian ``chromium`` driven by the ``playwright`` package (never ``playwright install``).
+
+Uploads a clip, presses Run, waits for both panels to finish, checks that the heatmap gallery
+and the plotly charts rendered, and saves a screenshot to ``artifacts/`` (git-ignored). With
+the real engine the screenshot is also copied to ``docs/screenshot.png`` for the README; until
+the engine is importable the page runs over the fake engine (the test says so).
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_app_fakes import ROOT, FakeEngine, engine_ready, free_port, real_engine, sample_video  # noqa: E402
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _browser_or_skip():
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"browser test skipped: the playwright Python package is not installed ({e})")
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("browser test skipped: no chromium executable on PATH "
+                    "(install the Debian package: apt-get install -y chromium)")
+    return exe
+
+
+def test_browser_upload_run_and_render(tmp_path):
+    exe = _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from app.backend import Backend
+    from app.ui import build_demo
+    video = sample_video()
+    if video is None:
+        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
+    reason = engine_ready()
+    if reason:
+        warnings.warn(f"browser test runs over the FAKE engine: {reason}")
+        backend, real = Backend(FakeEngine(step_s=0.01)), False
+    else:
+        engine, _, real = real_engine()  # real = the bundled model (else a tiny in-process one)
+        if not real:
+            warnings.warn("bundled model not found: browser test runs the real engine on a tiny model")
+        backend = Backend(engine, device="cpu", dtype="float32")
+    demo = build_demo(backend)
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    shot = ROOT / "artifacts" / "app_browser.png"
+    shot.parent.mkdir(exist_ok=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+                page.locator("#run").wait_for(timeout=60_000)
+                page.locator("#video input[type=file]").set_input_files(str(video))
+                page.locator("#video video").wait_for(state="attached", timeout=60_000)  # preview ready
+                _set_slider(page, "max-new-tokens", 48 if not real else 64)
+                _set_slider(page, "frames", 8)
+                page.locator("#run").click()
+                for panel in ("#vanilla-stats", "#spec-stats"):
+                    page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=240_000)
+                page.locator("#status").get_by_text("Done").wait_for(timeout=60_000)
+                assert "Outputs identical" in page.locator("#summary").inner_text()
+                spec = page.locator("#spec-text")
+                assert spec.locator(".tok").count() > 0
+                assert page.locator("#vanilla-text").inner_text().strip() == spec.inner_text().strip()
+                page.locator("#heatmaps img").first.wait_for(timeout=30_000)
+                assert page.locator("#heatmaps img").count() >= 1
+                for plot in ("#accept-plot", "#time-plot"):
+                    page.locator(f"{plot} .js-plotly-plot").first.wait_for(timeout=30_000)
+                    assert page.locator(f"{plot} .main-svg").count() >= 1
+                assert page.locator("#accept-plot .bars path").count() >= 1  # the bars were drawn
+                page.screenshot(path=str(shot), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        demo.close()
+    assert shot.stat().st_size > 10_000
+    if real:
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
+
+
+def _set_slider(page, elem_id: str, value: int) -> None:
+    """Type a value into a gr.Slider's number box (the settings accordion is opened first)."""
+    box = page.locator(f"#{elem_id} input[type=number]")
+    if not box.is_visible():
+        page.locator("#settings").get_by_text("Settings").first.click()
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_browser_stop_button_ends_the_run():
+    """Stop (its own queue) ends a long decode mid-way; the page is ready for the next run."""
+    exe = _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from app.backend import Backend
+    from app.ui import build_demo
+    if sample_video() is None:
+        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
+    eng = FakeEngine(step_s=0.01)
+    demo = build_demo(Backend(eng), examples=[])
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+                page.locator("#run").wait_for(timeout=60_000)
+                page.locator("#video input[type=file]").set_input_files(str(sample_video()))
+                page.locator("#video video").wait_for(state="attached", timeout=60_000)
+                _set_slider(page, "max-new-tokens", 1024)  # ~10 s per run at 10 ms per token
+                page.locator("#run").click()
+                page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=30_000)
+                page.locator("#stop").click()
+                page.locator("#status").get_by_text("Stopped").wait_for(timeout=10_000)
+                assert "stopped" in page.locator("#vanilla-stats").inner_text()
+                assert eng.streams == ["vanilla"]  # the engine loop ended; SpecVLM never started
+                polls = eng.stop_polls
+                page.wait_for_timeout(300)
+                assert eng.stop_polls == polls
+            finally:
+                browser.close()
+    finally:
+        demo.close()

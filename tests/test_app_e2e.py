@@ -1,0 +1,76 @@
+"""End to end: launch the app on a free local port and drive ``/compare`` with gradio_client.
+
+One run over the fake engine (always) and one over the real engine with the bundled CPU
+preset (skipped, with the reason, only while ``specvlm.decoding`` is not importable).
+"""
+from __future__ import annotations
+
+import html
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_app_fakes import FakeEngine, engine_ready, free_port, real_engine, sample_video  # noqa: E402
+
+pytest.importorskip("gradio_client")
+
+from app.backend import Backend  # noqa: E402
+
+
+def _text(panel_html: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", panel_html))
+
+
+def _compare(backend: Backend, preset: str, frames: int, max_new: int):
+    """Launch, call /compare once, close; returns the outputs tuple."""
+    from gradio_client import Client, handle_file
+
+    from app.ui import build_demo
+    video = sample_video()
+    if video is None:
+        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
+    demo = build_demo(backend, examples=[])
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        return client.predict(handle_file(str(video)), "Please provide a detailed description of the video.",
+                              preset, "", "specvlm", 0.9, 0.4, "dynamic", 5, 4, 16, frames, max_new,
+                              "Pruning stages", api_name="/compare")
+    finally:
+        demo.close()
+
+
+def _check(out, want_tokens: int | None):
+    status, van_html, van_stats, spec_html, spec_stats, summary, gallery, legend, accept, times = out
+    assert status.startswith("**Done.**"), status
+    van, spec = _text(van_html), _text(spec_html)
+    assert van and van == spec
+    assert "Outputs identical" in summary and "Decode speedup" in summary and "τ =" in summary
+    assert "tokens / target forward" in summary and "→" in summary and "prefill" in summary
+    for stats in (van_stats, spec_stats):
+        assert "tok/s" in stats and "· done ·" in stats
+    if want_tokens is not None:
+        assert f"{want_tokens} tokens" in van_stats
+    assert gallery and gallery[0]["image"] and "kept" in gallery[0]["caption"]
+    assert accept["type"] == "plotly" and "running" in accept["plot"]
+    assert times["type"] == "plotly" and "Vanilla" in times["plot"]
+
+
+def test_e2e_fake_engine():
+    _check(_compare(Backend(FakeEngine(step_s=0.001)), "Fake tiny (CPU)", 4, 20), want_tokens=20)
+
+
+def test_e2e_real_engine_bundled_model():
+    reason = engine_ready()
+    if reason:
+        pytest.skip(f"real-engine end-to-end skipped: {reason}")
+    engine, preset, bundled = real_engine()
+    if not bundled:
+        warnings.warn("bundled model not found: end-to-end runs the real engine on an in-process tiny model")
+    backend = Backend(engine, device="cpu", dtype="float32")  # fp32: greedy SD must match vanilla exactly
+    _check(_compare(backend, preset, 8, 24), want_tokens=None)

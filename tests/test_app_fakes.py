@@ -1,0 +1,195 @@
+"""A fake ``specvlm`` engine for the app tests (no model, no video decoding), plus helpers.
+
+Imported by the other ``test_app_*`` modules; holds a couple of self-checks of the fake.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from specvlm.types import PrefillInfo, PruneResult, StepEvent, VideoClip
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_WORDS = ["the", " video", " shows", " a", " red", " ball", " moving", " left", " to", " right", ".",
+              " It", " bounces", " twice", " on", " grey", " floor", "\n"]
+GRID = (2, 4, 4)  # frame groups, rows, cols -> V = 32 video tokens
+STAGE1 = [0, 5, 10]
+STAGE2 = [3, 17, 30]
+
+
+class FakeVideoError(ValueError):
+    """Like specvlm.video.VideoError."""
+
+
+class FakeTokenizer:
+    """ids -> text over FAKE_WORDS; id 99 is an EOS-like special token that decodes to ''."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(FAKE_WORDS[i % len(FAKE_WORDS)] for i in ids if i != 99)
+
+
+class FakeEngine:
+    """Same surface as app.backend.Engine; deterministic token streams.
+
+    Args:
+        step_s: sleep per vanilla token (the speculative run sleeps the same per verify step).
+        spec_tokens: override the speculative run's tokens (to simulate a divergence).
+        fail_load: raise from load_pair.
+    """
+
+    def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False):
+        self.step_s = step_s
+        self.spec_tokens = spec_tokens
+        self.fail_load = fail_load
+        self.loads = 0
+        self.stop_polls = 0
+        self.streams: list[str] = []
+
+    def presets(self):
+        mk = lambda n, t, d, cuda: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
+                                                    num_frames=4, requires_cuda=cuda)
+        return {"Fake tiny (CPU)": mk("Fake tiny (CPU)", "fake/target", "fake/draft", False),
+                "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True)}
+
+    def default_preset(self):
+        return "Fake tiny (CPU)"
+
+    def cuda_available(self):
+        return False
+
+    def load_pair(self, target, draft, device, dtype):
+        if self.fail_load:
+            raise OSError(f"{target} is not a local folder and the Hub is unreachable")
+        self.loads += 1
+        return SimpleNamespace(name=target, processor=SimpleNamespace(tokenizer=FakeTokenizer()),
+                               frames_per_token=2, family="qwen2_5_vl", self_sd=draft is None)
+
+    def load_video(self, path, config):
+        if str(path).endswith(".bad"):
+            raise FakeVideoError(f"{path}: no video stream found")
+        t = max(4, config.num_frames)
+        frames = np.full((t, 32, 32, 3), 128, np.uint8)
+        return VideoClip(frames=frames, timestamps=np.arange(t) * 0.5, path=str(path), native_fps=2.0,
+                         total_frames=t, duration=t / 2)
+
+    def load_srt(self, path):
+        if str(path).endswith(".bad.srt"):
+            raise ValueError("line 1: not a cue number")
+        return [SimpleNamespace(start_s=1.0, end_s=2.5, text="Hello there")]
+
+    def tokens(self, n):
+        return [(i * 7 + 3) % len(FAKE_WORDS) for i in range(n)]
+
+    def stream(self, pair, clip, prompt, config, should_stop):
+        self.streams.append(config.method)
+        n = config.max_new_tokens
+        spec = config.method != "vanilla"
+        ids = list(self.spec_tokens) if (spec and self.spec_tokens is not None) else self.tokens(n)
+        yield prefill_info(spec)
+        tok = FakeTokenizer()
+        t0, i, step = time.perf_counter(), 0, 0
+        pattern = [3, 1, 0, 4, 2]
+        while i < len(ids):
+            if step > 0:
+                self.stop_polls += 1
+                if should_stop():
+                    return
+                time.sleep(self.step_s)
+            k = 1 if (not spec or step == 0) else pattern[step % len(pattern)] + 1
+            chunk = ids[i:i + k]
+            flags = [j < len(chunk) - 1 for j in range(len(chunk))] if spec and step > 0 else [False] * len(chunk)
+            i += len(chunk)
+            yield StepEvent(step=step, token_ids=chunk, accept_length=sum(flags), from_draft=flags,
+                            text=tok.decode(chunk), elapsed_s=time.perf_counter() - t0, num_generated=i)
+            step += 1
+
+
+def prefill_info(spec: bool) -> PrefillInfo:
+    """A PrefillInfo over GRID with STAGE1/STAGE2 kept (spec) or no pruning (vanilla)."""
+    g, h, w = GRID
+    grid = torch.tensor([[f, r, c] for f in range(g) for r in range(h) for c in range(w)], dtype=torch.int64)
+    v = g * h * w
+    prune = None
+    if spec:
+        s1, s2 = torch.tensor(STAGE1), torch.tensor(STAGE2)
+        prune = PruneResult(keep=torch.sort(torch.cat([s1, s2])).values, stage1=s1, stage2=s2,
+                            scores=torch.linspace(0, 1, v), num_video_tokens=v, method="specvlm")
+    return PrefillInfo(num_prompt_tokens=v + 20, num_video_tokens=v, num_draft_prompt_tokens=26, prune=prune,
+                       prefill_s=0.01, prune_s=0.001, draft_prefill_s=0.002, token_grid=grid, frames_per_token=2)
+
+
+def free_port() -> int:
+    """A free local TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sample_video() -> Path | None:
+    """A short sample clip: assets/videos/*.mp4, else gradio's bundled b.mp4."""
+    vids = sorted((ROOT / "assets" / "videos").glob("*.mp4"))
+    if vids:
+        return min(vids, key=lambda p: p.stat().st_size)
+    try:
+        import gradio
+        p = Path(gradio.__file__).parent / "media_assets" / "videos" / "b.mp4"
+        return p if p.exists() else None
+    except ImportError:
+        return None
+
+
+def engine_ready() -> str | None:
+    """None if the real decoding engine can run, else the reason it cannot."""
+    try:
+        import specvlm.decoding  # noqa: F401
+        import specvlm.video  # noqa: F401
+    except Exception as e:  # ImportError or a partial install
+        return f"the specvlm engine is not importable yet ({type(e).__name__}: {e})"
+    return None
+
+
+def real_engine():
+    """(engine, preset name, bundled?) for real decoding on the CPU.
+
+    The bundled default preset when its weights exist; otherwise an in-process tiny
+    Qwen2.5-VL (random weights, Self-SD, fp32) through the real ``specvlm.decoding``.
+    """
+    from app.backend import Engine
+    try:
+        from specvlm.models.presets import PRESETS, default_preset_name
+        name = default_preset_name()
+        if Path(PRESETS[name].target).exists():
+            return Engine(), name, True
+    except ImportError:
+        pass
+
+    class TinyEngine(Engine):
+        def presets(self):
+            return {"Tiny (in-process)": SimpleNamespace(name="Tiny (in-process)", target="tiny", draft=None,
+                                                         description="random tiny Qwen2.5-VL", num_frames=8,
+                                                         requires_cuda=False)}
+
+        def default_preset(self):
+            return "Tiny (in-process)"
+
+        def load_pair(self, target, draft, device, dtype):
+            from specvlm.models import pair_from_models
+            from specvlm.tiny import tiny_qwen2_5_vl
+            model, processor = tiny_qwen2_5_vl()
+            return pair_from_models(model, processor, name="tiny")
+
+    return TinyEngine(), "Tiny (in-process)", False
+
+
+def test_fake_engine_streams_prefill_first():
+    eng = FakeEngine(step_s=0)
+    cfg = SimpleNamespace(method="specvlm", max_new_tokens=10)
+    evs = list(eng.stream(None, None, "", cfg, lambda: False))
+    assert isinstance(evs[0], PrefillInfo) and evs[0].prune is not None
+    assert sum(len(e.token_ids) for e in evs[1:]) == 10
+    assert [t for e in evs[1:] for t in e.token_ids] == eng.tokens(10)

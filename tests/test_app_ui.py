@@ -1,0 +1,247 @@
+"""App without models: plot functions, the backend over a fake engine, and build_demo wiring."""
+from __future__ import annotations
+
+import html
+import re
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_app_fakes import STAGE1, STAGE2, FakeEngine, prefill_info  # noqa: E402
+
+from app import plots  # noqa: E402
+from app.backend import OUTPUT_KEYS, Backend, Settings, UserError, parse_model_spec  # noqa: E402
+
+
+def _blend(base, rgb, a=plots.OVERLAY_ALPHA):
+    return [round(base * (1 - a) + c * a) for c in rgb]
+
+
+def _text_of(panel_html: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", panel_html))
+
+
+# ---- plots -------------------------------------------------------------------------------
+
+def test_stage_overlay_colours_at_known_tokens():
+    info = prefill_info(spec=True)  # grid 2 groups x 4 x 4, 32 px frames -> 8 px cells
+    frames = np.full((4, 32, 32, 3), 128, np.uint8)
+    p = info.prune
+    items = plots.heatmap_gallery(frames, info.token_grid, keep=p.keep, stage1=p.stage1, stage2=p.stage2,
+                                  frames_per_token=2, timestamps=[0, 0.5, 1, 1.5], max_side=None)
+    assert len(items) == 2  # one image per frame group (2 frames per token)
+    img0, cap0 = items[0]
+    assert img0.shape == (32, 32, 3) and img0.dtype == np.uint8
+    assert list(img0[4, 4]) == _blend(128, plots.STAGE1_RGB)  # token 0: row 0 col 0, Stage I
+    assert list(img0[12, 12]) == _blend(128, plots.STAGE1_RGB)  # token 5: row 1 col 1
+    assert list(img0[4, 28]) == _blend(128, plots.STAGE2_RGB)  # token 3: row 0 col 3, Stage II
+    assert list(img0[4, 12]) == [round(128 * plots.DROPPED_DIM)] * 3  # token 1 dropped, dimmed
+    img1, cap1 = items[1]
+    assert list(img1[4, 12]) == _blend(128, plots.STAGE2_RGB)  # token 17 = group 1, row 0, col 1
+    assert list(img1[28, 20]) == _blend(128, plots.STAGE2_RGB)  # token 30 = group 1, row 3, col 2
+    assert cap0.startswith("frames 0-1 (0.0-0.5 s)") and "kept 4/16 (I 3, II 1)" in cap0
+    assert cap1.startswith("frames 2-3")
+
+
+def test_single_stage_and_unpruned_overlays():
+    grid = np.array([[0, r, c] for r in range(2) for c in range(2)])
+    frames = np.full((1, 8, 8, 3), 100, np.uint8)
+    (img, _), = plots.heatmap_gallery(frames, grid, keep=[1], max_side=None)  # e.g. "attention"
+    assert list(img[1, 5]) == _blend(100, plots.KEPT_RGB)
+    assert list(img[1, 1]) == [30, 30, 30]
+    (img, cap), = plots.heatmap_gallery(frames, grid, max_side=None)  # no pruning: all kept
+    assert list(img[6, 6]) == _blend(100, plots.KEPT_RGB) and "kept 4/4" in cap
+    grid_nl = np.concatenate([grid, [[0, -1, -1]]])  # LLaVA-OV's trailing newline token has no cell
+    (img, cap), = plots.heatmap_gallery(frames, grid_nl, keep=[1, 4], max_side=None)
+    assert "kept 1/4" in cap and list(img[1, 5]) == _blend(100, plots.KEPT_RGB)
+
+
+def test_score_overlay_uses_colormap_and_requires_scores():
+    info = prefill_info(spec=True)
+    frames = np.zeros((4, 32, 32, 3), np.uint8)
+    items = plots.heatmap_gallery(frames, info.token_grid, scores=info.prune.scores, mode="scores",
+                                  frames_per_token=2, max_side=None)
+    img = items[0][0]
+    lo = plots.score_colormap(np.array(0.0)) * 0.6
+    assert list(img[4, 4]) == [round(float(c)) for c in lo]  # token 0 has the lowest score
+    assert img[28, 28].sum() > img[4, 4].sum()  # later tokens score higher
+    with pytest.raises(ValueError, match="raw scores"):
+        plots.heatmap_gallery(frames, info.token_grid, mode="scores")
+    with pytest.raises(ValueError, match="unknown"):
+        plots.heatmap_gallery(frames, info.token_grid, mode="bogus")
+
+
+def test_gallery_downscales_and_caps_images():
+    grid = np.array([[f, 0, 0] for f in range(40)])
+    frames = np.zeros((40, 600, 800, 3), np.uint8)
+    items = plots.heatmap_gallery(frames, grid, max_images=8, max_side=200)
+    assert len(items) == 8 and items[0][0].shape == (150, 200, 3)
+
+
+def test_accept_length_figure_traces():
+    fig = plots.accept_length_figure([3, 1, 0, 4], ["a b c d", "e f", "g", "<h>"], max_depth=5)
+    assert isinstance(fig, go.Figure)
+    bar, line = fig.data
+    assert bar.type == "bar" and bar.name == "accepted length" and list(bar.y) == [3, 1, 0, 4]
+    assert line.type == "scatter" and line.name == "running τ"
+    assert np.allclose(line.y, [3, 2, 4 / 3, 2])
+    assert list(bar.customdata)[3] == "&lt;h&gt;" and "customdata" in bar.hovertemplate
+    assert "τ = 2.00" in fig.layout.title.text
+    assert len(plots.accept_length_figure([]).data) == 0
+
+
+def test_tokens_over_time_figure_traces():
+    fig = plots.tokens_over_time_figure({"Vanilla": ([0.1, 0.2], [1, 2]), "SpecVLM": ([0.1], [4]), "x": ([], [])})
+    assert [t.name for t in fig.data] == ["Vanilla", "SpecVLM"]
+    assert list(fig.data[1].y) == [4]
+
+
+def test_tokens_html_colours_and_escapes():
+    out = plots.tokens_html([("Hi", False), (" <b>", True), ("", True)], legend=True)
+    assert out.count('class="tok tok-draft"') == 1 and out.count('class="tok tok-target"') == 1
+    assert plots.DRAFT_BG in out and plots.TARGET_BG in out and "accepted from draft" in out
+    body = out.split('class="specvlm-tokens"')[1]
+    assert _text_of("<x " + body) .endswith("Hi <b>")
+
+
+# ---- backend over the fake engine ----------------------------------------------------------
+
+def _settings(**kw):
+    return Settings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=24), **kw})
+
+
+def _run(backend, **kw):
+    ups = list(backend.run(kw.pop("video", "clip.mp4"), "Describe.", _settings(**kw), session="s"))
+    return ups, ups[-1]
+
+
+def test_backend_run_streams_both_panels_and_summary():
+    eng = FakeEngine(step_s=0.0)
+    b = Backend(eng, update_interval_s=0.0)
+    ups, last = _run(b)
+    assert set(OUTPUT_KEYS) <= set(last) and "error" not in last
+    assert eng.streams == ["vanilla", "specvlm"]  # sequential, vanilla first
+    assert any("vanilla_html" in u and "spec_html" not in u for u in ups)  # streamed separately
+    assert _text_of(last["vanilla_html"]) == _text_of(last["spec_html"]) != ""
+    assert "Outputs identical" in last["summary"] and "Decode speedup" in last["summary"]
+    assert "32 → 6" in last["summary"] and "τ =" in last["summary"]
+    assert "tok-draft" in last["spec_html"] and "tok-target" in last["spec_html"]
+    assert len(last["gallery"]) == 2 and "one video token covers 2" in last["heatmap_legend"].lower()
+    gallery, legend = b.pick_heatmaps(last["heatmaps"], "Raw attention scores")
+    assert len(gallery) == 2 and "attention" in legend
+    _run(b)
+    assert eng.loads == 1  # the pair is cached across requests
+
+
+def test_backend_reports_divergence():
+    eng = FakeEngine(step_s=0.0, spec_tokens=FakeEngine().tokens(10)[:5] + [1, 2, 3, 4, 5])
+    _, last = _run(Backend(eng, update_interval_s=0.0), max_new_tokens=10)
+    assert "Outputs differ from token 5" in last["summary"]
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(drop_rate=1.5), "drop_rate"),
+    (dict(depth=0), "depth"),
+    (dict(depth="abc"), "whole number"),
+    (dict(method="bogus"), "unknown"),
+    (dict(method="vanilla"), "speculative method"),
+    (dict(video=None), "Upload a video"),
+    (dict(video="broken.bad"), "Could not read the video: broken.bad: no video stream"),
+    (dict(preset="Fake big (GPU)"), "needs a CUDA GPU"),
+    (dict(preset="nope"), "Unknown preset"),
+    (dict(custom_model="  + x"), "custom model"),
+])
+def test_backend_errors_are_readable_and_final(kw, msg):
+    _, last = _run(Backend(FakeEngine(step_s=0.0)), **kw)
+    assert msg in last["error"] and last["status"].startswith("**Error:**")
+
+
+def test_backend_load_failure_is_readable():
+    _, last = _run(Backend(FakeEngine(fail_load=True)), custom_model="org/model + org/draft")
+    assert "Could not load model 'org/model' with draft 'org/draft'" in last["error"]
+    assert "Hub is unreachable" in last["error"]
+
+
+def test_parse_model_spec():
+    assert parse_model_spec(" a/b ") == ("a/b", None)
+    assert parse_model_spec("a/b + c/d") == ("a/b", "c/d")
+    assert parse_model_spec("a/b, c/d") == ("a/b", "c/d")
+    with pytest.raises(UserError):
+        parse_model_spec(" ")
+
+
+def test_stop_ends_the_engine_loop():
+    eng = FakeEngine(step_s=0.01)
+    b = Backend(eng, update_interval_s=0.02)
+    gen = b.run("clip.mp4", "", _settings(max_new_tokens=2000), session="u1")
+    assert b.stop("other") == "Nothing is running."
+    stopped_at = None
+    for upd in gen:
+        if stopped_at is None and "tokens" in upd.get("vanilla_stats", "") and "0 tokens" not in upd["vanilla_stats"]:
+            assert "Stopping" in b.stop("u1")
+            stopped_at = eng.stop_polls
+        last = upd
+    assert stopped_at is not None
+    assert eng.streams == ["vanilla"]  # the speculative run never started
+    assert eng.stop_polls <= stopped_at + 3  # the engine loop itself ended
+    assert "Stopped" in last["status"] and "stopped" in last["vanilla_stats"]
+    assert b.stop("u1") == "Nothing is running."  # ready for the next run
+    _, last = _run(b, max_new_tokens=5)
+    assert "Outputs identical" in last["summary"]
+
+
+def test_closing_the_page_stops_the_worker():
+    eng = FakeEngine(step_s=0.01)
+    gen = Backend(eng, update_interval_s=0.02).run("clip.mp4", "", _settings(max_new_tokens=2000))
+    for upd in gen:
+        if "vanilla_html" in upd and "tokens" in upd.get("vanilla_stats", ""):
+            break
+    gen.close()  # what Gradio does when the client disconnects
+    polls = eng.stop_polls
+    threading.Event().wait(0.1)
+    assert eng.stop_polls <= polls + 1
+
+
+def test_subtitles_text():
+    b = Backend(FakeEngine())
+    assert b.subtitles_text("a.srt") == "[00:01.0 - 00:02.5] Hello there"
+    assert b.subtitles_text(None) == ""
+    with pytest.raises(UserError, match="subtitle file"):
+        b.subtitles_text("x.bad.srt")
+
+
+# ---- build_demo wiring ---------------------------------------------------------------------
+
+def test_build_demo_wires_components(tmp_path):
+    import gradio as gr
+
+    from app.ui import GPU_QUEUE, build_demo
+    vid = tmp_path / "clip.mp4"
+    vid.write_bytes(b"\x00")
+    b = Backend(FakeEngine())
+    demo = build_demo(b, examples=[[str(vid), "Describe.", None]])
+    assert isinstance(demo, gr.Blocks)
+    ids = {blk.elem_id: blk for blk in demo.blocks.values() if getattr(blk, "elem_id", None)}
+    for name in ("video", "prompt", "srt", "srt-text", "preset", "custom-model", "method", "drop-rate", "top-p",
+                 "tree", "depth", "top-k", "total-tokens", "frames", "max-new-tokens", "run", "stop", "status",
+                 "vanilla-text", "spec-text", "vanilla-stats", "spec-stats", "summary", "accept-plot",
+                 "time-plot", "heatmap-mode", "heatmaps", "examples"):
+        assert name in ids, name
+    assert ids["prompt"].value == "Please provide a detailed description of the video."
+    assert ids["preset"].value == "Fake tiny (CPU)" and ("Fake big (GPU)", "Fake big (GPU)") in ids["preset"].choices
+    assert (ids["drop-rate"].value, ids["top-p"].value, ids["tree"].value) == (0.9, 0.4, "dynamic")
+    assert (ids["depth"].value, ids["top-k"].value, ids["total-tokens"].value) == (5, 4, 16)
+    assert ids["max-new-tokens"].value == 128 and ids["method"].value == "specvlm"
+    fns = {fn.api_name: fn for fn in demo.fns.values()}
+    compare = fns["compare"]
+    assert compare.concurrency_id == GPU_QUEUE and compare.concurrency_limit == 1
+    assert [c.elem_id for c in compare.inputs][:3] == ["video", "prompt", "preset"]
+    assert len(compare.outputs) == len(OUTPUT_KEYS)
+    assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
+    comps = demo.specvlm_components
+    assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]

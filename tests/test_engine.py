@@ -1,0 +1,174 @@
+"""End-to-end losslessness of speculative decoding on tiny models of both families."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from conftest import make_clip
+from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
+from specvlm.decoding import generate, stream
+from specvlm.models import TokenizerMismatchError, pair_from_models
+from specvlm.types import PrefillInfo
+
+PROMPT = "describe this video in detail"
+N = 64
+
+
+def _cfg(method="vanilla", shape="dynamic", n=N, eos=False, **tree):
+    return DecodeConfig(method=method, max_new_tokens=n, stop_at_eos=eos, tree=TreeConfig(shape=shape, **tree))
+
+
+@pytest.fixture(scope="module")
+def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
+    return {
+        ("qwen", "self"): pair_from_models(*qwen_tiny),
+        ("qwen", "std"): pair_from_models(qwen_tiny[0], qwen_tiny[1], qwen_tiny_draft[0], qwen_tiny_draft[1]),
+        ("llava", "self"): pair_from_models(*llava_tiny),
+        ("llava", "std"): pair_from_models(llava_tiny[0], llava_tiny[1], llava_tiny_draft[0], llava_tiny_draft[1]),
+    }
+
+
+@pytest.fixture(scope="module")
+def vanilla(pairs):
+    clip = make_clip()
+    return {fam: generate(pairs[(fam, "self")], clip, PROMPT, _cfg()) for fam in ("qwen", "llava")}
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_tiny_models_are_varied(vanilla, fam):
+    ids = vanilla[fam].token_ids
+    assert len(ids) == N
+    assert len(set(ids)) >= 16, ids
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_vanilla_equals_hf_generate(pairs, vanilla, fam):
+    pair = pairs[(fam, "self")]
+    clip = make_clip()
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    if fam == "qwen":
+        enc = pair.processor(text=[inputs.prompt_text], videos=[clip.frames], do_sample_frames=False,
+                             video_metadata=[{"fps": 4.0, "total_num_frames": 8, "frames_indices": list(range(8))}],
+                             return_tensors="pt")
+    else:
+        enc = pair.processor(text=[inputs.prompt_text], videos=[clip.frames], return_tensors="pt")
+    assert torch.equal(enc["input_ids"], inputs.input_ids)
+    out = pair.target.generate(**enc, max_new_tokens=N, min_new_tokens=N, do_sample=False)
+    assert out[0, enc["input_ids"].shape[1]:].tolist() == vanilla[fam].token_ids
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+@pytest.mark.parametrize("method", PRUNE_METHODS)
+def test_every_pruning_method_is_lossless(pairs, vanilla, fam, method):
+    res = generate(pairs[(fam, "self")], make_clip(), PROMPT, _cfg(method))
+    assert res.token_ids == vanilla[fam].token_ids
+    assert res.prefill.prune.method == method
+    expected_k = res.num_video_tokens if method == "none" else max(1, int(res.num_video_tokens * 0.1 + 1e-9))
+    assert res.num_kept == expected_k
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+@pytest.mark.parametrize("mode", ["self", "std"])
+@pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
+def test_tree_shapes_self_and_std_sd_are_lossless(pairs, vanilla, fam, mode, shape):
+    for method in ("specvlm", "none"):
+        res = generate(pairs[(fam, mode)], make_clip(), PROMPT, _cfg(method, shape))
+        assert res.token_ids == vanilla[fam].token_ids, (method, shape)
+        assert all(0 <= a <= (5 if shape != "static" else 5) for a in res.accept_lengths)
+
+
+def test_self_sd_without_pruning_accepts_long_paths(pairs, vanilla):
+    """With every video token the Self-SD draft equals the target: every drafted chain token is accepted."""
+    res = generate(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("none", "chain", depth=4))
+    assert res.token_ids == vanilla["qwen"].token_ids
+    assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
+    assert res.tau > 3.5
+    assert res.tokens_per_target_forward == pytest.approx((N - 1) / len(res.accept_lengths))
+
+
+@pytest.mark.parametrize("n", [1, 2, 37, 50])
+def test_max_new_tokens_not_a_multiple_of_step(pairs, vanilla, n):
+    res = generate(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("none", "chain", n=n, depth=4))
+    assert res.token_ids == vanilla["qwen"].token_ids[:n]
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_eos_inside_an_accepted_path(pairs, fam):
+    """Pick a token the draft got accepted mid-path and declare it EOS: both decoders stop right there."""
+    pair = copy.copy(pairs[(fam, "self")])
+    clip = make_clip()
+    res = generate(pair, clip, PROMPT, _cfg("none", "chain", depth=4), record_trees=True)
+    seen: set[int] = set()
+    eos = None
+    for st in res.steps:
+        for j, tok in enumerate(st.token_ids):
+            if tok not in seen and st.from_draft[j] and j < len(st.token_ids) - 1 and j > 0:
+                eos = tok
+                break
+            seen.add(tok)
+        if eos is not None:
+            break
+    assert eos is not None
+    gc = pair.target.generation_config
+    old = gc.eos_token_id
+    try:
+        gc.eos_token_id = eos
+        pair.processor.tokenizer.eos_token = pair.processor.tokenizer.convert_ids_to_tokens(eos)
+        v = generate(pair, clip, PROMPT, _cfg(n=N, eos=True))
+        s = generate(pair, clip, PROMPT, _cfg("none", "chain", n=N, eos=True, depth=4))
+    finally:
+        gc.eos_token_id = old
+        pair.processor.tokenizer.eos_token = "<|im_end|>"
+    assert v.token_ids[-1] == eos and eos not in v.token_ids[:-1]
+    assert s.token_ids == v.token_ids
+
+
+def test_same_instance_serves_different_requests(pairs):
+    """No state leaks across requests (rope deltas, caches): results equal fresh instances'."""
+    from specvlm.tiny import tiny_qwen2_5_vl
+
+    pair = pairs[("qwen", "self")]
+    reqs = [(make_clip(8, 112, seed=3), "what is this"), (make_clip(12, 84, seed=4), PROMPT + " and its colours"),
+            (make_clip(8, 112, seed=3), "what is this")]
+    got = [generate(pair, c, p, _cfg("specvlm", n=24)).token_ids for c, p in reqs]
+    assert got[0] == got[2]
+    for (c, p), ids in zip(reqs[:2], got[:2]):
+        fresh = pair_from_models(*tiny_qwen2_5_vl(seed=0))
+        assert generate(fresh, c, p, _cfg("vanilla", n=24)).token_ids == ids
+
+
+def test_stream_events(pairs):
+    events = list(stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=20), record_trees=True))
+    info = events[0]
+    assert isinstance(info, PrefillInfo)
+    assert info.num_video_tokens == 64 and info.prune.num_kept == 6
+    assert info.token_grid.shape == (64, 3) and info.frames_per_token == 2
+    assert info.prune.scores.shape == (64,) and torch.isfinite(info.prune.scores).all()
+    steps = events[1:]
+    assert steps[0].step == 0 and len(steps[0].token_ids) == 1
+    assert sum(len(s.token_ids) for s in steps) == 20
+    for s in steps[1:]:
+        assert s.tree is not None and s.tree_size == len(s.tree.tokens) <= 16
+        assert s.accept_length == sum(s.from_draft)
+        assert s.tree.accepted_nodes == [] or s.tree.parents[s.tree.accepted_nodes[0]] == -1
+
+
+def test_should_stop_ends_the_loop(pairs):
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return len(calls) > 3
+
+    events = list(stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=64), should_stop=stop))
+    assert len(events) == 1 + 1 + 3
+
+
+def test_std_sd_padded_vocab_and_tokenizer_check(pairs, qwen_tiny, llava_tiny):
+    pair = pairs[("qwen", "std")]
+    assert pair.shared_vocab == min(pair.target.lm_head.weight.shape[0], pair.draft.lm_head.weight.shape[0])
+    assert pair.target.lm_head.weight.shape[0] != pair.draft.lm_head.weight.shape[0]
+    with pytest.raises(TokenizerMismatchError):
+        pair_from_models(qwen_tiny[0], qwen_tiny[1], llava_tiny[0], llava_tiny[1])
