@@ -22,6 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from app import plots
@@ -289,33 +290,32 @@ class Backend:
             return list(FALLBACK_PRESETS)
 
     def default_settings(self) -> Settings:
-        """Paper defaults; 128 new tokens on a CPU, 256 (paper) with CUDA."""
+        """Paper defaults with the default preset's frames and token budget
+        (else 256 new tokens with CUDA, 128 on a CPU)."""
         try:
             preset = self.engine.default_preset()
         except Exception:
             preset = self.preset_names()[0]
-        try:
-            cuda = self.engine.cuda_available()
-        except Exception:
-            cuda = False
-        frames = self._preset_attr(preset, "num_frames", 16)
-        return Settings(preset=preset, num_frames=int(frames), max_new_tokens=256 if cuda else 128)
+        _, frames, max_new = self.preset_info(preset)
+        return Settings(preset=preset, num_frames=frames, max_new_tokens=max_new)
 
-    def _preset_attr(self, name: str, attr: str, default: Any) -> Any:
+    def _cuda(self) -> bool:
         try:
-            return getattr(self.engine.presets()[name], attr, default)
+            return bool(self.engine.cuda_available())
         except Exception:
-            return default
+            return False
 
-    def preset_info(self, name: str) -> tuple[str, int]:
-        """(Markdown description, suggested frame count) of a preset."""
+    def preset_info(self, name: str) -> tuple[str, int, int]:
+        """(Markdown description, suggested frames, suggested max new tokens) of a preset."""
+        fallback_tokens = 256 if self._cuda() else 128
         try:
             p = self.engine.presets()[name]
         except Exception:
-            return ("*Preset details unavailable (engine not installed).*", 16)
+            return ("*Preset details unavailable (engine not installed).*", 16, fallback_tokens)
         kind = "Self-SD (draft = target weights)" if p.draft is None else f"Std-SD, draft `{p.draft}`"
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        return (f"{p.description}  \ntarget `{p.target}` · {kind}{gpu}", int(p.num_frames))
+        return (f"{p.description}  \ntarget `{p.target}` · {kind}{gpu}", int(getattr(p, "num_frames", 16)),
+                int(getattr(p, "max_new_tokens", fallback_tokens)))
 
     # ---- validation ------------------------------------------------------------------------
 
@@ -362,6 +362,10 @@ class Backend:
         if p.requires_cuda and not self.engine.cuda_available() and (self.device or "cuda").startswith("cuda"):
             raise UserError(f"Preset {s.preset!r} needs a CUDA GPU and none is available here: "
                             "pick a bundled CPU preset.")
+        for path in (p.target, p.draft):
+            if path and Path(path).is_absolute() and not Path(path).exists():
+                raise UserError(f"Preset {s.preset!r} needs the model folder {path}, which is missing: "
+                                "build or fetch the bundled model as the README says, or pick another preset.")
         return p.target, p.draft, s.preset
 
     def get_pair(self, target: str, draft: str | None) -> Any:
@@ -413,7 +417,6 @@ class Backend:
         try:
             cues = self.engine.load_srt(path)
         except ImportError:
-            from pathlib import Path
             raw = Path(path).read_bytes()
             return raw.decode("utf-8-sig", errors="replace")
         except ValueError as e:

@@ -197,16 +197,16 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
             return f"Error: {e}"
 
     def on_preset(name):
-        """Show the preset's description and suggest its frame count."""
-        md, n = backend.preset_info(name)
-        return md, gr.update(value=n)
+        """Show the preset's description and suggest its frame count and token budget."""
+        md, frames, max_new = backend.preset_info(name)
+        return md, gr.update(value=frames), gr.update(value=max_new)
 
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
                    concurrency_limit=1, show_progress_on=[c["status"]])
     c["stop"].click(stop, inputs=None, outputs=[c["status"]], api_name="stop", concurrency_id="stop",
                     concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
-    c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"]],
+    c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
                        api_visibility="private")
     c["hm_mode"].change(backend.pick_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")

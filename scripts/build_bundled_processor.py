@@ -67,8 +67,12 @@ def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
     return lines
 
 
-def build_tokenizer(vocab_size: int = VOCAB_SIZE):
+def build_tokenizer(vocab_size: int = VOCAB_SIZE, n_scenes: int = 4000):
     """Train the byte-level BPE tokenizer; returns a ``PreTrainedTokenizerFast``.
+
+    Args:
+        vocab_size: BPE vocabulary cap (the grammar saturates it at ~500).
+        n_scenes: scenes whose captions/questions form the training corpus.
 
     eos = ``<|im_end|>``, pad = ``<|endoftext|>`` (as in Qwen2.5-VL-Instruct).
     """
@@ -82,7 +86,7 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(_corpus(n_scenes), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         unk_token=None, bos_token=None, padding_side="right",
@@ -92,18 +96,19 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     return fast
 
 
-def build_processor(out_dir: str | Path | None = None):
+def build_processor(out_dir: str | Path | None = None, n_scenes: int = 4000):
     """Build (and optionally save) the ``Qwen2_5_VLProcessor`` for the bundled models.
 
     Args:
         out_dir: folder to ``save_pretrained`` into, or None.
+        n_scenes: tokenizer corpus size (see :func:`build_tokenizer`).
 
     Returns:
         transformers ``Qwen2_5_VLProcessor``.
     """
     from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(n_scenes=n_scenes)
     size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
     image_processor = Qwen2VLImageProcessor(size=size)
     video_processor = Qwen2VLVideoProcessor(size=size, do_sample_frames=False, cap_pixels_per_frame=False)

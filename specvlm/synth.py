@@ -391,6 +391,11 @@ _MOTION_PHRASE = {
 }
 
 
+def motion_phrase(motion: str) -> str:
+    """Caption phrase of a motion, e.g. ``"left to right"`` -> ``"moves left to right"``."""
+    return _MOTION_PHRASE[motion]
+
+
 def _count_word(n: int) -> str:
     return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
 

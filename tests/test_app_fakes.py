@@ -54,7 +54,8 @@ class FakeEngine:
         mk = lambda n, t, d, cuda: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
                                                     num_frames=4, requires_cuda=cuda)
         return {"Fake tiny (CPU)": mk("Fake tiny (CPU)", "fake/target", "fake/draft", False),
-                "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True)}
+                "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True),
+                "Fake missing": mk("Fake missing", "/nonexistent/specvlm/model", None, False)}
 
     def default_preset(self):
         return "Fake tiny (CPU)"

@@ -154,6 +154,7 @@ def test_backend_reports_divergence():
     (dict(video="broken.bad"), "Could not read the video: broken.bad: no video stream"),
     (dict(preset="Fake big (GPU)"), "needs a CUDA GPU"),
     (dict(preset="nope"), "Unknown preset"),
+    (dict(preset="Fake missing"), "needs the model folder /nonexistent/specvlm/model, which is missing"),
     (dict(custom_model="  + x"), "custom model"),
 ])
 def test_backend_errors_are_readable_and_final(kw, msg):
@@ -243,5 +244,8 @@ def test_build_demo_wires_components(tmp_path):
     assert [c.elem_id for c in compare.inputs][:3] == ["video", "prompt", "preset"]
     assert len(compare.outputs) == len(OUTPUT_KEYS)
     assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
+    on_preset = next(fn.fn for fn in demo.fns.values() if fn.name == "on_preset")
+    md, frames, max_new = on_preset("Fake big (GPU)")
+    assert "needs a CUDA GPU" in md and frames["value"] == 4 and max_new["value"] == 128
     comps = demo.specvlm_components
     assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]

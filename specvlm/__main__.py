@@ -1,0 +1,169 @@
+"""Command line: ``python -m specvlm generate|bench ...``.
+
+Examples:
+    python -m specvlm generate --video assets/videos/shapes_short.mp4 --prompt "Describe this video."
+    python -m specvlm generate --model Qwen/Qwen2.5-VL-7B-Instruct --video clip.mp4 --prompt "..." --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from specvlm.config import DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--model/--draft/--device/--dtype, shared by the sub-commands."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="target: Hub id or local folder (default: the bundled CPU model, or "
+                                    "Qwen2.5-VL-7B-Instruct when CUDA is available)")
+    g.add_argument("--draft", help="Std-SD draft (same family and tokenizer); default: Self-SD, or the "
+                                   "bundled draft when --model is not given")
+    g.add_argument("--self-sd", action="store_true", help="use the target as its own draft even for the bundled pair")
+    g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda if available)")
+    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="default: bfloat16 on CUDA, float32 on CPU")
+    g.add_argument("--device-map", help='e.g. "auto" to shard a large target across GPUs')
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    """Pruning, tree and budget options with the paper's defaults."""
+    d = DecodeConfig()
+    g = p.add_argument_group("decoding")
+    g.add_argument("--num-frames", type=int, default=None, help="frames sampled uniformly (default: preset's)")
+    g.add_argument("--fps", type=float, default=None, help="sample at this rate instead of a count")
+    g.add_argument("--drop-rate", type=float, default=d.prune.drop_rate, help="r: share of video tokens the "
+                   "draft does not see (default %(default)s)")
+    g.add_argument("--top-p", type=float, default=d.prune.top_p, help="λ: Stage I cumulative attention share "
+                   "(default %(default)s)")
+    g.add_argument("--tree", choices=TREE_SHAPES, default=d.tree.shape, help="draft tree shape (default %(default)s)")
+    g.add_argument("--depth", type=int, default=d.tree.depth, help="draft tree depth (default %(default)s)")
+    g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
+    g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
+                   help="nodes kept in a dynamic tree (default %(default)s)")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="generation budget (default: preset's)")
+    g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
+    g.add_argument("--seed", type=int, default=0, help="seed for --method random")
+
+
+def resolve_models(args: argparse.Namespace):
+    """(target, draft, preset) from the arguments and the default preset."""
+    from specvlm.models.presets import default_preset
+
+    preset = default_preset()
+    if args.model:
+        return args.model, args.draft, None
+    draft = None if args.self_sd else (args.draft or preset.draft)
+    return preset.target, draft, preset
+
+
+def load_from_args(args: argparse.Namespace):
+    """Load the ModelPair the arguments name (progress goes to the log)."""
+    from specvlm.models import load_pair
+
+    target, draft, preset = resolve_models(args)
+    return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
+
+
+def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
+    """DecodeConfig from the arguments (raises ConfigError on bad values)."""
+    max_new = args.max_new_tokens or (preset.max_new_tokens if preset else 256)
+    return DecodeConfig(
+        method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
+        prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
+                          top_p=args.top_p, seed=args.seed),
+        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens),
+    )
+
+
+def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
+    n = args.num_frames or (preset.num_frames if preset else 16)
+    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=pair.frames_per_token == 2)
+
+
+def result_json(res) -> dict:
+    """The JSON object printed by ``generate --json``."""
+    pr = res.prefill.prune
+    return {
+        "text": res.text, "token_ids": res.token_ids, "method": res.method,
+        "num_video_tokens": res.num_video_tokens, "num_kept": res.num_kept,
+        "tau": res.tau, "tokens_per_target_forward": res.tokens_per_target_forward,
+        "decode_s": res.decode_s, "total_s": res.total_s, "tokens_per_s": res.tokens_per_s,
+        "prefill_s": res.prefill.prefill_s, "draft_s": res.draft_s, "verify_s": res.verify_s,
+        "accept_lengths": res.accept_lengths,
+        "stage1": pr.stage1.tolist() if pr is not None else [],
+        "stage2": pr.stage2.tolist() if pr is not None else [],
+    }
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specvlm.decoding import generate
+    from specvlm.metrics import first_divergence
+    from specvlm.video import load_video
+
+    pair, preset = load_from_args(args)
+    cfg = decode_config(args, args.method, preset)
+    clip = load_video(args.video, video_config(args, pair, preset))
+    res = generate(pair, clip, args.prompt, cfg)
+    out = result_json(res)
+    if args.compare and cfg.speculative:
+        van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset))
+        out["vanilla"] = result_json(van)
+        out["identical"] = van.token_ids == res.token_ids
+        out["first_divergence"] = first_divergence(van.token_ids, res.token_ids)
+        out["speedup"] = van.decode_s / res.decode_s if res.decode_s > 0 else None
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(res.text)
+    print(f"\n[{res.method}] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, decode {res.decode_s:.2f} s, "
+          f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
+          f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
+    if "vanilla" in out:
+        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup {out['speedup']:.2f}x; "
+              f"identical: {out['identical']}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specvlm", description=(
+        "SpecVLM: lossless speculative decoding for video LLMs. The target keeps every video token; the draft "
+        "sees ~10%% chosen by the target's attention (Stage I) and spatially uniform filling (Stage II)."))
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode one video + prompt",
+                       description="Decode one video + prompt and print the text (or --json).")
+    g.add_argument("--video", required=True, help="video file (mp4, webm, mkv, avi, mov, gif...)")
+    g.add_argument("--prompt", default="Describe this video in detail.", help="user prompt")
+    g.add_argument("--method", choices=DECODE_METHODS, default="specvlm",
+                   help="vanilla, or a speculative method named by its draft pruning (none = SD-Tree, "
+                        "random = SD-Rand); default %(default)s")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--compare", action="store_true", help="also run vanilla; report speedup and identity")
+    add_model_args(g)
+    add_decode_args(g)
+    g.set_defaults(func=cmd_generate)
+    try:
+        from specvlm import bench
+        bench.add_parser(sub)
+    except ImportError:  # pragma: no cover - bench is optional at import time
+        pass
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for input/setting errors)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

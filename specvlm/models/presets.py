@@ -1,0 +1,74 @@
+"""Named model pairs (target + draft) with the paper's settings.
+
+The bundled pair under ``assets/model/`` (a small Qwen2.5-VL target and a 1-layer
+draft with the same tokenizer, trained on synthetic shape videos) is the default
+when no CUDA device is present; with CUDA the default is Qwen2.5-VL-7B Self-SD.
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4.1 (model pairs, 64 frames for
+LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); DESIGN 5.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+BUNDLED_TARGET = ASSETS / "model" / "target"
+BUNDLED_DRAFT = ASSETS / "model" / "draft"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named target/draft pair.
+
+    Attributes:
+        name: display name.
+        target: Hub id or local path of the target.
+        draft: Hub id or local path of the Std-SD draft, or None for Self-SD.
+        description: one line for the UI.
+        num_frames: frames sampled by default.
+        requires_cuda: True for models too large for a CPU.
+        max_new_tokens: default generation budget.
+    """
+
+    name: str
+    target: str
+    draft: str | None
+    description: str
+    num_frames: int = 16
+    requires_cuda: bool = True
+    max_new_tokens: int = 256
+
+
+BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
+BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
+QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
+           "Small Qwen2.5-VL trained on synthetic shape videos + 1-layer draft (offline, CPU)",
+           num_frames=32, requires_cuda=False, max_new_tokens=128),
+    Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
+           "The bundled target drafting for itself on ~10% of the video tokens",
+           num_frames=32, requires_cuda=False, max_new_tokens=128),
+    Preset(QWEN7_SELF, "Qwen/Qwen2.5-VL-7B-Instruct", None,
+           "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
+    Preset("Qwen2.5-VL-32B + 7B draft", "Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
+           "Std-SD, paper: up to 2.11x", num_frames=128),
+    Preset("LLaVA-OneVision-7B Self-SD", "llava-hf/llava-onevision-qwen2-7b-ov-hf", None,
+           "LLaVA-OV-7B drafting for itself", num_frames=64),
+    Preset("LLaVA-OneVision-72B + 7B draft", "llava-hf/llava-onevision-qwen2-72b-ov-hf",
+           "llava-hf/llava-onevision-qwen2-7b-ov-hf", "Std-SD, paper: up to 2.68x", num_frames=64),
+]}
+
+
+def default_preset_name() -> str:
+    """Qwen2.5-VL-7B Self-SD with CUDA, else the bundled CPU pair."""
+    return QWEN7_SELF if torch.cuda.is_available() else BUNDLED_STD
+
+
+def default_preset() -> Preset:
+    """The :func:`default_preset_name` preset."""
+    return PRESETS[default_preset_name()]

@@ -1,0 +1,84 @@
+"""The CLI on tiny checkpoints saved with save_pretrained (model + processor)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_mp4(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
+    """Write uint8 (T,H,W,3) frames as H.264 mp4 with PyAV."""
+    with av.open(str(path), "w") as out:
+        st = out.add_stream("libx264", rate=fps)
+        st.width, st.height, st.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+        for f in frames:
+            for pkt in st.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(pkt)
+        for pkt in st.encode():
+            out.mux(pkt)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, qwen_tiny, llava_tiny):
+    root = tmp_path_factory.mktemp("ckpt")
+    out = {}
+    for name, (model, proc) in {"qwen": qwen_tiny, "llava": llava_tiny}.items():
+        d = root / name
+        model.save_pretrained(d)
+        proc.save_pretrained(d)
+        out[name] = d
+    x = np.linspace(0, 255, 112, dtype=np.uint8)
+    frames = np.stack([np.stack([np.roll(x, 7 * t)[None, :].repeat(112, 0), x[:, None].repeat(112, 1),
+                                 np.full((112, 112), 30 * t % 255, np.uint8)], -1) for t in range(16)])
+    out["video"] = write_mp4(root / "clip.mp4", frames)
+    return out
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specvlm", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_cli_json_vanilla_equals_specvlm(checkpoints, fam):
+    common = ["generate", "--model", str(checkpoints[fam]), "--video", str(checkpoints["video"]),
+              "--prompt", "describe this video", "--num-frames", "8", "--max-new-tokens", "40", "--no-eos", "--json"]
+    outs = {}
+    for method in ("vanilla", "specvlm"):
+        r = run_cli(*common, "--method", method)
+        assert r.returncode == 0, r.stderr
+        outs[method] = json.loads(r.stdout)
+    for key in ("text", "token_ids", "method", "num_video_tokens", "num_kept", "tau", "tokens_per_target_forward",
+                "decode_s", "total_s", "tokens_per_s", "accept_lengths", "stage1", "stage2"):
+        assert key in outs["specvlm"], key
+    assert outs["vanilla"]["token_ids"] == outs["specvlm"]["token_ids"]
+    assert len(outs["specvlm"]["token_ids"]) == 40
+    s = outs["specvlm"]
+    assert s["num_kept"] == max(1, int(s["num_video_tokens"] * 0.1 + 1e-9))
+    assert len(s["stage1"]) + len(s["stage2"]) == s["num_kept"]
+
+
+def test_cli_errors_are_readable(checkpoints, tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a video")
+    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(bad), "--prompt", "hi")
+    assert r.returncode == 2
+    assert "error:" in r.stderr and "notes.txt" in r.stderr
+    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+                "--drop-rate", "1.5")
+    assert r.returncode == 2 and "drop_rate" in r.stderr
+    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
+    assert r.returncode == 2 and "could not load model" in r.stderr
+
+
+def test_cli_help():
+    r = run_cli("generate", "--help")
+    assert r.returncode == 0 and "--drop-rate" in r.stdout and "--tree" in r.stdout

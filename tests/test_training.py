@@ -1,0 +1,80 @@
+"""Smoke tests for the bundled-model training script (tiny sizes, seconds)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+pytest.importorskip("transformers")
+import build_bundled_processor as bbp  # noqa: E402
+import train_bundled as tb  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory):
+    out = tmp_path_factory.mktemp("proc")
+    bbp.build_processor(out, n_scenes=150)
+    from transformers import AutoProcessor
+    return AutoProcessor.from_pretrained(str(out))  # offline round trip
+
+
+def test_processor_round_trip_and_video_positions(processor):
+    tok = processor.tokenizer
+    assert tok.eos_token == "<|im_end|>"
+    for t in ("<|im_start|>", "<|vision_start|>", "<|video_pad|>", "<|image_pad|>", "<|endoftext|>"):
+        assert tok.convert_tokens_to_ids(t) is not None and tok.convert_tokens_to_ids(t) < len(tok)
+    msgs = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe this video in detail."}]}]
+    text = processor.apply_chat_template(msgs, add_generation_prompt=True)
+    frames = np.zeros((8, 112, 84, 3), np.uint8)
+    meta = [{"fps": 4.0, "total_num_frames": 8, "frames_indices": list(range(8))}]
+    inp = processor(text=[text], videos=[frames], video_metadata=meta, return_tensors="pt")
+    assert inp["video_grid_thw"].tolist() == [[4, 8, 6]]  # no upscaling: 112x84 px stays
+    assert (inp["input_ids"] == tok.convert_tokens_to_ids("<|video_pad|>")).sum() == 4 * 4 * 3
+    assert inp["second_per_grid_ts"].tolist() == [0.5]
+
+
+def test_labels_cover_only_answers(processor):
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=1, single_object=False)
+    tok = processor.tokenizer
+    for ids, lab in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
+        sup = [l for l in lab if l != tb.IGNORE]
+        assert sup and sup[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+        text = tok.decode(sup)
+        assert "<|im_start|>" not in text and "<|video_pad|>" not in text
+
+
+def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
+    torch.manual_seed(0)
+    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=0, single_object=True)
+    inputs = {k: v for k, v in batch.items() if k != "meta"}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        loss = model(**inputs).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_draft_forward_with_pruned_video(processor):
+    draft = tb.build_model(processor.tokenizer, tb.ModelSize(**{**tb.TINY_SIZE.__dict__, "layers": 1}), seed=1)
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=2, single_object=False)
+    full, idx_full = tb._draft_forward(draft, batch, None, np.random.default_rng(0))
+    pruned, idx = tb._draft_forward(draft, batch, 0.25, np.random.default_rng(0))
+    n_vid = int((batch["input_ids"][0] == draft.config.video_token_id).sum())
+    assert full.shape[1] == batch["input_ids"].shape[1]
+    assert pruned.shape[1] == full.shape[1] - n_vid + max(1, int(n_vid * 0.25))
+    assert torch.isfinite(pruned).all()
+
+
+def test_lr_schedule_constant_then_decay():
+    assert tb.lr_at(0.5, 1.0) == 1.0
+    assert tb.lr_at(0.99, 1.0) < 0.1
+    assert tb.lr_at(0.001, 1.0) < 1.0
