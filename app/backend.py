@@ -266,15 +266,18 @@ class Backend:
         dtype: model dtype name (None: the engine picks).
         max_cached_pairs: model pairs kept loaded (1 frees the old pair before loading a new one).
         update_interval_s: minimum seconds between streamed updates.
+        plot_interval_s: minimum seconds between chart updates while decoding.
     """
 
     def __init__(self, engine: Engine | None = None, *, device: str | None = None, dtype: str | None = None,
-                 max_cached_pairs: int = 1, update_interval_s: float = UPDATE_INTERVAL_S) -> None:
+                 max_cached_pairs: int = 1, update_interval_s: float = UPDATE_INTERVAL_S,
+                 plot_interval_s: float = 1.0) -> None:
         self.engine = engine or Engine()
         self.device = device
         self.dtype = dtype
         self.max_cached_pairs = max(1, max_cached_pairs)
         self.update_interval_s = update_interval_s
+        self.plot_interval_s = plot_interval_s
         self._pairs: OrderedDict[tuple, Any] = OrderedDict()
         self._load_lock = threading.Lock()
         self._stops: dict[str, threading.Event] = {}
@@ -618,12 +621,13 @@ class Backend:
     # ---- update assembly -------------------------------------------------------------------
 
     def _step_update(self, st: _RunState, view: dict[str, Any]) -> dict[str, Any]:
+        """Text and stats at every update; charts at most every ``plot_interval_s`` and at the end
+        (re-drawing plotly figures is the browser's heaviest work)."""
         spec = st.name != "Vanilla"
         upd: dict[str, Any] = {}
         if spec:
             upd["spec_html"] = plots.tokens_html(st.pieces, legend=False, placeholder="prefill…")
             upd["spec_stats"] = st.stats_md(True)
-            upd["accept_plot"] = self._accept_fig(st, view)
         else:
             upd["vanilla_html"] = plots.plain_text_html(st.text, placeholder="prefill…")
             upd["vanilla_stats"] = st.stats_md(False)
@@ -633,7 +637,12 @@ class Backend:
         phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
         upd["status"] = f"{st.name} {phase}: {st.counts[-1] if st.counts else 0} tokens"
         view.setdefault("runs_seen", {})[st.name] = st
-        upd["time_plot"] = self._time_fig(view)
+        now = time.perf_counter()
+        if st.done or st.stopped or now - view.get("plotted", 0.0) >= self.plot_interval_s:
+            view["plotted"] = now
+            upd["time_plot"] = self._time_fig(view)
+            if spec:
+                upd["accept_plot"] = self._accept_fig(st, view)
         return upd
 
     def _accept_fig(self, st: _RunState, view: dict[str, Any]) -> Any:

@@ -185,8 +185,8 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
         compare = spaces.GPU(duration=180)(compare)
 
     def stop(request: gr.Request):
-        """End the session's decode loop at its next step."""
-        return backend.stop(getattr(request, "session_hash", None))
+        """End the session's decode loop at its next step (the run itself reports 'Stopped')."""
+        gr.Info(backend.stop(getattr(request, "session_hash", None)))
 
     def show_subtitles(path):
         """Parse the uploaded .srt and show its cues."""
@@ -203,7 +203,7 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
 
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
                    concurrency_limit=1, show_progress_on=[c["status"]])
-    c["stop"].click(stop, inputs=None, outputs=[c["status"]], api_name="stop", concurrency_id="stop",
+    c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop",
                     concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],

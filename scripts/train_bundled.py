@@ -18,7 +18,8 @@ them under SpecVLM pruning.
 Both phases have a wall-clock budget (minutes); the learning-rate schedule
 follows elapsed time, so a budget run always ends with the decay. State is
 checkpointed every ``--ckpt-minutes`` to ``<work>/<phase>/ckpt.pt``; rerunning the
-same command resumes (a finished phase is skipped). Final models are saved with
+same command resumes (a finished phase is skipped; a larger budget continues it:
+delete ``<work>/draft`` after extending the target so the draft is redone). Final models are saved with
 ``save_pretrained`` (safetensors) plus the processor into ``<out>/target`` and
 ``<out>/draft`` with a loss-curve PNG.
 
@@ -345,8 +346,8 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         opt.load_state_dict(state["opt"])
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
         print(f"[{phase}] resumed at step {step}, {elapsed / 60:.1f} min done", flush=True)
-    if state is not None and state.get("done"):
-        return model, state
+    if state is not None and state.get("done") and state["elapsed"] >= minutes * 60.0 - 1.0:
+        return model, state  # finished; a larger budget continues training (LR back to constant)
     budget = minutes * 60.0
     nparams = sum(p.numel() for p in model.parameters())
     print(f"[{phase}] {nparams / 1e6:.2f}M params, budget {minutes:.1f} min", flush=True)

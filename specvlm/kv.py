@@ -12,9 +12,10 @@ from transformers import DynamicCache
 
 
 def new_cache(model) -> DynamicCache:
-    """An empty DynamicCache for ``model``'s text config."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return DynamicCache(config=cfg)
+    """An empty preallocating cache for ``model``'s text decoder (see :mod:`specvlm.fast`)."""
+    from specvlm.fast import prealloc_cache
+
+    return prealloc_cache(model)
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -101,8 +101,8 @@ def _set_slider(page, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
-def test_browser_error_then_stop_button_ends_the_run():
-    """A run without a video shows an error; Stop (its own queue) ends a long decode mid-way."""
+def test_browser_stop_then_error():
+    """Stop (its own queue) ends a long decode mid-way; then a bad setting shows a readable error."""
     exe = _browser_or_skip()
     from playwright.sync_api import sync_playwright
 
@@ -121,8 +121,6 @@ def test_browser_error_then_stop_button_ends_the_run():
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
                 page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#run").click()  # no video yet: a readable error, the server keeps running
-                page.locator("#status").get_by_text("Upload a video").wait_for(timeout=30_000)
                 page.locator("#video input[type=file]").set_input_files(str(sample_video()))
                 page.locator("#video video").wait_for(state="attached", timeout=60_000)
                 _set_slider(page, "max-new-tokens", 1024)  # ~10 s per run at 10 ms per token
@@ -135,6 +133,9 @@ def test_browser_error_then_stop_button_ends_the_run():
                 polls = eng.stop_polls
                 page.wait_for_timeout(300)
                 assert eng.stop_polls == polls
+                page.locator("#custom-model textarea, #custom-model input").first.fill(" + x")
+                page.locator("#run").click()  # a bad setting: a readable error, the server keeps running
+                page.locator("#status").get_by_text("custom model field").wait_for(timeout=30_000)
             finally:
                 browser.close()
     finally:

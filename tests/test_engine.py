@@ -59,6 +59,22 @@ def test_vanilla_equals_hf_generate(pairs, vanilla, fam):
     assert out[0, enc["input_ids"].shape[1]:].tolist() == vanilla[fam].token_ids
 
 
+def test_long_low_fps_video_positions_match_hf_generate(pairs):
+    """32 frames at 1 fps: temporal M-RoPE positions exceed the text positions after the video."""
+    pair = pairs[("qwen", "self")]
+    clip = make_clip(32, 56, seed=5, fps=1.0)
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    assert int(inputs.positions.max()) > int(inputs.positions[0, -1])
+    enc = pair.processor(text=[inputs.prompt_text], videos=[clip.frames], do_sample_frames=False,
+                         video_metadata=[{"fps": 1.0, "total_num_frames": 32, "frames_indices": list(range(32))}],
+                         return_tensors="pt")
+    out = pair.target.generate(**enc, max_new_tokens=24, min_new_tokens=24, do_sample=False)
+    van = generate(pair, clip, PROMPT, _cfg(n=24))
+    assert out[0, enc["input_ids"].shape[1]:].tolist() == van.token_ids
+    spec = generate(pair, clip, PROMPT, _cfg("specvlm", n=24))
+    assert spec.token_ids == van.token_ids
+
+
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 @pytest.mark.parametrize("method", PRUNE_METHODS)
 def test_every_pruning_method_is_lossless(pairs, vanilla, fam, method):

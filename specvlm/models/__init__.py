@@ -76,7 +76,7 @@ def _vocab_size(model: Any) -> int:
 
 
 def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draft_processor: Any | None = None,
-                     name: str = "") -> ModelPair:
+                     name: str = "", fast_attention: bool = True) -> ModelPair:
     """Wrap already-loaded models (tests, tiny models, custom code).
 
     Args:
@@ -84,12 +84,20 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
         processor: the target's processor.
         draft: a smaller model of the same family and tokenizer, or None for Self-SD.
         draft_processor: the draft's processor, used only to check the tokenizer.
+        fast_attention: switch both models to the grouped-query ``specvlm_gqa`` attention
+            (:mod:`specvlm.fast`; SDPA for everything but short masked queries).
 
     Raises:
         TokenizerMismatchError: draft and target tokenizers differ on shared ids.
         ModelLoadError: unsupported family.
     """
     adapter = adapter_for(target)
+    if fast_attention:
+        from specvlm.fast import use_fast_attention
+
+        for m in {id(target): target, id(draft): draft}.values():
+            if m is not None:
+                use_fast_attention(m)
     if draft is None or draft is target:
         return ModelPair(target, target, processor, adapter, adapter, name or "Self-SD", _vocab_size(target))
     d_adapter = adapter_for(draft)

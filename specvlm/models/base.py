@@ -56,7 +56,11 @@ class ModelInputs:
 
     @property
     def next_position(self) -> int:
-        """Position of the first generated token: last prompt position + 1 (DESIGN 7)."""
+        """Position of the first generated token: last prompt position + 1.
+
+        Matches ``generate()`` (tested on long, low-fps clips where temporal M-RoPE positions of the
+        video exceed the text positions after it); not max + 1 (DESIGN 7).
+        """
         return int(self.positions[0, -1]) + 1
 
 

@@ -1,0 +1,1041 @@
+"""Benchmark: every decoding method and its peers on the same model pair and inputs.
+
+``python -m specvlm bench`` (registered by :func:`add_parser`) and the Python API
+(:func:`run_bench`) run, per input, a warm-up of every method and then ``repeats``
+interleaved rounds (A B C A B C ..., so machine drift hits every method alike). Per
+method the report gives τ, tokens per target forward, decode tokens/s, the decode
+speedup over our vanilla as the median (min/max) of per-round ratios, end-to-end
+time, draft and verify time per step, KV lengths, peak memory, and whether every
+run was token-identical to vanilla (the first divergence index when not).
+
+Conventions (DESIGN 4.12):
+    * Decode time starts when the first token is emitted (after prefill, scoring,
+      pruning and draft prefill) and ends at the last token. Decode tokens/s =
+      tokens emitted after the first emission / decode time, for our methods and
+      the Hugging Face peers alike. Speedup = method tokens/s / vanilla tokens/s in
+      the same round (= vanilla decode time / method decode time for the same
+      generated length).
+    * Hugging Face peers are timed with a streamer: decode time runs from the
+      streamer's first callback with generated tokens (after prefill and the vision
+      encoder) to its last callback.
+    * Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after a reset; on a
+      CPU the process resident set sampled every 10 ms during the run. ``delta``
+      subtracts the value at the start of the run (KV caches + activations).
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4 (τ, speedup over vanilla on the same
+input, fixed-length fairness setting); Leviathan et al. 2023; HF assisted
+generation and prompt lookup decoding (transformers ``generate``).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from specvlm.config import DECODE_METHODS, PRUNE_METHODS, DecodeConfig, VideoConfig
+from specvlm.metrics import first_divergence, peak_memory_mb
+from specvlm.types import VideoClip
+
+log = logging.getLogger(__name__)
+
+PEERS = ("hf", "hf-assisted", "prompt-lookup")
+"""Hugging Face peers: greedy ``generate()``, assisted generation with our draft, prompt lookup."""
+SELF = ":self"
+"""Suffix that runs a speculative method with the target as its own draft (Self-SD)."""
+DEFAULT_METHODS = ("vanilla", "none", "random", "uniform", "frame", "attention", "specvlm", "specvlm:self",
+                   "hf", "hf-assisted", "prompt-lookup")
+LABELS = {"vanilla": "vanilla (ours)", "none": "SD-Tree", "random": "SD-Rand", "specvlm": "SpecVLM",
+          "hf": "HF generate", "hf-assisted": "HF assisted", "prompt-lookup": "HF prompt lookup"}
+HF_TIMING = ("streamer: decode time = first to last streamer callback with generated tokens (excludes prefill "
+             "and the vision encoder); tokens/s counts the tokens after the first callback")
+
+RUN_FIELDS = ("status", "error", "note", "num_generated", "decode_s", "decode_tokens_per_s", "e2e_s", "prefill_s",
+              "tau", "tokens_per_target_forward", "target_forwards", "draft_ms_per_step", "verify_ms_per_step",
+              "num_video_tokens", "num_kept", "target_kv_tokens", "draft_kv_tokens", "target_kv_mb", "draft_kv_mb",
+              "peak_memory_mb", "peak_memory_delta_mb", "identical", "first_divergence")
+INT_FIELDS = {"num_generated", "target_forwards", "num_video_tokens", "num_kept", "target_kv_tokens",
+              "draft_kv_tokens"}
+METHOD_FIELDS = ("input", "method", "label", "draft_mode", "repeats") + RUN_FIELDS + (
+    "speedup", "speedup_min", "speedup_max", "verify_vs_decode_step", "text")
+"""Keys of every per-method record in the JSON report (None where not applicable)."""
+
+
+class BenchError(ValueError):
+    """Bad benchmark settings (unknown method, no inputs, ...); the message says what to change."""
+
+
+# --------------------------------------------------------------------------- settings and inputs
+@dataclass
+class BenchInput:
+    """One benchmark input.
+
+    Attributes:
+        name: display name (file name, ``synthetic-4096``, dataset sample id).
+        clip: sampled frames.
+        prompt: user text.
+        reference: reference answer (datasets), or None.
+        sweep: True for inputs of a length sweep.
+    """
+
+    name: str
+    clip: VideoClip
+    prompt: str
+    reference: str | None = None
+    sweep: bool = False
+
+
+@dataclass
+class BenchSettings:
+    """How to benchmark.
+
+    Attributes:
+        methods: method names: ``vanilla``, a pruning method (speculative), a pruning method +
+            ``:self`` (Self-SD with the target's weights), or a peer in :data:`PEERS`.
+        config: base decoding settings (pruning, tree, budget, stop_at_eos); ``method`` is replaced.
+        repeats: measured rounds per input (>= 1).
+        warmup: unmeasured rounds per input before them (>= 0).
+        prompt_lookup_tokens: ``prompt_lookup_num_tokens`` for the prompt-lookup peer.
+
+    Raises:
+        BenchError: unknown method or bad counts (from :meth:`validate`).
+    """
+
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    config: DecodeConfig = field(default_factory=lambda: DecodeConfig(max_new_tokens=128))
+    repeats: int = 3
+    warmup: int = 1
+    prompt_lookup_tokens: int = 10
+
+    def validate(self) -> None:
+        """Raise :class:`BenchError` for unknown methods or counts out of range."""
+        for m in self.methods:
+            base = m[: -len(SELF)] if m.endswith(SELF) else m
+            ok = m in PEERS or m in DECODE_METHODS or (m.endswith(SELF) and base in PRUNE_METHODS)
+            if not ok:
+                raise BenchError(f"method {m!r} is unknown: use vanilla, one of {', '.join(PRUNE_METHODS)} "
+                                 f"(optionally with {SELF} for Self-SD), or a peer: {', '.join(PEERS)}.")
+        if self.repeats < 1 or self.warmup < 0:
+            raise BenchError(f"repeats={self.repeats} and warmup={self.warmup}: use repeats >= 1, warmup >= 0.")
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """Comma list -> method tuple with ``vanilla`` first (speedups need it); ``all`` = defaults.
+
+    Raises:
+        BenchError: an unknown method.
+    """
+    items = [m.strip() for m in text.split(",") if m.strip()]
+    if not items or items == ["all"]:
+        items = list(DEFAULT_METHODS)
+    out = ["vanilla"] + [m for m in dict.fromkeys(items) if m != "vanilla"]
+    BenchSettings(methods=tuple(out)).validate()
+    return tuple(out)
+
+
+def parse_int_list(text: str) -> list[int]:
+    """``"1024,2048"`` -> [1024, 2048]; raises BenchError on non-positive or non-integer items."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise BenchError(f"{text!r} is not a comma-separated list of integers.") from exc
+    if not vals or min(vals) < 1:
+        raise BenchError(f"{text!r}: give positive integers, e.g. 1024,2048,4096.")
+    return vals
+
+
+def _synthetic_frames(num_frames: int, side: int, seed: int) -> np.ndarray:
+    """uint8 (T, side, side, 3) frames from the procedural generator (moving shapes)."""
+    from specvlm import synth
+
+    spec = synth.SceneSpec(num_frames=max(2, num_frames), height=max(56, side), width=max(56, side))
+    frames, _ = synth.generate(seed, spec)
+    return frames[:num_frames]
+
+
+def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0, fps: float = 2.0) -> VideoClip:
+    """A generated clip sized to give about ``num_tokens`` video tokens with the pair's processor.
+
+    Two small probe clips (2k and 4k frames, k = frames per video token along time) give
+    the processor's video tokens per frame and fixed overhead; the frame count is solved
+    from them and rounded to a multiple of k.
+
+    Args:
+        pair: the ModelPair (its adapter and processor decide the token count).
+        num_tokens: wanted video tokens V (>= 1).
+        side: frame side in px (the processor may resize).
+        seed: scene seed.
+        fps: frame rate of the clip (frames/s).
+
+    Returns:
+        VideoClip of T frames, uint8 (T, side, side, 3).
+
+    Raises:
+        BenchError: the processor's token count does not grow with the frame count.
+    """
+    from specvlm.video import frames_to_clip
+
+    k = max(1, int(pair.frames_per_token))
+    counts = []
+    for t in (2 * k, 4 * k):
+        clip = frames_to_clip(_synthetic_frames(t, side, seed), fps)
+        counts.append(pair.adapter.prepare(pair.processor, pair.target, clip, "probe").num_video_tokens)
+    per_frame = (counts[1] - counts[0]) / (2 * k)
+    if per_frame <= 0:
+        raise BenchError("the processor's video token count does not grow with the number of frames.")
+    base = counts[0] - per_frame * 2 * k
+    frames = max(k, int(round((num_tokens - base) / per_frame / k)) * k)
+    log.info("synthetic clip: %d frames of %dx%d px for ~%d video tokens", frames, side, side, num_tokens)
+    return frames_to_clip(_synthetic_frames(frames, side, seed), fps, path=f"synthetic-{num_tokens}")
+
+
+# --------------------------------------------------------------------------- measurement helpers
+def _rss_mb() -> float | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemoryProbe:
+    """Peak memory over a block, in MiB.
+
+    On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``
+    (via :func:`specvlm.metrics.peak_memory_mb`). On a CPU: the resident set size
+    sampled every ``interval_s`` by a thread (``/proc/self/statm``; where that is
+    missing, the process high-water mark ``ru_maxrss``).
+
+    Attributes:
+        peak_mb: peak during the block (MiB).
+        delta_mb: peak minus the value at the start of the block (MiB).
+    """
+
+    def __init__(self, device: torch.device | str | None, interval_s: float = 0.01):
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self.interval_s = interval_s
+        self.peak_mb = self.delta_mb = 0.0
+        self._start = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            v = _rss_mb()
+            if v is not None:
+                self.peak_mb = max(self.peak_mb, v)
+
+    def __enter__(self) -> "MemoryProbe":
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._start = torch.cuda.memory_allocated(self.device) / 2**20
+        else:
+            self._start = _rss_mb() or peak_memory_mb(None)
+            self.peak_mb = self._start
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.peak_mb = peak_memory_mb(self.device)
+        else:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+            end = _rss_mb()
+            self.peak_mb = max(self.peak_mb, end if end is not None else peak_memory_mb(None))
+        self.delta_mb = max(0.0, self.peak_mb - self._start)
+
+
+def kv_mb(model: Any, tokens: int) -> float:
+    """KV-cache size of ``tokens`` tokens for ``model`` in MiB: 2 * layers * kv_heads * head_dim * bytes.
+
+    Args:
+        model: a transformers model whose text config has the usual attention fields.
+        tokens: cached tokens.
+    """
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    nbytes = model.get_input_embeddings().weight.element_size()
+    return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * nbytes * tokens / 2**20
+
+
+def _empty_run(status: str = "ok") -> dict:
+    return {k: None for k in RUN_FIELDS} | {"status": status, "token_ids": []}
+
+
+def _label(method: str, pair: Any) -> tuple[str, str | None]:
+    """(display label, draft mode) for a method on this pair."""
+    base = method[: -len(SELF)] if method.endswith(SELF) else method
+    label = LABELS.get(base, base)
+    if method in ("vanilla", "hf", "prompt-lookup"):
+        return label, None
+    mode = "Self-SD" if method.endswith(SELF) or pair.self_sd else "Std-SD"
+    return f"{label} ({mode})", mode
+
+
+# --------------------------------------------------------------------------- our methods
+def self_sd_pair(pair: Any) -> Any:
+    """The same target drafting for itself (weights shared, no copy)."""
+    from specvlm.models import pair_from_models
+
+    if pair.self_sd:
+        return pair
+    return pair_from_models(pair.target, pair.processor, name=f"{pair.name} (Self-SD)")
+
+
+def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig) -> dict:
+    """One run of vanilla or a speculative method through :func:`specvlm.decoding.generate`.
+
+    Args:
+        pair: the ModelPair (a ``:self`` method uses :func:`self_sd_pair`).
+        method: ``vanilla``, a pruning method, or one with the ``:self`` suffix.
+        inputs: ModelInputs prepared once per input (the processor is not timed).
+        config: decoding settings; ``method`` is replaced.
+
+    Returns:
+        dict with every key of :data:`RUN_FIELDS` plus ``token_ids`` (times in s and ms as named).
+    """
+    from specvlm.decoding import generate
+
+    base = method[: -len(SELF)] if method.endswith(SELF) else method
+    run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
+    cfg = replace(config, method=base)
+    with MemoryProbe(pair.device) as mem:
+        res = generate(run_pair, None, "", cfg, inputs=inputs)
+    info, n = res.prefill, len(res.token_ids)
+    steps = len(res.accept_lengths) if cfg.speculative else max(len(res.steps) - 1, 0)
+    d_len = info.num_draft_prompt_tokens if cfg.speculative else None
+    out = _empty_run()
+    out.update(
+        token_ids=res.token_ids, num_generated=n, decode_s=res.decode_s, text=res.text,
+        decode_tokens_per_s=(n - 1) / res.decode_s if res.decode_s > 0 and n > 1 else None,
+        e2e_s=res.total_s, prefill_s=info.prefill_s + info.prune_s + info.draft_prefill_s,
+        tau=res.tau if cfg.speculative else None, tokens_per_target_forward=res.tokens_per_target_forward,
+        target_forwards=steps, num_video_tokens=info.num_video_tokens, num_kept=res.num_kept,
+        draft_ms_per_step=res.draft_s * 1e3 / steps if steps and cfg.speculative else None,
+        verify_ms_per_step=res.verify_s * 1e3 / steps if steps else None,
+        target_kv_tokens=info.num_prompt_tokens, draft_kv_tokens=d_len,
+        target_kv_mb=kv_mb(pair.target, info.num_prompt_tokens + n),
+        draft_kv_mb=kv_mb(run_pair.draft, d_len + n) if d_len is not None else None,
+        peak_memory_mb=mem.peak_mb, peak_memory_delta_mb=mem.delta_mb,
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- Hugging Face peers
+class _TimingStreamer:
+    """A transformers streamer that records when generated tokens arrive (s, perf_counter)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.calls: list[tuple[float, int]] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first echoes the prompt
+            self._prompt_seen = True
+            return
+        self.calls.append((time.perf_counter(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
+
+
+def processor_inputs(pair: Any, clip: VideoClip, inputs: Any) -> dict:
+    """The processor output HF ``generate()`` needs, built exactly like the adapter's.
+
+    The adapter's ``prepare`` pads an odd frame count for models with temporal patches
+    and passes the real frame timing as ``video_metadata`` (DESIGN 7); both call
+    styles are tried and the one whose ``input_ids`` equal ``inputs.input_ids`` wins.
+
+    Raises:
+        BenchError: no call style reproduces the adapter's token ids.
+    """
+    frames = np.asarray(clip.frames)
+    k = max(1, int(pair.frames_per_token))
+    if len(frames) % k:
+        frames = np.concatenate([frames] + [frames[-1:]] * (k - len(frames) % k), axis=0)
+    meta = {"fps": float(clip.sample_fps) or 1.0, "total_num_frames": len(frames),
+            "frames_indices": list(range(len(frames)))}
+    styles = ({"video_metadata": [meta], "do_sample_frames": False}, {})
+    for kw in styles:
+        try:
+            enc = pair.processor(text=[inputs.prompt_text], videos=[frames], return_tensors="pt", **kw)
+        except (TypeError, ValueError) as exc:
+            log.debug("processor call style %s failed: %s", list(kw), exc)
+            continue
+        if torch.equal(enc["input_ids"], inputs.input_ids):
+            return dict(enc)
+    raise BenchError("the processor's token ids differ from the adapter's: cannot feed HF generate() the same input.")
+
+
+def _hf_kwargs(pair: Any, method: str, config: DecodeConfig, settings: BenchSettings) -> tuple[dict, str | None]:
+    """generate() keyword arguments for a peer, and a note on what was run."""
+    tok = pair.processor.tokenizer
+    kw: dict = {"max_new_tokens": config.max_new_tokens, "do_sample": False,
+                "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id}
+    if not config.stop_at_eos:
+        kw["eos_token_id"] = None  # fixed length: never stop, and never suppress EOS logits
+    note = None
+    if method == "hf-assisted":
+        kw["assistant_model"] = pair.draft
+        note = "assistant = " + ("the target itself (Self-SD pair)" if pair.self_sd else "our draft") + \
+               ", HF default schedule (num_assistant_tokens, confidence threshold)"
+    elif method == "prompt-lookup":
+        kw["prompt_lookup_num_tokens"] = settings.prompt_lookup_tokens
+        note = f"prompt_lookup_num_tokens={settings.prompt_lookup_tokens}"
+    return kw, note
+
+
+def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, int | None]:
+    """Run target.generate with a timing streamer and a forward counter (None for Self-SD assisted)."""
+    model = pair.target
+    dev = pair.device
+    count = [0]
+    hook = None
+    if kw.get("assistant_model") is not model:
+        hook = model.register_forward_hook(lambda *a: count.__setitem__(0, count[0] + 1))
+    streamer = _TimingStreamer(dev)
+    assistant = kw.get("assistant_model")
+    saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
+    try:
+        feed = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in enc.items()}
+        out = model.generate(**feed, **kw, streamer=streamer)
+    finally:
+        if hook is not None:
+            hook.remove()
+        if assistant is not None:
+            assistant.generation_config = saved  # HF's heuristic schedule mutates it across calls
+    return out, streamer, (count[0] if hook is not None else None)
+
+
+def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, settings: BenchSettings) -> dict:
+    """One run of a Hugging Face peer (see :data:`PEERS`) on the same processor output.
+
+    Args:
+        pair: the ModelPair; the peer runs ``pair.target.generate`` (assistant: ``pair.draft``).
+        method: one of :data:`PEERS`.
+        enc: :func:`processor_inputs` output for this input, or the exception it raised.
+        config: budget and stop_at_eos (fixed length passes ``eos_token_id=None``).
+        settings: prompt-lookup size.
+
+    Errors (e.g. a peer that cannot handle video inputs) are caught: the run gets
+    ``status="error"`` and ``error`` says why. When HF refuses our draft as assistant
+    because the LM-head sizes differ (padded vocabularies), the run is retried as
+    Universal Assisted Decoding with the same tokenizer on both sides, and ``note`` says so.
+
+    Returns:
+        dict with every key of :data:`RUN_FIELDS` plus ``token_ids``. ``prefill_s`` is the
+        time to the first streamed token; ``tau`` (assisted only) is tokens per target
+        forward - 1, counted with a forward hook (None when the assistant is the target).
+    """
+    kw, note = _hf_kwargs(pair, method, config, settings)
+    try:
+        if isinstance(enc, Exception):
+            raise enc
+        with MemoryProbe(pair.device) as mem:
+            t0 = time.perf_counter()
+            try:
+                out, st, forwards = _hf_generate(pair, enc, kw)
+            except ValueError as exc:
+                if method != "hf-assisted" or "different tokenizers" not in str(exc):
+                    raise
+                tok = pair.processor.tokenizer
+                kw.update(tokenizer=tok, assistant_tokenizer=tok)
+                note = (note or "") + "; HF saw different vocab sizes and ran Universal Assisted Decoding"
+                t0 = time.perf_counter()
+                out, st, forwards = _hf_generate(pair, enc, kw)
+            e2e = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - a failing peer is reported, not fatal
+        log.warning("%s failed: %s", method, exc)
+        why = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+        if method == "prompt-lookup" and "do not match" in str(exc):
+            why += (" (prompt lookup copies n-grams of the prompt, video placeholder ids included, into its "
+                    "candidates; the model then counts more video tokens than there are video features)")
+        return _empty_run("error") | {"error": why, "note": note}
+    rec = _hf_record(pair, out, int(enc["input_ids"].shape[1]), st, forwards, t0, e2e, mem)
+    if method != "hf-assisted" and rec["tokens_per_target_forward"] is not None:
+        rec["tau"] = None
+    return rec | {"note": note}
+
+
+def _hf_record(pair: Any, out: torch.Tensor, prompt_len: int, st: _TimingStreamer, forwards: int | None,
+               t0: float, e2e: float, mem: MemoryProbe) -> dict:
+    """Turn one HF generate() call into a run record (see :func:`run_hf`)."""
+    ids = out[0, prompt_len:].tolist()
+    n = len(ids)
+    decode_s = st.calls[-1][0] - st.calls[0][0] if len(st.calls) > 1 else 0.0
+    after_first = n - st.calls[0][1] if st.calls else 0
+    tptf = after_first / (forwards - 1) if forwards and forwards > 1 else None
+    rec = _empty_run()
+    rec.update(
+        token_ids=ids, num_generated=n, decode_s=decode_s,
+        text=pair.processor.tokenizer.decode(ids, skip_special_tokens=True),
+        decode_tokens_per_s=after_first / decode_s if decode_s > 0 and after_first > 0 else None,
+        e2e_s=e2e, prefill_s=st.calls[0][0] - t0 if st.calls else None,
+        target_forwards=(forwards - 1) if forwards else None, tokens_per_target_forward=tptf,
+        tau=(tptf - 1) if tptf is not None else None,
+        target_kv_tokens=prompt_len, target_kv_mb=kv_mb(pair.target, prompt_len + n),
+        peak_memory_mb=mem.peak_mb, peak_memory_delta_mb=mem.delta_mb,
+    )
+    return rec
+
+
+# --------------------------------------------------------------------------- driver
+def run_method(pair: Any, method: str, inp: BenchInput, inputs: Any, settings: BenchSettings,
+               enc: dict | Exception | None = None) -> dict:
+    """One run of any method on one input; exceptions become ``status="error"`` records.
+
+    Args:
+        inputs: the adapter's ModelInputs for ``inp`` (our methods).
+        enc: the processor output for HF peers (computed here when None).
+    """
+    if method in PEERS:
+        if enc is None:
+            enc = _hf_inputs(pair, inp, inputs)
+        return run_hf(pair, method, enc, settings.config, settings)
+    try:
+        return run_ours(pair, method, inputs, settings.config)
+    except Exception as exc:  # noqa: BLE001 - reported in the table, the benchmark goes on
+        log.exception("%s failed on %s", method, inp.name)
+        return _empty_run("error") | {"error": f"{exc.__class__.__name__}: {str(exc)[:300]}"}
+
+
+def _hf_inputs(pair: Any, inp: BenchInput, inputs: Any) -> dict | Exception:
+    try:
+        return processor_inputs(pair, inp.clip, inputs)
+    except Exception as exc:  # noqa: BLE001 - every peer run reports it
+        return exc
+
+
+def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
+                progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Warm up, then run ``settings.repeats`` interleaved rounds of every method on one input.
+
+    Returns:
+        One summary dict per method with the keys of :data:`METHOD_FIELDS`.
+    """
+    inputs = pair.adapter.prepare(pair.processor, pair.target, inp.clip, inp.prompt)
+    enc = _hf_inputs(pair, inp, inputs) if set(settings.methods) & set(PEERS) else None
+    for _ in range(settings.warmup):
+        for m in settings.methods:
+            run_method(pair, m, inp, inputs, settings, enc)
+    runs: dict[str, list[dict]] = {m: [] for m in settings.methods}
+    for r in range(settings.repeats):
+        for m in settings.methods:
+            rec = run_method(pair, m, inp, inputs, settings, enc)
+            runs[m].append(rec)
+            if progress:
+                tps = rec["decode_tokens_per_s"]
+                progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
+                         + (f"{tps:.1f} tokens/s" if tps else rec["status"]))
+    return [summarize(inp.name, m, runs[m], runs["vanilla"], pair) for m in settings.methods]
+
+
+def _median(vals: Sequence[Any]) -> float | None:
+    xs = [float(v) for v in vals if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any) -> dict:
+    """Per-method summary over rounds: medians, identity vs vanilla, speedup median/min/max.
+
+    Args:
+        name: input name.
+        method: the method.
+        runs: this method's run records, one per round.
+        vanilla: vanilla's run records of the same rounds (speedups are per-round ratios).
+        pair: the ModelPair (labels).
+
+    Returns:
+        dict with the keys of :data:`METHOD_FIELDS`.
+    """
+    label, mode = _label(method, pair)
+    rec = {k: None for k in METHOD_FIELDS} | {"input": name, "method": method, "label": label,
+                                              "draft_mode": mode}
+    ok = [r for r in runs if r["status"] == "ok"]
+    rec["repeats"] = len(ok)
+    failed = [r for r in runs if r["status"] != "ok"]
+    if not ok:
+        return rec | {"status": "error", "error": failed[0]["error"], "note": failed[0]["note"]}
+    skip = {"status", "error", "note", "identical", "first_divergence"}
+    for k in RUN_FIELDS:
+        if k not in skip:
+            rec[k] = _median([r[k] for r in ok])
+            if k in INT_FIELDS and rec[k] is not None:
+                rec[k] = int(round(rec[k]))
+    rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"),
+               error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
+    pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
+    divs = [first_divergence(v["token_ids"], r["token_ids"]) for r, v in pairs]
+    rec["identical"] = bool(divs) and all(d is None for d in divs)
+    rec["first_divergence"] = next((d for d in divs if d is not None), None)
+    ratios = [r["decode_tokens_per_s"] / v["decode_tokens_per_s"] for r, v in pairs
+              if r["decode_tokens_per_s"] and v["decode_tokens_per_s"]]
+    if ratios:
+        rec.update(speedup=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios))
+    v_step = _median([v["verify_ms_per_step"] for v in vanilla if v["status"] == "ok"])
+    if v_step and rec["verify_ms_per_step"] is not None:
+        rec["verify_vs_decode_step"] = rec["verify_ms_per_step"] / v_step
+    return rec
+
+
+def _meta(pair: Any, settings: BenchSettings) -> dict:
+    import transformers
+
+    def params(m: Any) -> int:
+        return int(sum(p.numel() for p in m.parameters()))
+
+    dev = pair.device
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        "dtype": str(pair.target.get_input_embeddings().weight.dtype).replace("torch.", ""),
+        "pair": pair.name, "self_sd": pair.self_sd, "target_params": params(pair.target),
+        "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
+        "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
+        "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
+        "hf_timing": HF_TIMING,
+        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
+        "peak_memory": "CUDA: max_memory_allocated after a reset; CPU: resident set sampled every 10 ms; "
+                       "delta = peak - value at the start of the run",
+    }
+
+
+def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Benchmark every method of ``settings`` on every input.
+
+    Args:
+        pair: the ModelPair (Std-SD or Self-SD); ``:self`` methods reuse its target.
+        inputs: clips and prompts (inputs with ``sweep=True`` form the length sweep).
+        settings: methods, decoding settings, rounds (default: :class:`BenchSettings`).
+        progress: called with one line per measured run (the CLI prints it to stderr).
+
+    Returns:
+        The report: ``meta`` (settings, versions, conventions), ``inputs`` (name,
+        num_video_tokens, num_frames, prompt, sweep), ``results`` (one dict per input and
+        method with the keys of :data:`METHOD_FIELDS`; times in s or ms as named,
+        throughput in tokens/s, memory in MiB), ``sweep`` (per method: video tokens,
+        speedup, τ) and ``verdict`` (see :func:`verdict`).
+
+    Raises:
+        BenchError: no inputs or bad settings.
+    """
+    settings = settings or BenchSettings()
+    settings.validate()
+    if not inputs:
+        raise BenchError("no inputs: give --video, --synthetic-tokens, --sweep or --dataset.")
+    results, meta_inputs = [], []
+    for inp in inputs:
+        rows = bench_input(pair, inp, settings, progress)
+        results.extend(rows)
+        van = rows[0]
+        meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
+                            "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
+                            "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
+    report = {"meta": _meta(pair, settings), "inputs": meta_inputs, "results": results}
+    report["sweep"] = sweep_series(report)
+    report["verdict"] = verdict(report)
+    return report
+
+
+def sweep_series(report: dict) -> dict[str, list[dict]]:
+    """Per method: [{video_tokens, speedup, speedup_min, speedup_max, tau}] over sweep inputs, by length."""
+    names = {i["name"]: i["num_video_tokens"] for i in report["inputs"] if i["sweep"]}
+    out: dict[str, list[dict]] = {}
+    for r in report["results"]:
+        if r["input"] in names and r["status"] == "ok":
+            out.setdefault(r["method"], []).append({
+                "video_tokens": names[r["input"]], "speedup": r["speedup"], "speedup_min": r["speedup_min"],
+                "speedup_max": r["speedup_max"], "tau": r["tau"], "decode_tokens_per_s": r["decode_tokens_per_s"]})
+    for series in out.values():
+        series.sort(key=lambda p: p["video_tokens"] or 0)
+    return out
+
+
+# --------------------------------------------------------------------------- verdict
+GOAL_VIDEO_TOKENS = 16384
+"""The issue's goals are stated at 16k video tokens."""
+
+
+def _row(report: dict, name: str, method: str) -> dict | None:
+    for r in report["results"]:
+        if r["input"] == name and r["method"] == method and r["status"] == "ok":
+            return r
+    return None
+
+
+def _check(goal: str, ok: bool | None, detail: str) -> dict:
+    return {"goal": goal, "status": "SKIP" if ok is None else ("PASS" if ok else "FAIL"), "detail": detail}
+
+
+def _fmt(x: float | None, unit: str = "x", nd: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}{unit}"
+
+
+def verdict(report: dict) -> list[dict]:
+    """Check the issue's goals on the input with the most video tokens (and the sweep).
+
+    Goals: lossless (every speculative run identical to vanilla); SpecVLM Std-SD >= 2.0x
+    over vanilla, >= 1.3x over SD-Tree (``none``, same draft), faster than HF assisted;
+    SpecVLM Self-SD >= 1.3x; verify step <= 1.5x a decode step; speedup grows with video
+    length (sweep); our vanilla >= 0.95x HF ``generate()`` tokens/s; Self-SD peak memory
+    delta <= 1.1 x (vanilla's delta + draft KV). A goal whose methods were not run is SKIP.
+
+    Returns:
+        list of {goal, status: PASS | FAIL | SKIP, detail (measured numbers)}.
+    """
+    if not report["inputs"]:
+        return []
+    main = max(report["inputs"], key=lambda i: i["num_video_tokens"] or 0)
+    name, v = main["name"], main["num_video_tokens"]
+    at = f" at {v} video tokens" + ("" if (v or 0) >= GOAL_VIDEO_TOKENS else f" (goal stated at {GOAL_VIDEO_TOKENS})")
+    self_sd = report["meta"]["self_sd"]
+    std = None if self_sd else _row(report, name, "specvlm")
+    selfrow = _row(report, name, "specvlm:self") or (_row(report, name, "specvlm") if self_sd else None)
+    out = [_lossless(report)]
+    out.append(_check("SpecVLM Std-SD >= 2.0x decode speedup over vanilla" + at,
+                      None if std is None or std["speedup"] is None else std["speedup"] >= 2.0,
+                      f"speedup {_fmt(std and std['speedup'])}, tau {_fmt(std and std['tau'], '')}"))
+    tree = _row(report, name, "none") if std else None
+    rel = std["decode_tokens_per_s"] / tree["decode_tokens_per_s"] if std and tree and tree["decode_tokens_per_s"] \
+        and std["decode_tokens_per_s"] else None
+    out.append(_check("SpecVLM >= 1.3x over SD-Tree with the same draft" + at, None if rel is None else rel >= 1.3,
+                      f"SpecVLM/SD-Tree tokens/s {_fmt(rel)}"))
+    hfa = _row(report, name, "hf-assisted")
+    rel = std["decode_tokens_per_s"] / hfa["decode_tokens_per_s"] if std and hfa and hfa["decode_tokens_per_s"] \
+        and std["decode_tokens_per_s"] else None
+    out.append(_check("SpecVLM faster than HF assisted generation with the same draft" + at,
+                      None if rel is None else rel > 1.0, f"SpecVLM/HF-assisted tokens/s {_fmt(rel)}"))
+    out.append(_check("SpecVLM Self-SD >= 1.3x over vanilla" + at,
+                      None if selfrow is None or selfrow["speedup"] is None else selfrow["speedup"] >= 1.3,
+                      f"speedup {_fmt(selfrow and selfrow['speedup'])}, tau {_fmt(selfrow and selfrow['tau'], '')}"))
+    out += [_verify_goal(report, name, at), _growth_goal(report), _hf_goal(report, name, at),
+            _memory_goal(report, name, selfrow, at)]
+    return out
+
+
+def _lossless(report: dict) -> dict:
+    spec = [r for r in report["results"] if r["method"] != "vanilla" and r["status"] == "ok"
+            and r["method"] not in PEERS]
+    bad = [f"{r['method']}@{r['input']}: first divergence at token {r['first_divergence']}"
+           for r in spec if not r["identical"]]
+    return _check("every speculative run token-identical to vanilla", None if not spec else not bad,
+                  "; ".join(bad) if bad else f"{len(spec)} method x input combinations identical")
+
+
+def _verify_goal(report: dict, name: str, at: str) -> dict:
+    cfg = report["meta"]["decode_config"]["tree"]
+    row = _row(report, name, "specvlm") or _row(report, name, "none")
+    r = row["verify_vs_decode_step"] if row else None
+    return _check(f"verify step (tree <= {cfg['total_tokens']} nodes) <= 1.5x a decode step" + at,
+                  None if r is None else r <= 1.5,
+                  f"{row['method'] if row else 'n/a'}: verify {_fmt(row and row['verify_ms_per_step'], ' ms', 1)} "
+                  f"= {_fmt(r)} the vanilla step")
+
+
+def _growth_goal(report: dict) -> dict:
+    series = report["sweep"].get("specvlm") or report["sweep"].get("specvlm:self") or []
+    pts = [(p["video_tokens"], p["speedup"]) for p in series if p["speedup"] is not None]
+    if len(pts) < 2:
+        return _check("speedup grows with video length (sweep)", None, "needs --sweep with >= 2 lengths")
+    ok = pts[-1][1] > pts[0][1] and all(b[1] >= 0.95 * a[1] for a, b in zip(pts, pts[1:]))
+    return _check("speedup grows with video length (sweep)", ok,
+                  ", ".join(f"{v}: {s:.2f}x" for v, s in pts) + " (no drop > 5% between neighbours)")
+
+
+def _hf_goal(report: dict, name: str, at: str) -> dict:
+    van, hf = _row(report, name, "vanilla"), _row(report, name, "hf")
+    r = van["decode_tokens_per_s"] / hf["decode_tokens_per_s"] if van and hf and hf["decode_tokens_per_s"] \
+        and van["decode_tokens_per_s"] else None
+    return _check("our vanilla >= 0.95x HF generate() tokens/s" + at, None if r is None else r >= 0.95,
+                  f"vanilla/HF {_fmt(r)} ({_fmt(van and van['decode_tokens_per_s'], ' tok/s', 1)} vs "
+                  f"{_fmt(hf and hf['decode_tokens_per_s'], ' tok/s', 1)})")
+
+
+def _memory_goal(report: dict, name: str, selfrow: dict | None, at: str) -> dict:
+    van = _row(report, name, "vanilla")
+    if not van or not selfrow or selfrow["peak_memory_delta_mb"] is None:
+        return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at, None, "needs specvlm:self")
+    bound = 1.1 * (van["peak_memory_delta_mb"] + (selfrow["draft_kv_mb"] or 0.0))
+    return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at,
+                  selfrow["peak_memory_delta_mb"] <= bound,
+                  f"Self-SD delta {selfrow['peak_memory_delta_mb']:.1f} MiB vs bound {bound:.1f} MiB "
+                  f"(vanilla delta {van['peak_memory_delta_mb']:.1f} + draft KV {selfrow['draft_kv_mb'] or 0:.1f})")
+
+
+# --------------------------------------------------------------------------- output
+def _cell(x: Any, nd: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _identity_cell(r: dict) -> str:
+    if r["method"] == "vanilla":
+        return "(reference)"
+    if r["identical"] is None:
+        return "-"
+    return "yes" if r["identical"] else f"NO (token {r['first_divergence']})"
+
+
+def markdown_table(report: dict, name: str) -> str:
+    """One input's results as a markdown table (times: s / ms, throughput: tokens/s, memory: MiB)."""
+    head = ("| method | τ | tokens/target fwd | decode tokens/s | speedup (min-max) | e2e s | draft ms/step | "
+            "verify ms/step | KV target / draft | peak MiB (Δ) | identical to vanilla |")
+    lines = [head, "|" + "---|" * 11]
+    for r in report["results"]:
+        if r["input"] != name:
+            continue
+        if r["status"] != "ok":
+            lines.append(f"| {r['label']} | failed: {r['error']} |" + " |" * 9)
+            continue
+        sp = f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})" if r["speedup"] else "-"
+        kv = f"{_cell(r['target_kv_tokens'], 0)} / {_cell(r['draft_kv_tokens'], 0)}"
+        mem = f"{_cell(r['peak_memory_mb'], 0)} ({_cell(r['peak_memory_delta_mb'], 0)})"
+        lines.append(f"| {r['label']} | {_cell(r['tau'])} | {_cell(r['tokens_per_target_forward'])} | "
+                     f"{_cell(r['decode_tokens_per_s'], 1)} | {sp} | {_cell(r['e2e_s'])} | "
+                     f"{_cell(r['draft_ms_per_step'], 1)} | {_cell(r['verify_ms_per_step'], 1)} | {kv} | {mem} | "
+                     f"{_identity_cell(r)} |")
+    return "\n".join(lines)
+
+
+def format_report(report: dict) -> str:
+    """The printed report: one markdown table per input, peer notes, then the verdict lines."""
+    m = report["meta"]
+    out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
+           f"{' (fixed length)' if m['fixed_length'] else ''}, {m['repeats']} rounds + {m['warmup']} warm-up", ""]
+    for inp in report["inputs"]:
+        out += [f"### {inp['name']}: {inp['num_video_tokens']} video tokens, {inp['num_frames']} frames, "
+                f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]
+    notes = {(r["label"], r["note"]) for r in report["results"] if r["note"]}
+    out += [f"- {label}: {note}" for label, note in sorted(notes)]
+    out += [f"- HF peers timed by {m['hf_timing']}", f"- speedup: {m['speedup']}", ""]
+    out += ["### Verdict", ""] + [f"{v['status']:4}  {v['goal']}: {v['detail']}" for v in report["verdict"]]
+    return "\n".join(out)
+
+
+def write_json(report: dict, path: str | os.PathLike) -> Path:
+    """Write the report as JSON (token ids dropped, floats as-is); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(report, indent=1, default=str))
+    return p
+
+
+def _figures(report: dict) -> list:
+    import plotly.graph_objects as go
+
+    main = max(report["inputs"], key=lambda i: i["num_video_tokens"] or 0)["name"]
+    rows = [r for r in report["results"] if r["input"] == main and r["status"] == "ok"]
+    labels = [r["label"] for r in rows]
+    sp = [r["speedup"] or 0 for r in rows]
+    err = dict(type="data", symmetric=False, array=[(r["speedup_max"] or 0) - (r["speedup"] or 0) for r in rows],
+               arrayminus=[(r["speedup"] or 0) - (r["speedup_min"] or 0) for r in rows])
+    f1 = go.Figure(go.Bar(x=labels, y=sp, error_y=err, text=[f"{s:.2f}x" for s in sp], textposition="outside"))
+    f1.update_layout(title=f"Decode speedup over our vanilla ({main}; median, min-max over rounds)",
+                     yaxis_title="speedup (x)")
+    f2 = go.Figure([go.Bar(name="draft ms/step", x=labels, y=[r["draft_ms_per_step"] or 0 for r in rows]),
+                    go.Bar(name="verify ms/step", x=labels, y=[r["verify_ms_per_step"] or 0 for r in rows])])
+    f2.update_layout(barmode="stack", title="Time per target step (ms): drafting vs verification",
+                     yaxis_title="ms per step")
+    figs = [f1, f2]
+    if report["sweep"]:
+        f3, f4 = go.Figure(), go.Figure()
+        for method, pts in report["sweep"].items():
+            xs = [p["video_tokens"] for p in pts]
+            f3.add_trace(go.Scatter(x=xs, y=[p["speedup"] for p in pts], mode="lines+markers", name=method))
+            if any(p["tau"] is not None for p in pts):
+                f4.add_trace(go.Scatter(x=xs, y=[p["tau"] for p in pts], mode="lines+markers", name=method))
+        f3.update_layout(title="Speedup vs video tokens", xaxis_type="log", xaxis_title="video tokens",
+                         yaxis_title="decode speedup (x)")
+        f4.update_layout(title="τ (mean accepted length) vs video tokens", xaxis_type="log",
+                         xaxis_title="video tokens", yaxis_title="τ")
+        figs += [f3, f4]
+    return figs
+
+
+def write_html(report: dict, path: str | os.PathLike) -> Path:
+    """A self-contained plotly HTML report: speedup bars, draft/verify time, sweep plots, tables, verdict.
+
+    plotly.js is inlined once, so the file opens offline (~4.5 MB).
+    """
+    import html
+
+    import plotly.io as pio
+
+    parts = ["<h1>SpecVLM bench</h1>", f"<pre>{html.escape(format_report(report))}</pre>"]
+    for i, fig in enumerate(_figures(report)):
+        parts.append(pio.to_html(fig, full_html=False, include_plotlyjs="inline" if i == 0 else False))
+    parts.append("<details><summary>settings and environment</summary><pre>"
+                 f"{html.escape(json.dumps(report['meta'], indent=1, default=str))}</pre></details>")
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("<!doctype html><html><head><meta charset='utf-8'><title>SpecVLM bench</title></head><body>"
+                 + "\n".join(parts) + "</body></html>", encoding="utf-8")
+    return p
+
+
+# --------------------------------------------------------------------------- command line
+TINY_PRESETS = ("tiny", "tiny-llava")
+"""In-process random-weight tiny pairs (no files): smoke runs and tests."""
+
+DESCRIPTION = (
+    "Run vanilla, speculative methods (SpecVLM and baselines, Std-SD or Self-SD) and Hugging Face peers on the "
+    "same inputs: warm-up, then interleaved rounds. Prints a markdown table per input (tau, tokens per target "
+    "forward, decode tokens/s, speedup over our vanilla as median (min-max) of per-round ratios, end-to-end s, "
+    "draft/verify ms per step, KV lengths, peak memory, identity to vanilla) and a PASS/FAIL verdict on the "
+    "issue's goals.")
+
+EXAMPLES = """examples:
+  python -m specvlm bench --synthetic-tokens 4096 --repeats 3 --out-json bench.json --out-html bench.html
+  python -m specvlm bench --sweep 1024,2048,4096,8192,16384 --fixed-length --max-new-tokens 128 \\
+      --methods vanilla,none,specvlm,specvlm:self,hf,hf-assisted --out-html sweep.html
+  python -m specvlm bench --video clip.mp4 --methods vanilla,specvlm,hf --repeats 5
+  python -m specvlm bench --preset paper-qwen --dataset vdc --data-root data/VideoDetailCaption --num-samples 20
+  python -m specvlm bench --preset tiny --synthetic-tokens 256 --max-new-tokens 16 --repeats 1
+"""
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register the ``bench`` sub-command on ``python -m specvlm``'s sub-parsers."""
+    from specvlm.__main__ import add_decode_args, add_model_args
+    from specvlm.datasets import DATASETS, PAPER_SETTINGS
+
+    b = sub.add_parser("bench", help="benchmark methods and HF peers; markdown table, JSON, HTML",
+                       description=DESCRIPTION, epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = b.add_argument_group("inputs (any mix; default --synthetic-tokens 4096)")
+    g.add_argument("--video", action="append", default=[], help="video file (repeatable)")
+    g.add_argument("--prompt", default="Describe this video in detail.", help="prompt for videos and generated clips")
+    g.add_argument("--synthetic-tokens", help="generated clips sized for ~N video tokens each, e.g. 4096 or 2048,8192")
+    g.add_argument("--sweep", help="length sweep over generated clips, e.g. 1024,2048,4096,8192,16384 (plotted)")
+    g.add_argument("--synthetic-side", type=int, default=224, help="generated frame side in px (default %(default)s)")
+    g.add_argument("--dataset", choices=sorted(DATASETS), help="a local copy of a paper benchmark")
+    g.add_argument("--data-root", help="folder of the local dataset copy")
+    g.add_argument("--num-samples", type=int, default=5, help="seeded subset size (default %(default)s)")
+    g.add_argument("--data-seed", type=int, default=0, help="subset seed (default %(default)s)")
+    r = b.add_argument_group("benchmark")
+    r.add_argument("--preset", choices=sorted(PAPER_SETTINGS) + list(TINY_PRESETS),
+                   help="paper settings (models, frames, r, λ, 256 tokens) or an in-process tiny pair")
+    r.add_argument("--methods", default="all", help="comma list from: " + ", ".join(DEFAULT_METHODS)
+                   + f" (any pruning method, '{SELF}' = Self-SD); default all")
+    r.add_argument("--repeats", type=int, default=3, help="measured interleaved rounds (default %(default)s)")
+    r.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default %(default)s)")
+    r.add_argument("--fixed-length", action="store_true", help="ignore EOS: every run generates --max-new-tokens "
+                   "(the paper's fairness setting; same as --no-eos)")
+    r.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
+    r.add_argument("--out-json", help="write the report as JSON")
+    r.add_argument("--out-html", help="write a plotly HTML report")
+    add_model_args(b)
+    add_decode_args(b)
+    b.set_defaults(func=cmd_bench)
+    return b
+
+
+def _tiny_pair(name: str, self_sd: bool) -> Any:
+    from specvlm.models import pair_from_models
+    from specvlm.tiny import tiny_llava_onevision, tiny_qwen2_5_vl
+
+    if name == "tiny-llava":
+        t, d = tiny_llava_onevision(seed=0), (None if self_sd else tiny_llava_onevision(seed=1, hidden=32, layers=1))
+    else:
+        t = tiny_qwen2_5_vl(seed=0)
+        d = None if self_sd else tiny_qwen2_5_vl(seed=1, hidden=32, layers=1, pad_vocab_to=64)
+    if d is None:
+        return pair_from_models(*t, name=f"{name} (Self-SD)")
+    return pair_from_models(t[0], t[1], d[0], d[1], name=f"{name} (Std-SD)")
+
+
+def _apply_preset(args: argparse.Namespace) -> Any:
+    """Fill unset model/frames/budget arguments from a paper preset; returns it (or None)."""
+    from specvlm.datasets import PAPER_SETTINGS
+
+    s = PAPER_SETTINGS.get(args.preset or "")
+    if s is None:
+        return None
+    if not args.model:
+        args.model = s.target
+        args.draft = args.draft or (None if args.self_sd else s.draft)
+    args.num_frames = args.num_frames or s.num_frames
+    args.max_new_tokens = args.max_new_tokens or s.max_new_tokens
+    return s
+
+
+def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list[BenchInput]:
+    """Bench inputs from the CLI arguments: videos, generated clips, sweep clips, dataset samples.
+
+    Raises:
+        BenchError / VideoError / DatasetError: bad lists, unreadable videos, missing dataset files.
+    """
+    from specvlm.video import load_video
+
+    inputs = [BenchInput(Path(v).name, load_video(v, vcfg), args.prompt) for v in args.video]
+    if args.dataset:
+        from specvlm.datasets import load_dataset
+
+        if not args.data_root:
+            raise BenchError("--dataset needs --data-root (the folder of the local copy).")
+        for s in load_dataset(args.dataset, args.data_root, args.num_samples, args.data_seed):
+            inputs.append(BenchInput(s.id, load_video(s.video, vcfg), s.prompt, s.answer))
+    if not inputs and not args.synthetic_tokens and not args.sweep:
+        args.synthetic_tokens = "4096"
+    for i, n in enumerate(parse_int_list(args.synthetic_tokens) if args.synthetic_tokens else []):
+        inputs.append(BenchInput(f"synthetic-{n}", synthetic_clip(pair, n, side=args.synthetic_side, seed=i),
+                                 args.prompt))
+    for n in parse_int_list(args.sweep) if args.sweep else []:
+        inputs.append(BenchInput(f"sweep-{n}", synthetic_clip(pair, n, side=args.synthetic_side), args.prompt,
+                                 sweep=True))
+    return inputs
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``python -m specvlm bench``: print the markdown report; write JSON / HTML when asked."""
+    from specvlm.__main__ import decode_config, load_from_args
+
+    setting = _apply_preset(args)
+    args.no_eos = args.no_eos or args.fixed_length
+    if args.preset in TINY_PRESETS:
+        pair, preset = _tiny_pair(args.preset, args.self_sd), None
+    else:
+        pair, preset = load_from_args(args)
+    settings = BenchSettings(methods=parse_methods(args.methods), config=decode_config(args, "vanilla", preset),
+                             repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens)
+    settings.validate()
+    n = args.num_frames or (preset.num_frames if preset else 16)
+    vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
+                       max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
+                       even_frames=pair.frames_per_token == 2)
+    inputs = build_inputs(args, pair, vcfg)
+    report = run_bench(pair, inputs, settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_report(report))
+    if args.out_json:
+        print(f"\nJSON: {write_json(report, args.out_json)}")
+    if args.out_html:
+        print(f"HTML: {write_html(report, args.out_html)}")
+    return 0

@@ -1,0 +1,158 @@
+"""The benchmark end to end on tiny models, its verdict logic, and the CLI wiring."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_clip
+from specvlm import bench
+from specvlm.config import DecodeConfig, TreeConfig
+from specvlm.models import pair_from_models
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 5
+TREE = TreeConfig(depth=2, top_k=2, total_tokens=4)  # small trees keep the test fast
+
+
+@pytest.fixture(scope="module")
+def std_pair(qwen_tiny, qwen_tiny_draft):
+    return pair_from_models(qwen_tiny[0], qwen_tiny[1], qwen_tiny_draft[0], qwen_tiny_draft[1], name="tiny Std-SD")
+
+
+@pytest.fixture(scope="module")
+def report(std_pair):
+    cfg = DecodeConfig(max_new_tokens=N, stop_at_eos=False, tree=TREE)
+    settings = bench.BenchSettings(config=cfg, repeats=2, warmup=0)
+    inputs = [bench.BenchInput("clip", make_clip(4, 56), "describe this video")]
+    return bench.run_bench(std_pair, inputs, settings)
+
+
+def test_every_method_has_every_field(report, tmp_path):
+    path = bench.write_json(report, tmp_path / "r.json")
+    data = json.loads(path.read_text())
+    assert [r["method"] for r in data["results"]] == list(bench.DEFAULT_METHODS)
+    for r in data["results"]:
+        assert set(bench.METHOD_FIELDS) <= set(r), set(bench.METHOD_FIELDS) - set(r)
+    rows = {r["method"]: r for r in data["results"]}
+    for m in ("vanilla", "none", "random", "uniform", "frame", "attention", "specvlm", "specvlm:self", "hf"):
+        r = rows[m]
+        assert r["status"] == "ok", (m, r["error"])
+        assert r["num_generated"] == N and r["repeats"] == 2
+        assert r["decode_tokens_per_s"] > 0 and r["e2e_s"] > 0 and r["peak_memory_mb"] > 0
+        assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
+        assert r["identical"] is True and r["first_divergence"] is None
+        assert r["target_kv_tokens"] == rows["vanilla"]["target_kv_tokens"]
+    for m in ("none", "specvlm", "specvlm:self"):
+        r = rows[m]
+        assert r["tau"] is not None and r["draft_ms_per_step"] > 0 and r["verify_ms_per_step"] > 0
+        assert r["tokens_per_target_forward"] >= 1.0 and r["verify_vs_decode_step"] > 0
+    assert rows["none"]["draft_kv_tokens"] == rows["vanilla"]["target_kv_tokens"]
+    assert rows["specvlm"]["draft_kv_tokens"] < rows["none"]["draft_kv_tokens"]
+    assert rows["specvlm"]["draft_mode"] == "Std-SD" and rows["specvlm:self"]["draft_mode"] == "Self-SD"
+    assert rows["vanilla"]["speedup"] == pytest.approx(1.0)
+    # peers that cannot run on video inputs are reported, with the reason
+    for m in ("hf-assisted", "prompt-lookup"):
+        assert rows[m]["status"] == "ok" or rows[m]["error"], m
+    assert rows["prompt-lookup"]["note"] == "prompt_lookup_num_tokens=10"
+    assert data["meta"]["fixed_length"] is True and "streamer" in data["meta"]["hf_timing"]
+
+
+def test_report_outputs(report, tmp_path):
+    text = bench.format_report(report)
+    assert "| SpecVLM (Std-SD) |" in text and "### Verdict" in text
+    assert "every speculative run token-identical to vanilla" in text
+    statuses = {v["goal"].split(" at ")[0]: v["status"] for v in report["verdict"]}
+    assert statuses["every speculative run token-identical to vanilla"] == "PASS"
+    assert statuses["speedup grows with video length (sweep)"] == "SKIP"
+    html = bench.write_html(report, tmp_path / "r.html").read_text()
+    assert "plotly" in html and "Decode speedup" in html
+
+
+def test_synthetic_clip_and_sweep(std_pair):
+    clip = bench.synthetic_clip(std_pair, 48, side=56)
+    inputs = std_pair.adapter.prepare(std_pair.processor, std_pair.target, clip, "x")
+    assert abs(inputs.num_video_tokens - 48) <= 4  # 4 tokens per 2-frame group at 56 px
+    settings = bench.BenchSettings(methods=("vanilla", "specvlm"), config=DecodeConfig(max_new_tokens=4, tree=TREE),
+                                   repeats=1, warmup=0)
+    sweep = [bench.BenchInput(f"sweep-{n}", bench.synthetic_clip(std_pair, n, side=56), "describe", sweep=True)
+             for n in (16, 32)]
+    rep = bench.run_bench(std_pair, sweep, settings)
+    pts = rep["sweep"]["specvlm"]
+    assert [p["video_tokens"] for p in pts] == [16, 32] and all(p["speedup"] > 0 for p in pts)
+    growth = [v for v in rep["verdict"] if v["goal"].startswith("speedup grows")][0]
+    assert growth["status"] in ("PASS", "FAIL") and "16:" in growth["detail"]
+
+
+def _fake(rows: dict, self_sd: bool = False, tokens: int = 16384) -> dict:
+    base = {k: None for k in bench.METHOD_FIELDS}
+    results = [base | {"input": "x", "method": m, "status": "ok", "identical": True} | r for m, r in rows.items()]
+    return {"meta": {"self_sd": self_sd, "decode_config": {"tree": {"total_tokens": 16}}},
+            "inputs": [{"name": "x", "num_video_tokens": tokens, "sweep": False}], "results": results, "sweep": {}}
+
+
+def test_verdict_pass_and_fail_lines():
+    rows = {
+        "vanilla": {"decode_tokens_per_s": 10.0, "verify_ms_per_step": 20.0, "peak_memory_delta_mb": 100.0},
+        "none": {"decode_tokens_per_s": 15.0, "speedup": 1.5},
+        "specvlm": {"decode_tokens_per_s": 25.0, "speedup": 2.5, "tau": 3.0, "verify_vs_decode_step": 1.2,
+                    "verify_ms_per_step": 24.0},
+        "specvlm:self": {"decode_tokens_per_s": 12.0, "speedup": 1.2, "peak_memory_delta_mb": 130.0,
+                         "draft_kv_mb": 10.0},
+        "hf": {"decode_tokens_per_s": 10.0},
+        "hf-assisted": {"decode_tokens_per_s": 20.0},
+    }
+    got = {v["goal"].split(" at ")[0].split(" (tree")[0]: v["status"] for v in bench.verdict(_fake(rows))}
+    assert got["SpecVLM Std-SD >= 2.0x decode speedup over vanilla"] == "PASS"
+    assert got["SpecVLM >= 1.3x over SD-Tree with the same draft"] == "PASS"
+    assert got["SpecVLM faster than HF assisted generation with the same draft"] == "PASS"
+    assert got["SpecVLM Self-SD >= 1.3x over vanilla"] == "FAIL"
+    assert got["verify step"] == "PASS"
+    assert got["our vanilla >= 0.95x HF generate() tokens/s"] == "PASS"
+    assert got["Self-SD peak memory <= vanilla peak + draft KV + 10%"] == "FAIL"
+    rows["specvlm"]["identical"], rows["specvlm"]["first_divergence"] = False, 7
+    lossless = bench.verdict(_fake(rows))[0]
+    assert lossless["status"] == "FAIL" and "token 7" in lossless["detail"]
+    only_vanilla = bench.verdict(_fake({"vanilla": rows["vanilla"]}, tokens=1024))
+    assert all(v["status"] == "SKIP" for v in only_vanilla)
+    assert "goal stated at 16384" in only_vanilla[1]["goal"]
+
+
+def test_method_parsing():
+    assert bench.parse_methods("specvlm,hf")[:1] == ("vanilla",)
+    assert bench.parse_methods("all") == bench.DEFAULT_METHODS
+    assert "frame:self" in bench.parse_methods("frame:self")
+    for bad in ("fast", "vanilla:self", "hf:self"):
+        with pytest.raises(bench.BenchError):
+            bench.parse_methods(bad)
+    with pytest.raises(bench.BenchError):
+        bench.parse_int_list("1024,abc")
+    with pytest.raises(bench.BenchError):
+        bench.run_bench(None, [], bench.BenchSettings())
+
+
+def test_cli_bench_in_process(tmp_path, capsys):
+    from specvlm.__main__ import main
+
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--preset", "tiny", "--synthetic-tokens", "32", "--synthetic-side", "56", "--methods",
+               "vanilla,specvlm,hf", "--depth", "2", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "4",
+               "--fixed-length", "--out-json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "### synthetic-32" in text and "### Verdict" in text
+    data = json.loads(out.read_text())
+    assert [r["method"] for r in data["results"]] == ["vanilla", "specvlm", "hf"]
+    assert all(r["num_generated"] == 4 for r in data["results"])
+
+
+def test_bench_help_subprocess():
+    res = subprocess.run([sys.executable, "-m", "specvlm", "bench", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    for flag in ("--methods", "--sweep", "--synthetic-tokens", "--fixed-length", "--out-json", "--out-html",
+                 "--preset", "--dataset"):
+        assert flag in res.stdout
