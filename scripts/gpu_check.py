@@ -149,7 +149,7 @@ def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, 
     tok = torch.tensor([7])
 
     def vanilla() -> None:
-        logits, _ = lm_forward(target, ad, embed_tokens(target, tok), torch.full((3, 1), L), cache)
+        logits = lm_forward(target, ad, embed_tokens(target, tok), torch.full((3, 1), L), cache)
         logits.argmax(-1)
 
     reset = lambda: kv.truncate(cache, L)  # noqa: E731
@@ -163,7 +163,7 @@ def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, 
     vmask = verify_mask(parents, L, dtype, dev)
 
     def verify() -> None:
-        logits, _ = lm_forward(target, ad, embed_tokens(target, vtoks), vpos, cache, mask=vmask, rows=slice(None))
+        logits = lm_forward(target, ad, embed_tokens(target, vtoks), vpos, cache, mask=vmask, rows=slice(None))
         logits.argmax(-1)
 
     t_ver = _median_ms(verify, reset, dev, iters, warmup)
@@ -174,11 +174,11 @@ def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, 
     ltoks, lpos = torch.randint(0, 1000, (top_k,)), torch.full((3, top_k), L + 1)
 
     def level() -> None:
-        logits, _ = lm_forward(draft, dad, embed_tokens(draft, ltoks), lpos, dcache, mask=lmask, rows=slice(None))
+        logits = lm_forward(draft, dad, embed_tokens(draft, ltoks), lpos, dcache, mask=lmask, rows=slice(None))
         logits.float().log_softmax(-1).topk(top_k, dim=-1)
 
     def chain() -> None:
-        logits, _ = lm_forward(draft, dad, embed_tokens(draft, tok), torch.full((3, 1), L), dcache)
+        logits = lm_forward(draft, dad, embed_tokens(draft, tok), torch.full((3, 1), L), dcache)
         logits.float().log_softmax(-1).topk(top_k, dim=-1)
 
     dreset = lambda: kv.truncate(dcache, Ld)  # noqa: E731

@@ -38,8 +38,7 @@ def _device(model: Any) -> torch.device:
 
 
 def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.Tensor, cache: Any,
-               mask: torch.Tensor | None = None, rows: slice | None = slice(-1, None),
-               output_attentions: bool = False) -> tuple[torch.Tensor | None, Any]:
+               mask: torch.Tensor | None = None, rows: slice | None = slice(-1, None)) -> torch.Tensor | None:
     """One language-model forward over ``n`` new tokens, appending to ``cache``.
 
     Args:
@@ -50,20 +49,18 @@ def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.
         cache: KV cache holding P tokens; P + n afterwards.
         mask: float additive (1, 1, n, P + n) or None for plain causal attention.
         rows: which of the n rows to run the LM head on (None = none).
-        output_attentions: return attention weights (eager attention only).
 
     Returns:
-        (logits float (rows, vocab) or None, attentions tuple or None).
+        logits float (rows, vocab), or None when ``rows`` is None.
     """
     dev = _device(model)
     out = adapter.language_model(model)(
         inputs_embeds=embeds, position_ids=adapter.lm_positions(positions.to(dev)), attention_mask=mask,
-        cache=cache, use_cache=True, output_attentions=output_attentions,
+        cache=cache, use_cache=True,
     )
-    logits = None
-    if rows is not None:
-        logits = model.get_output_embeddings()(out.last_hidden_state[0, rows])
-    return logits, getattr(out, "attentions", None)
+    if rows is None:
+        return None
+    return model.get_output_embeddings()(out.last_hidden_state[0, rows])
 
 
 def embed_tokens(model: Any, token_ids: list[int] | torch.Tensor) -> torch.Tensor:
@@ -104,30 +101,46 @@ class TargetPrefill:
     scores: torch.Tensor | None
 
 
-def attention_scores(attentions: tuple, video_index: torch.Tensor) -> torch.Tensor:
-    """Text-to-video scores from pass B's attention weights.
+def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
+    """Text-to-video scores from pass B's attention.
 
     Args:
-        attentions: per layer float (1, heads, q, P + q).
+        per_layer: per layer float32 (P + q,): attention weights averaged over heads and over
+            pass B's q query positions (reduced on the fly by :func:`_score_hooks`).
         video_index: int64 (V,) key positions of the video tokens.
 
     Returns:
-        float32 (V,): per layer mean over heads and queries, then mean over layers.
+        float32 (V,): mean over layers, read at the video-token positions.
 
     Source: SpecVLM Sec. 3.2 (verifier-guided importance); DESIGN 4.2.
     """
-    per_layer = torch.stack([a[0].float().mean(dim=(0, 1)) for a in attentions])
-    return per_layer.mean(0)[video_index.to(per_layer.device)].cpu()
+    stacked = torch.stack([t.to(per_layer[0].device) for t in per_layer])
+    return stacked.mean(0)[video_index.to(stacked.device)].cpu()
+
+
+def _score_hooks(lm: torch.nn.Module, sink: list[torch.Tensor]) -> list[Any]:
+    """Forward hooks that reduce each layer's eager attention weights (B, H, q, k) to (k,) at once.
+
+    Only the current layer's weights are alive at any time, so memory stays O(H x q x L) instead of
+    keeping every layer's weights (which would be ~8 GB for a 72B target at 16k tokens).
+    """
+    def hook(_module, _args, output):
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if weights is not None:
+            sink.append(weights[0].float().mean(dim=(0, 1)))
+
+    return [layer.self_attn.register_forward_hook(hook) for layer in lm.layers]
 
 
 def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> TargetPrefill:
     """Two-pass target prefill: pass A up to the last video token, pass B the rest.
 
-    Pass B runs with eager attention and returns attention weights only when
-    ``with_scores``; memory stays O(text x L) per layer.
+    Pass B runs with eager attention only when ``with_scores``; each layer's weights are reduced
+    by a forward hook as soon as they exist, so memory stays O(heads x text x L) for one layer.
 
     Raises:
         ValueError: the prompt has no video tokens.
+        RuntimeError: the attention modules returned no weights under eager attention.
     """
     model, ad = pair.target, pair.adapter
     if inputs.num_video_tokens == 0:
@@ -140,15 +153,20 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     scores = None
     if with_scores:
         impl = model.config._attn_implementation
+        sink: list[torch.Tensor] = []
+        handles = _score_hooks(ad.language_model(model), sink)
         model.set_attn_implementation("eager")
         try:
-            logits, att = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache,
-                                     output_attentions=True)
+            logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
         finally:
             model.set_attn_implementation(impl)
-        scores = attention_scores(att, inputs.video_index)
+            for h in handles:
+                h.remove()
+        if not sink:
+            raise RuntimeError("no attention weights were returned under eager attention.")
+        scores = attention_scores(sink, inputs.video_index)
     else:
-        logits, _ = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
+        logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
     return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores)
 
 
@@ -207,7 +225,7 @@ class DraftRunner:
         """
         n = len(tokens)
         pos = torch.arange(root_pos - n + 1, root_pos + 1).expand(self.R, n)
-        logits, _ = lm_forward(self.model, self.ad, embed_tokens(self.model, tokens), pos, self.cache)
+        logits = lm_forward(self.model, self.ad, embed_tokens(self.model, tokens), pos, self.cache)
         self.base = kv.cache_length(self.cache)
         self.root_pos = root_pos
         self.slot = {}
@@ -228,7 +246,7 @@ class DraftRunner:
         mask = additive_mask(allowed, self.base, dtype, _device(self.model))
         toks = tree.tokens[nodes]
         pos = (self.root_pos + tree.depths[nodes]).expand(self.R, F)
-        logits, _ = lm_forward(self.model, self.ad, embed_tokens(self.model, toks), pos, self.cache, mask=mask,
+        logits = lm_forward(self.model, self.ad, embed_tokens(self.model, toks), pos, self.cache, mask=mask,
                                rows=slice(None))
         for r, node in enumerate(nodes):
             self.slot[node] = self.base + n_fed + r
@@ -321,7 +339,7 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
     while not em.done and not (should_stop and should_stop()):
         step += 1
         with Timer(dev) as t_v:
-            logits, _ = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [root]),
+            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [root]),
                                    torch.full((R, 1), pos), tp.cache)
             root = int(logits[-1].argmax())
         pos += 1
@@ -365,7 +383,7 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
             positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(
                 _rope_dims(inputs), -1)
             mask = verify_mask(tree.parents, Lt, dtype, dev)
-            logits, _ = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
+            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
                                    tp.cache, mask=mask, rows=slice(None))
             path, bonus = greedy_accept(tree, logits.argmax(-1).cpu())
             # 4.10 commit: keep root + accepted nodes in path order

@@ -21,7 +21,7 @@ def test_commit_equals_sequential_decode(qwen_tiny):
         # sequential greedy tokens after root
         seq, t, cache_seq = [], root, b.cache
         for i in range(3):
-            lg, _ = lm_forward(model, ad, embed_tokens(model, [t]), torch.full((3, 1), pos + i), cache_seq)
+            lg = lm_forward(model, ad, embed_tokens(model, [t]), torch.full((3, 1), pos + i), cache_seq)
             t = int(lg[-1].argmax())
             seq.append(t)
         # a tree whose accepted path (seq[0], seq[1]) sits at nodes 1 and 3, with decoys around it
@@ -30,7 +30,7 @@ def test_commit_equals_sequential_decode(qwen_tiny):
         Lt = kv.cache_length(a.cache)
         toks = torch.cat([torch.tensor([root]), tree.tokens])
         positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(3, -1)
-        logits, _ = lm_forward(model, ad, embed_tokens(model, toks), positions, a.cache,
+        logits = lm_forward(model, ad, embed_tokens(model, toks), positions, a.cache,
                                mask=verify_mask(tree.parents, Lt, torch.float32), rows=slice(None))
         path, bonus = greedy_accept(tree, logits.argmax(-1))
         assert path == [1, 3] and bonus == seq[2]
