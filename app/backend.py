@@ -14,14 +14,18 @@ Source: SpecVLM Studio issue 4; DESIGN 1-3, 4.12 (metrics), 8 (Gradio traps).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import filecmp
 import logging
 import math
+import os
 import queue
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+import traceback
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,66 @@ class UserError(ValueError):
     """A problem the person can fix (bad file, bad setting, missing model); message is shown as-is."""
 
 
+MB = 1024 * 1024
+
+
+def _env_num(name: str, default: float) -> float:
+    """A number from the environment (default when unset or unparsable)."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number", name, raw)
+        return default
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the server (``app.py`` flags, ``SPECVLM_*`` env vars).
+
+    Attributes:
+        max_upload_mb: largest video file accepted (MiB); also Gradio's upload cap.
+        max_duration_s: longest video accepted (seconds of stream duration).
+        max_prompt_chars: longest prompt accepted (characters).
+        max_frames: most frames one request may sample (the Frames slider's maximum).
+        max_new_tokens: largest generation budget per run (the slider's maximum).
+        video_timeout_s: time limit for probing and decoding one video (seconds).
+    """
+
+    max_upload_mb: float = 200.0
+    max_duration_s: float = 600.0
+    max_prompt_chars: int = 2000
+    max_frames: int = 256
+    max_new_tokens: int = 1024
+    video_timeout_s: float = 60.0
+
+    ENV = {"max_upload_mb": "SPECVLM_MAX_UPLOAD_MB", "max_duration_s": "SPECVLM_MAX_DURATION_S",
+           "max_prompt_chars": "SPECVLM_MAX_PROMPT_CHARS", "max_frames": "SPECVLM_MAX_FRAMES",
+           "max_new_tokens": "SPECVLM_MAX_NEW_TOKENS", "video_timeout_s": "SPECVLM_VIDEO_TIMEOUT_S"}
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"limit {f.name}={v!r} must be a positive number.")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "Limits":
+        """Defaults, replaced by ``SPECVLM_*`` environment variables, replaced by non-None overrides."""
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            v = _env_num(cls.ENV[f.name], getattr(cls, f.name))
+            kw[f.name] = int(v) if f.type in ("int", int) else float(v)
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+    def describe(self) -> str:
+        """One Markdown line for the page."""
+        return (f"Limits on this server: videos up to **{self.max_upload_mb:g} MB** and **{_duration(self.max_duration_s)}**, "
+                f"prompts up to {self.max_prompt_chars} characters, ≤ {self.max_frames} frames, "
+                f"≤ {self.max_new_tokens} new tokens. Larger videos are downscaled and sampled, never decoded whole.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything the settings panel sets (DESIGN 5 defaults; 128 new tokens suits a CPU).
@@ -85,7 +149,14 @@ class Settings:
 
 
 class Engine:
-    """Thin lazy facade over ``specvlm`` (swap it for a fake in tests)."""
+    """Thin lazy facade over ``specvlm`` (swap it for a fake in tests).
+
+    Args:
+        video_timeout_s: time limit for probing / decoding one video (seconds).
+    """
+
+    def __init__(self, video_timeout_s: float = Limits.video_timeout_s) -> None:
+        self.video_timeout_s = video_timeout_s
 
     def presets(self) -> dict[str, Any]:
         """Preset name -> Preset."""
@@ -103,14 +174,23 @@ class Engine:
         return bool(torch.cuda.is_available())
 
     def load_pair(self, target: str, draft: str | None, device: str | None, dtype: str | None) -> Any:
-        """Load a ModelPair (draft None = Self-SD)."""
+        """Load a ModelPair (draft None = Self-SD). Never runs a repository's own code: transformers
+        is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast)."""
+        from transformers import dynamic_module_utils
+
         from specvlm.models import load_pair
+        dynamic_module_utils.TIME_OUT_REMOTE_CODE = 0  # no interactive "run custom code? [y/N]" prompt
         return load_pair(target, draft, device=device, dtype=dtype)
 
+    def probe_video(self, path: str) -> Any:
+        """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""
+        from specvlm.video import probe_video
+        return probe_video(path, count_frames=False, timeout_s=self.video_timeout_s)
+
     def load_video(self, path: str, config: Any) -> Any:
-        """Decode and sample frames into a VideoClip."""
-        from specvlm.video import load_video
-        return load_video(path, config)
+        """Decode and sample frames into a VideoClip (sides under 28 px are upscaled)."""
+        from specvlm.video import ensure_min_side, load_video
+        return ensure_min_side(load_video(path, config, timeout_s=self.video_timeout_s))
 
     def load_srt(self, path: str) -> list[Any]:
         """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""
@@ -123,11 +203,14 @@ class Engine:
         return stream(pair, clip, prompt, config, should_stop=should_stop)
 
     def is_oom(self, exc: BaseException) -> bool:
-        """True for out-of-memory errors (CUDA or host)."""
+        """True for out-of-memory errors (CUDA, MPS or host)."""
         if isinstance(exc, MemoryError):
             return True
         import torch
-        return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+        if isinstance(exc, (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError)):
+            return True
+        text = str(exc).lower()
+        return "out of memory" in text or "can't allocate memory" in text
 
     def free_memory(self) -> None:
         """Release cached accelerator memory after a failure."""
@@ -267,12 +350,14 @@ class Backend:
         max_cached_pairs: model pairs kept loaded (1 frees the old pair before loading a new one).
         update_interval_s: minimum seconds between streamed updates.
         plot_interval_s: minimum seconds between chart updates while decoding.
+        limits: per-request limits (default :meth:`Limits.from_env`).
     """
 
     def __init__(self, engine: Engine | None = None, *, device: str | None = None, dtype: str | None = None,
                  max_cached_pairs: int = 1, update_interval_s: float = UPDATE_INTERVAL_S,
-                 plot_interval_s: float = 1.0) -> None:
-        self.engine = engine or Engine()
+                 plot_interval_s: float = 1.0, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits.from_env()
+        self.engine = engine or Engine(video_timeout_s=self.limits.video_timeout_s)
         self.device = device
         self.dtype = dtype
         self.max_cached_pairs = max(1, max_cached_pairs)
@@ -339,10 +424,69 @@ class Backend:
             tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
                               total_tokens=ints["total_tokens"])
             dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree)
-            vid = VideoConfig(num_frames=ints["num_frames"])
+            vid = VideoConfig(num_frames=ints["num_frames"], max_frames=self.limits.max_frames)
         except ConfigError as e:
             raise UserError(f"Invalid setting: {e}") from e
+        for name, key, cap in (("frames", "num_frames", self.limits.max_frames),
+                               ("max new tokens", "max_new_tokens", self.limits.max_new_tokens)):
+            if ints[key] > cap:
+                raise UserError(f"Invalid setting: {name}={ints[key]} is above this server's limit of {cap}; "
+                                f"use 1 to {cap}.")
         return dec, vid
+
+    def check_prompt(self, prompt: Any) -> tuple[str, str]:
+        """(prompt to use, note). An empty prompt becomes :data:`DEFAULT_PROMPT` (and says so).
+
+        Raises:
+            UserError: longer than ``limits.max_prompt_chars``, or not text.
+        """
+        if prompt is None:
+            prompt = ""
+        if not isinstance(prompt, str):
+            raise UserError(f"The prompt must be text, got {type(prompt).__name__}.")
+        prompt = prompt.replace("\x00", "").strip()
+        if not prompt:
+            return DEFAULT_PROMPT, "The prompt was empty, so the default prompt was used."
+        if len(prompt) > self.limits.max_prompt_chars:
+            raise UserError(f"The prompt is {len(prompt)} characters long; this server accepts up to "
+                            f"{self.limits.max_prompt_chars}. Shorten it.")
+        return prompt, ""
+
+    def check_video(self, video: Any) -> tuple[str, list[str]]:
+        """Validate an uploaded video before any model work: present, size and duration limits, readable.
+
+        Returns:
+            (path, notes).
+
+        Raises:
+            UserError: missing, too large, too long, or not a readable video (message names the file).
+        """
+        if not video:
+            raise UserError("Upload a video (or click an example) first.")
+        path = str(video)
+        name = Path(path).name
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"The video {name!r} is no longer on the server (uploads are removed after use); "
+                            "upload it again.")
+        size = p.stat().st_size
+        if size > self.limits.max_upload_mb * MB:
+            raise UserError(f"The video {name!r} is {size / MB:.1f} MB; this server accepts up to "
+                            f"{self.limits.max_upload_mb:g} MB. Trim or compress it and try again.")
+        probe = getattr(self.engine, "probe_video", None)
+        if probe is None:
+            return path, []
+        try:
+            info = probe(path)
+        except ImportError as e:
+            raise UserError(f"The video reader is not installed: {e}") from e
+        except ValueError as e:  # VideoError and friends
+            raise UserError(f"Could not read the video: {e}") from e
+        dur = float(getattr(info, "duration", 0.0) or 0.0)
+        if dur > self.limits.max_duration_s:
+            raise UserError(f"The video {name!r} is {_duration(dur)} long; this server accepts up to "
+                            f"{_duration(self.limits.max_duration_s)}. Trim it and try again.")
+        return path, []
 
     # ---- models ----------------------------------------------------------------------------
 
@@ -385,13 +529,16 @@ class Backend:
             while len(self._pairs) >= self.max_cached_pairs:
                 self._pairs.popitem(last=False)
                 self._free()
+            msg = None
             try:
                 pair = self.engine.load_pair(target, draft, self.device, self.dtype)
             except Exception as e:
-                self._free()
-                what = "out of memory" if self._is_oom(e) else f"{type(e).__name__}: {e}"
-                raise UserError(f"Could not load model {target!r}" + (f" with draft {draft!r}" if draft else "")
-                                + f": {what}") from e
+                msg = _model_error(target, draft, e, self._is_oom(e))
+                log.warning("loading %s failed: %s", target, msg)
+                _drop_frames(e)
+            if msg is not None:
+                self._free()  # outside the except block: the traceback no longer pins half-loaded weights
+                raise UserError(msg)
             self._pairs[key] = pair
             return pair
 
@@ -449,7 +596,7 @@ class Backend:
 
         Args:
             video: path of the uploaded video.
-            prompt: the question.
+            prompt: the question (empty: :data:`DEFAULT_PROMPT`).
             settings: panel settings.
             session: session id for Stop (one run per session).
             progress: ``progress(fraction, description)`` for load / frames / prefill.
@@ -457,7 +604,8 @@ class Backend:
 
         Yields:
             Update dicts (keys of :data:`OUTPUT_KEYS`, plus ``"error"`` on failure). Errors never
-            raise: they end the run with a readable ``status``.
+            raise: they end the run with a readable ``status``; after an out-of-memory error the
+            traceback is dropped and accelerator memory released before the message is yielded.
         """
         progress = progress or (lambda f, d: None)
         sid = session or "default"
@@ -468,16 +616,24 @@ class Backend:
         self._stops[sid] = stop
         runs: list[_RunState] = []
         view: dict[str, Any] = {}
+        failure: str | None = None
+        free = False
         try:
-            yield from self._run(video, prompt, settings, stop, progress, heatmap_mode, runs, view)
-        except ValueError as e:  # UserError, and the engine's typed input errors
-            yield self._fail(str(e) if isinstance(e, UserError) else f"Invalid input: {e}", runs, view)
-        except Exception as e:  # the server keeps running whatever happens
-            log.exception("comparison failed")
-            self._free()
-            msg = ("Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
-                   if self._is_oom(e) else f"Decoding failed: {type(e).__name__}: {e}")
-            yield self._fail(msg, runs, view)
+            try:
+                yield from self._run(video, prompt, settings, stop, progress, heatmap_mode, runs, view)
+            except ValueError as e:  # UserError, and the engine's typed input errors
+                failure = str(e) if isinstance(e, UserError) else f"Invalid input: {e}"
+            except Exception as e:  # the server keeps running whatever happens
+                oom = self._is_oom(e)
+                log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
+                failure = ("Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
+                           if oom else f"Decoding failed: {type(e).__name__}: {e}")
+                _drop_frames(e)  # the traceback pins the failed step's tensors (KV cache, activations)
+                free = True
+            if failure is not None:
+                if free:  # outside the except block, so the exception no longer holds any tensor
+                    self._free()
+                yield self._fail(failure, runs, view)
         finally:
             stop.set()
             if self._stops.get(sid) is stop:
@@ -492,35 +648,41 @@ class Backend:
         return upd
 
     def _run(self, video, prompt, settings, stop, progress, heatmap_mode, runs, view):
-        prompt = (prompt or "").strip() or DEFAULT_PROMPT
+        prompt, prompt_note = self.check_prompt(prompt)
         dec, vid = self.build_configs(settings)
-        if not video:
-            raise UserError("Upload a video (or click an example) first.")
+        path, _ = self.check_video(video)
         target, draft, name = self.resolve_model(settings)
         progress(0.05, f"Loading model {name}")
         yield {"status": f"Loading model **{name}** (first time only)…"}
         pair = self.get_pair(target, draft)
         if getattr(pair, "frames_per_token", 1) > 1 and vid.num_frames % pair.frames_per_token:
             vid = dataclasses.replace(vid, even_frames=True)
+        if stop.is_set():
+            yield {"status": self._final_status(runs, stop)}
+            return
         progress(0.2, "Decoding video frames")
         yield {"status": "Decoding video frames…"}
-        clip = self._load_clip(video, vid)
+        clip = self._load_clip(path, vid)
         decode = _decoder(pair)
         label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
         van, spec = _RunState("Vanilla", decode), _RunState(label, decode)
         runs += [van, spec]
         view.update(clip=clip, pair=pair, dec=dec, mode=heatmap_mode)
-        notes = " ".join(getattr(clip, "notes", []) or [])
+        notes = " ".join([prompt_note, *(getattr(clip, "notes", []) or [])]).strip()
+        view["notes"] = notes
         yield self._full(runs, view) | {"status": f"Prefill (vanilla)… {len(clip.frames)} frames. {notes}"}
-        progress(0.3, "Prefill (vanilla)")
-        yield from self._one(van, dataclasses.replace(dec, method="vanilla"), pair, clip, prompt, stop, view)
+        if stop.is_set():
+            van.stopped = spec.stopped = True
+        else:
+            progress(0.3, "Prefill (vanilla)")
+            yield from self._one(van, dataclasses.replace(dec, method="vanilla"), pair, clip, prompt, stop, view)
         if not stop.is_set():
             progress(0.6, f"Prefill + pruning ({label})")
             yield {"status": f"Prefill, scoring and pruning ({label})…"}
             yield from self._one(spec, dec, pair, clip, prompt, stop, view)
         else:
             spec.stopped = True
-        yield self._full(runs, view) | {"status": self._final_status(runs, stop)}
+        yield self._full(runs, view) | {"status": self._final_status(runs, stop, notes)}
 
     def _load_clip(self, path: str, vid: Any) -> Any:
         try:
@@ -530,9 +692,18 @@ class Backend:
         except ValueError as e:  # VideoError and friends
             raise UserError(f"Could not read the video: {e}") from e
 
+    def active_workers(self) -> list[threading.Thread]:
+        """Decode worker threads still alive (empty when nothing runs; tests check Stop with it)."""
+        return [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
+
     def _one(self, st: _RunState, dec: Any, pair: Any, clip: Any, prompt: str, stop: threading.Event,
              view: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Decode one run in a worker thread and yield throttled updates."""
+        """Decode one run in a worker thread and yield throttled updates.
+
+        The worker always ends before this returns (Stop, error or a closed page set ``stop``;
+        the engine polls it every step), so a stopped run uses no CPU/GPU afterwards and the next
+        queued request never overlaps it.
+        """
         q: queue.Queue = queue.Queue()
         done = object()
 
@@ -545,7 +716,7 @@ class Backend:
             finally:
                 q.put(done)
 
-        worker = threading.Thread(target=pump, name=f"decode-{st.name}", daemon=True)
+        worker = threading.Thread(target=pump, name=f"{WORKER_PREFIX}{st.name}", daemon=True)
         worker.start()
         last, dirty = 0.0, True
         try:
@@ -567,9 +738,9 @@ class Backend:
                 if finished:
                     return
         finally:
-            if worker.is_alive():  # the page went away or an error: end the engine loop too
-                stop.set()
-                worker.join(timeout=30)
+            if worker.is_alive() and not _finished(q, done):
+                stop.set()  # the page went away or an error: end the engine loop too
+            _join(worker)
 
     def _fold(self, st: _RunState, item: Any, view: dict[str, Any]) -> None:
         if hasattr(item, "step"):
@@ -675,10 +846,9 @@ class Backend:
             "heatmaps": hm,
         }
 
-    def _final_status(self, runs: list[_RunState], stop: threading.Event) -> str:
-        if stop.is_set():
-            return "**Stopped.** Ready for the next run."
-        return "**Done.** Ready for the next run."
+    def _final_status(self, runs: list[_RunState], stop: threading.Event, notes: str = "") -> str:
+        head = "**Stopped.** Ready for the next run." if stop.is_set() else "**Done.** Ready for the next run."
+        return f"{head}  \n*Input notes: {notes}*" if notes else head
 
 
 def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:
@@ -804,3 +974,177 @@ def _as_float(name: str, v: Any) -> float:
     if not math.isfinite(f):
         raise UserError(f"Invalid setting: {name} must be a finite number, got {v!r}.")
     return f
+
+
+WORKER_PREFIX = "specvlm-decode-"
+"""Name prefix of the decode worker threads."""
+
+
+def _finished(q: queue.Queue, done: object) -> bool:
+    """True if the worker already queued its end marker (it is exiting on its own)."""
+    with q.mutex:
+        return any(it is done for it in q.queue)
+
+
+def _join(worker: threading.Thread, warn_every_s: float = 30.0) -> None:
+    """Wait for a decode worker to end (it polls the stop flag every step; a long prefill
+    cannot be interrupted, so this may take that long)."""
+    while True:
+        worker.join(warn_every_s)
+        if not worker.is_alive():
+            return
+        log.warning("waiting for decode worker %s to end (prefill or a slow step in progress)", worker.name)
+
+
+def _drop_frames(exc: BaseException | None) -> None:
+    """Clear the local variables of every finished frame in an exception's traceback chain so
+    the tensors they reference (KV cache, activations) can be freed right away."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            traceback.clear_frames(exc.__traceback__)
+            exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+def _model_error(target: str, draft: str | None, e: BaseException, oom: bool) -> str:
+    """One readable sentence for a model that failed to load."""
+    what = f"model {target!r}" + (f" with draft {draft!r}" if draft else "")
+    text = str(e)
+    if oom:
+        return f"Could not load {what}: out of memory. Pick a smaller model or free the GPU."
+    if "trust_remote_code" in text or "custom code" in text:
+        return (f"Could not load {what}: it needs custom code from its repository (trust_remote_code), which this "
+                "app never runs. Use a Qwen2.5-VL or LLaVA-OneVision checkpoint that transformers supports natively.")
+    if type(e).__name__ in ("ModelLoadError", "TokenizerMismatchError"):
+        return f"Could not load {what}: " + text.removeprefix(f"could not load model {target!r}: ")
+    return f"Could not load {what}: {type(e).__name__}: {text}"
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '10 min', '1 h 30 min'."""
+    s = float(seconds)
+    if s < 120:
+        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    m = s / 60
+    if m < 120:
+        return f"{m:.0f} min" if abs(m - round(m)) < 0.05 else f"{m:.1f} min"
+    return f"{int(m // 60)} h {int(m % 60)} min"
+
+
+class UploadJanitor:
+    """Deletes uploaded input files (videos, subtitles) as soon as nobody needs them.
+
+    A file is needed while a browser session shows it (:meth:`hold`; released by a new upload
+    or when the page closes, :meth:`release_session`), while a request uses it (:meth:`using`),
+    or while a queued request refers to it (``queued()``, e.g. Gradio's pending events; None
+    there means "unknown" and keeps the file). API requests hold nothing, so their upload is
+    deleted when the request ends. Never deleted: files outside ``upload_dir`` and copies of
+    ``protected`` files (the examples, which Gradio caches by content and shares between users).
+
+    Args:
+        upload_dir: the folder uploads land in (Gradio's upload / cache folder).
+        protected: files whose byte-identical copies are kept.
+        queued: ``() -> set of paths`` referenced by queued requests, or None if unknown.
+    """
+
+    def __init__(self, upload_dir: str | os.PathLike[str], protected: Iterable[str | os.PathLike[str]] = (),
+                 queued: Callable[[], set[str] | None] | None = None) -> None:
+        self.upload_dir = Path(upload_dir).resolve()
+        self._protected: dict[int, list[Path]] = {}
+        for f in protected:
+            fp = Path(f)
+            if fp.is_file():
+                self._protected.setdefault(fp.stat().st_size, []).append(fp)
+        self.queued = queued
+        self._held: dict[tuple[str, str], str] = {}
+        self._using: Counter[str] = Counter()
+        self._lock = threading.RLock()
+        self.deleted: list[str] = []
+
+    def _key(self, path: str | os.PathLike[str] | None) -> str | None:
+        if not path:
+            return None
+        try:
+            p = Path(path).resolve()
+        except (OSError, RuntimeError):
+            return None
+        return str(p) if p.is_relative_to(self.upload_dir) and p != self.upload_dir else None
+
+    def hold(self, session: str | None, slot: str, path: str | None) -> None:
+        """The session's ``slot`` (e.g. ``"video"``) now shows ``path`` (None: nothing); the file it
+        showed before is deleted if no one else needs it."""
+        key = (session or "default", slot)
+        with self._lock:
+            old = self._held.pop(key, None)
+            new = self._key(path)
+            if new:
+                self._held[key] = new
+            if old and old != new:
+                self._collect([old])
+
+    def release_session(self, session: str | None) -> None:
+        """The page closed: drop everything it held."""
+        sid = session or "default"
+        with self._lock:
+            old = [v for (s, _), v in self._held.items() if s == sid]
+            for k in [k for k in self._held if k[0] == sid]:
+                del self._held[k]
+            self._collect(old)
+
+    @contextlib.contextmanager
+    def using(self, paths: Iterable[str | None]) -> Iterator[None]:
+        """Mark files in use for the duration of a request; afterwards delete the unneeded ones."""
+        keys = [k for k in (self._key(p) for p in paths) if k]
+        with self._lock:
+            self._using.update(keys)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._using.subtract(keys)
+                self._using += Counter()  # drop zero counts
+                self._collect(keys)
+
+    def _needed(self, key: str, queued: set[str] | None) -> bool:
+        if self._using[key] > 0 or key in self._held.values():
+            return True
+        if queued is None or key in queued:
+            return True
+        p = Path(key)
+        try:
+            size = p.stat().st_size
+        except OSError:
+            return False
+        return any(_same_file(p, q) for q in self._protected.get(size, ()))
+
+    def _collect(self, keys: Iterable[str]) -> None:
+        keys = [k for k in dict.fromkeys(keys) if k]
+        if not keys:
+            return
+        try:
+            queued = self.queued() if self.queued is not None else set()
+            queued = None if queued is None else {self._key(q) or q for q in queued}
+        except Exception:
+            log.warning("could not list queued requests; keeping uploads for now", exc_info=True)
+            queued = None
+        for key in keys:
+            if self._needed(key, queued):
+                continue
+            p = Path(key)
+            try:
+                p.unlink(missing_ok=True)
+                self.deleted.append(key)
+                parent = p.parent
+                if parent != self.upload_dir and parent.is_relative_to(self.upload_dir) and not any(parent.iterdir()):
+                    parent.rmdir()
+            except OSError as e:
+                log.warning("could not delete upload %s: %s", key, e)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from app import plots
-from app.backend import DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, Backend, Settings, UserError
+from app.backend import DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, Backend, Settings, UploadJanitor, UserError
 
 try:  # Hugging Face ZeroGPU: decorate the GPU work when available
     import spaces  # type: ignore
@@ -59,41 +59,95 @@ def _methods() -> Sequence[str]:
         return FALLBACK_METHODS
 
 
-def build_demo(backend: Backend, examples: list[list[Any]] | None = None) -> gr.Blocks:
+def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
+               cache_ttl_s: int | None = 3600) -> gr.Blocks:
     """Build the page over ``backend`` (nothing runs until a button is pressed).
 
     Args:
         backend: a :class:`Backend` (or an object with the same methods).
         examples: example rows ``[video, prompt, srt]``; default :func:`find_examples`.
+        cache_ttl_s: Gradio deletes files it cached (gallery images, leftovers) older than this,
+            checking every quarter of it (None: never). Uploads are removed earlier, as soon as no
+            page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
 
     Returns:
         The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare``, Stop as ``/stop``.
-        ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components.
+        ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
+        ``demo.specvlm_janitor`` is the upload janitor.
     """
     examples = find_examples() if examples is None else examples
-    with gr.Blocks(title="SpecVLM Studio") as demo:
+    delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
+    with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
         c: dict[str, Any] = {}
         with gr.Row():
             with gr.Column(scale=1):
-                c.update(_input_column())
+                c.update(_input_column(backend))
             with gr.Column(scale=1):
                 c.update(_model_column(backend))
         if examples:
             gr.Examples(examples, inputs=[c["video"], c["prompt"], c["srt"]], label="Examples (click to load)",
                         cache_examples=False, elem_id="examples")
         c.update(_output_section())
-        _wire(backend, c)
+        protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
+        janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
+        _wire(backend, c, janitor, demo)
     demo.specvlm_components = c
+    demo.specvlm_janitor = janitor
     return demo
 
 
-def _input_column() -> dict[str, Any]:
-    """Video upload, prompt, subtitles."""
+def gradio_upload_dir() -> str:
+    """The folder Gradio stores uploads in (``GRADIO_TEMP_DIR``, else ``<tmp>/gradio``)."""
+    from gradio.utils import get_upload_folder
+    return get_upload_folder()
+
+
+def queued_files(demo: gr.Blocks) -> set[str] | None:
+    """Paths of files referenced by requests waiting in the demo's queue (None if unknown).
+
+    Gradio stores uploads by content hash, so two users sending the same file share one path:
+    a finished request must not delete a file that a queued one will read.
+    """
+    q = getattr(demo, "_queue", None)
+    if q is None:
+        return set()
+    try:
+        found: set[str] = set()
+        for eq in list(q.event_queue_per_concurrency_id.values()):
+            for ev in list(eq.queue):
+                body = getattr(ev, "data", None)
+                _collect_paths(getattr(body, "data", None), found)
+        return found
+    except Exception:  # a Gradio upgrade changed the internals: keep files (delete_cache cleans up)
+        log.warning("could not inspect the Gradio queue", exc_info=True)
+        return None
+
+
+def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
+    if depth > 6:
+        return
+    if isinstance(obj, dict):
+        if isinstance(obj.get("path"), str):
+            out.add(obj["path"])
+        for v in obj.values():
+            _collect_paths(v, out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect_paths(v, out, depth + 1)
+    elif hasattr(obj, "path") and isinstance(getattr(obj, "path"), str):
+        out.add(obj.path)
+
+
+def _input_column(backend: Backend) -> dict[str, Any]:
+    """Video upload, limits, prompt, subtitles."""
+    limits = getattr(backend, "limits", None)
     return dict(
         video=gr.Video(label="Video", sources=["upload"], format=None, include_audio=True, elem_id="video",
                        height=300),
-        prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt"),
+        limits_md=gr.Markdown(limits.describe() if limits else "", elem_id="limits"),
+        prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
+                          max_length=limits.max_prompt_chars if limits else None),
         srt=gr.File(label="Subtitles (.srt, optional)", file_types=[".srt"], type="filepath", elem_id="srt",
                     height=90),
         srt_text=gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text"),
@@ -122,10 +176,14 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["top_k"] = gr.Slider(1, 16, value=d.top_k, step=1, label="Top-k", elem_id="top-k")
             c["total"] = gr.Slider(1, 128, value=d.total_tokens, step=1, label="Total tokens",
                                    elem_id="total-tokens")
+        limits = getattr(backend, "limits", None)
+        max_frames = limits.max_frames if limits else 256
+        max_new = limits.max_new_tokens if limits else 1024
         with gr.Row():
-            c["frames"] = gr.Slider(2, 256, value=d.num_frames, step=1, label="Frames", elem_id="frames")
-            c["max_new"] = gr.Slider(1, 1024, value=d.max_new_tokens, step=1, label="Max new tokens",
-                                     elem_id="max-new-tokens")
+            c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, label="Frames",
+                                    elem_id="frames")
+            c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1,
+                                     label="Max new tokens", elem_id="max-new-tokens")
     with gr.Row():
         c["run"] = gr.Button("Run", variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -160,8 +218,9 @@ def _output_section() -> dict[str, Any]:
     return c
 
 
-def _wire(backend: Backend, c: dict[str, Any]) -> None:
-    """Events: Run (shared GPU queue, one at a time), Stop (own queue), subtitles, preset, heatmap toggle."""
+def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks) -> None:
+    """Events: Run (shared GPU queue, one at a time), Stop (own queue), subtitles, preset, heatmap
+    toggle, and upload bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree",
                              "depth", "top_k", "total", "frames", "max_new", "hm_mode")]
@@ -174,12 +233,13 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
                             drop_rate=r, top_p=lam, tree_shape=tree_shape, depth=depth_v, top_k=top_k_v,
                             total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v)
         session = getattr(request, "session_hash", None)
-        for upd in backend.run(video_path, prompt_text, settings, session=session,
-                               progress=lambda f, desc: progress(f, desc=desc), heatmap_mode=mode):
-            err = upd.pop("error", None)
-            if err:
-                gr.Warning(err)
-            yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
+        with janitor.using([video_path]):
+            for upd in backend.run(video_path, prompt_text, settings, session=session,
+                                   progress=lambda f, desc: progress(f, desc=desc), heatmap_mode=mode):
+                err = upd.pop("error", None)
+                if err:
+                    gr.Warning(err)
+                yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
 
     if spaces is not None:
         compare = spaces.GPU(duration=180)(compare)
@@ -188,13 +248,25 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
         """End the session's decode loop at its next step (the run itself reports 'Stopped')."""
         gr.Info(backend.stop(getattr(request, "session_hash", None)))
 
-    def show_subtitles(path):
+    def show_subtitles(path, request: gr.Request):
         """Parse the uploaded .srt and show its cues."""
+        janitor.hold(getattr(request, "session_hash", None), "srt", path)
         try:
-            return backend.subtitles_text(path)
+            with janitor.using([path]):
+                return backend.subtitles_text(path)
         except UserError as e:
             gr.Warning(str(e))
             return f"Error: {e}"
+
+    def on_video(path, request: gr.Request):
+        """The page now shows this video: keep it for re-runs, let the previous upload go."""
+        janitor.hold(getattr(request, "session_hash", None), "video", path)
+
+    def on_unload(request: gr.Request):
+        """The page closed: delete what it uploaded (if no one else uses it) and stop its run."""
+        session = getattr(request, "session_hash", None)
+        backend.stop(session)
+        janitor.release_session(session)
 
     def on_preset(name):
         """Show the preset's description and suggest its frame count and token budget."""
@@ -206,6 +278,9 @@ def _wire(backend: Backend, c: dict[str, Any]) -> None:
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop",
                     concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
+    c["video"].change(on_video, inputs=[c["video"]], outputs=None, api_visibility="private",
+                      concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
+    demo.unload(on_unload)
     c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
                        api_visibility="private")
     c["hm_mode"].change(backend.pick_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],

@@ -11,7 +11,8 @@ import json
 import logging
 import sys
 
-from specvlm.config import DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
+from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
+                            VideoConfig)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -45,7 +46,12 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="nodes kept in a dynamic tree (default %(default)s)")
     g.add_argument("--max-new-tokens", type=int, default=None, help="generation budget (default: preset's)")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
-    g.add_argument("--seed", type=int, default=0, help="seed for --method random")
+    g.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature; 0 = greedy (default). Speculative sampling keeps the target "
+                        "distribution exactly (recursive rejection sampling over the draft tree)")
+    g.add_argument("--top-p-sampling", type=float, default=1.0,
+                   help="nucleus sampling mass in (0, 1] (not the pruning λ, which is --top-p)")
+    g.add_argument("--seed", type=int, default=0, help="seed for sampling and for --method random")
 
 
 def resolve_models(args: argparse.Namespace):
@@ -75,6 +81,7 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
         prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
                           top_p=args.top_p, seed=args.seed),
         tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens),
+        sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
     )
 
 

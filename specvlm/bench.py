@@ -15,9 +15,10 @@ Conventions (DESIGN 4.12):
       the Hugging Face peers alike. Speedup = method tokens/s / vanilla tokens/s in
       the same round (= vanilla decode time / method decode time for the same
       generated length).
-    * Hugging Face peers are timed with a streamer: decode time runs from the
-      streamer's first callback with generated tokens (after prefill and the vision
-      encoder) to its last callback.
+    * Hugging Face peers run stock ``generate()`` with transformers' ``sdpa``
+      attention (the models are switched for the call and back) and are timed with
+      a streamer: decode time runs from the streamer's first callback with generated
+      tokens (after prefill and the vision encoder) to its last callback.
     * Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after a reset; on a
       CPU the process resident set sampled every 10 ms during the run. ``delta``
       subtracts the value at the start of the run (KV caches + activations).
@@ -59,6 +60,8 @@ DEFAULT_METHODS = ("vanilla", "none", "random", "uniform", "frame", "attention",
                    "hf", "hf-assisted", "prompt-lookup")
 LABELS = {"vanilla": "vanilla (ours)", "none": "SD-Tree", "random": "SD-Rand", "specvlm": "SpecVLM",
           "hf": "HF generate", "hf-assisted": "HF assisted", "prompt-lookup": "HF prompt lookup"}
+HF_ATTENTION = "sdpa"
+"""Attention the Hugging Face peers run with (stock transformers), restored afterwards."""
 HF_TIMING = ("streamer: decode time = first to last streamer callback with generated tokens (excludes prefill "
              "and the vision encoder); tokens/s counts the tokens after the first callback")
 
@@ -417,12 +420,18 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
     streamer = _TimingStreamer(dev)
     assistant = kw.get("assistant_model")
     saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
+    models = list({id(m): m for m in (model, assistant) if m is not None}.values())
+    impls = [(m, m.config._attn_implementation) for m in models]
     try:
+        for m in models:  # stock transformers attention for the peers, whatever the engine uses
+            m.set_attn_implementation(HF_ATTENTION)
         feed = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in enc.items()}
         out = model.generate(**feed, **kw, streamer=streamer)
     finally:
         if hook is not None:
             hook.remove()
+        for m, impl in impls:
+            m.set_attn_implementation(impl)
         if assistant is not None:
             assistant.generation_config = saved  # HF's heuristic schedule mutates it across calls
     return out, streamer, (count[0] if hook is not None else None)
@@ -615,7 +624,7 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
-        "hf_timing": HF_TIMING,
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
         "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
         "peak_memory": "CUDA: max_memory_allocated after a reset; CPU: resident set sampled every 10 ms; "
                        "delta = peak - value at the start of the run",
@@ -835,7 +844,8 @@ def format_report(report: dict) -> str:
                 f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]
     notes = {(r["label"], r["note"]) for r in report["results"] if r["note"]}
     out += [f"- {label}: {note}" for label, note in sorted(notes)]
-    out += [f"- HF peers timed by {m['hf_timing']}", f"- speedup: {m['speedup']}", ""]
+    out += [f"- HF peers: stock generate() with {m['hf_attention']} attention, timed by {m['hf_timing']}",
+            f"- speedup: {m['speedup']}", ""]
     out += ["### Verdict", ""] + [f"{v['status']:4}  {v['goal']}: {v['detail']}" for v in report["verdict"]]
     return "\n".join(out)
 

@@ -95,6 +95,43 @@ class TreeConfig:
         _check_range("total_tokens", int(self.total_tokens), 1, 128)
 
 
+_MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is chosen.
+
+    Attributes:
+        temperature: softmax temperature in [0, 5]; 0 = greedy (argmax).
+        top_p_sampling: nucleus mass in (0, 1]; 1 = no filtering. (Named so it does not clash
+            with the pruning λ, ``PruneConfig.top_p``.)
+        seed: seed of the request's generator, an int in [0, 2**63 - 1].
+
+    Raises:
+        ConfigError: out-of-range value.
+    """
+
+    temperature: float = 0.0
+    top_p_sampling: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        t, p = self.temperature, self.top_p_sampling
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0.0 <= t <= 5.0):
+            raise ConfigError(f"temperature={t!r} is out of range: use a value in [0, 5] (0 = greedy).")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < p <= 1.0):
+            raise ConfigError(f"top_p_sampling={p!r} is out of range: use a value in (0, 1] (1 = off).")
+        s = self.seed
+        if isinstance(s, bool) or not isinstance(s, int) or not (0 <= s <= _MAX_SEED):
+            raise ConfigError(f"seed={s!r} is out of range: use an integer in [0, {_MAX_SEED}].")
+
+    @property
+    def greedy(self) -> bool:
+        """True when temperature is 0 (argmax decoding, the exact greedy path)."""
+        return self.temperature == 0
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decoding request's settings.
@@ -106,6 +143,7 @@ class DecodeConfig:
         prune: video-token pruning for the draft.
         tree: draft tree shape.
         stop_at_eos: stop at the first EOS (False = fixed-length generation).
+        sampling: temperature / nucleus / seed; temperature 0 = greedy.
 
     Raises:
         ConfigError: unknown method or out-of-range value.
@@ -116,6 +154,7 @@ class DecodeConfig:
     prune: PruneConfig = field(default_factory=PruneConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:

@@ -20,10 +20,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specvlm import kv
-from specvlm.config import DecodeConfig
+from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.metrics import Timer, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair
 from specvlm.pruning import prune
+from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
 from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent, VideoClip
 
@@ -93,12 +94,14 @@ class TargetPrefill:
         first_token: greedy token after the prompt.
         embeds: float (1, L, D) prompt embeddings (reused by a Self-SD draft).
         scores: float32 (V,) text-to-video attention scores, or None.
+        last_logits: float (vocab,) target logits after the prompt (first token under sampling).
     """
 
     cache: Any
     first_token: int
     embeds: torch.Tensor
     scores: torch.Tensor | None
+    last_logits: torch.Tensor | None = None
 
 
 def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
@@ -167,7 +170,7 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
         scores = attention_scores(sink, inputs.video_index)
     else:
         logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
-    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores)
+    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1])
 
 
 def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor) -> tuple[Any, int]:
@@ -288,6 +291,24 @@ class _Emitter:
         return d
 
 
+class _Picker:
+    """Chooses target tokens: argmax when greedy, else a seeded draw from the processed logits.
+
+    The same :func:`specvlm.sampling.process_logits` (temperature, nucleus) is used by vanilla
+    sampling and by verification, so both sample from the same target distribution.
+    """
+
+    def __init__(self, sampling: SamplingConfig):
+        self.cfg = sampling
+        self.greedy = sampling.greedy
+        self.gen = None if self.greedy else make_generator(sampling)
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        if self.greedy:
+            return int(logits.argmax())
+        return sample(process_logits(logits.float(), self.cfg).cpu(), self.gen)
+
+
 def _rope_dims(inputs: ModelInputs) -> int:
     return int(inputs.positions.shape[0])
 
@@ -331,17 +352,19 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token)
     em = _Emitter(pair, config)
+    pick = _Picker(config.sampling)
     t_dec = time.perf_counter()
-    em.take([tp.first_token])
-    yield StepEvent(0, [tp.first_token], 0, [False], em.delta(), num_generated=1)
-    pos, root, step = inputs.next_position, tp.first_token, 0
+    first = pick(tp.last_logits)
+    em.take([first])
+    yield StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
+    pos, root, step = inputs.next_position, first, 0
     R = _rope_dims(inputs)
     while not em.done and not (should_stop and should_stop()):
         step += 1
         with Timer(dev) as t_v:
             logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [root]),
                                    torch.full((R, 1), pos), tp.cache)
-            root = int(logits[-1].argmax())
+            root = pick(logits[-1])
         pos += 1
         new = em.take([root])
         yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
@@ -363,18 +386,24 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
                       t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token)
     em = _Emitter(pair, config)
+    pick = _Picker(config.sampling)
     t_dec = time.perf_counter()
-    em.take([tp.first_token])
-    yield StepEvent(0, [tp.first_token], 0, [False], em.delta(), num_generated=1)
+    first = pick(tp.last_logits)
+    em.take([first])
+    yield StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
     runner = DraftRunner(pair, d_cache, _rope_dims(inputs))
-    pos, root, pending, step = inputs.next_position, tp.first_token, [tp.first_token], 0
+    pos, root, pending, step = inputs.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     while not em.done and not (should_stop and should_stop()):
         step += 1
         # 4.8 draft tree from the root (pending tokens first enter the draft cache)
         with Timer(pair.draft.device) as t_d:
             root_logp = runner.feed_pending(pending, pos)
-            tree = build_tree(root_logp, runner.feed_nodes, config.tree)
+            if pick.greedy:
+                tree = build_tree(root_logp, runner.feed_nodes, config.tree)
+            else:  # draft siblings sampled without replacement (Jeon et al. 2024)
+                sampled = build_sampled(root_logp, runner.feed_nodes, config.tree, config.sampling, pick.gen)
+                tree = sampled.tree
             runner.rollback()
         # 4.9 verify: one target forward over root + tree with a 4-D mask
         with Timer(dev) as t_v:
@@ -385,7 +414,10 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
             mask = verify_mask(tree.parents, Lt, dtype, dev)
             logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
                                    tp.cache, mask=mask, rows=slice(None))
-            path, bonus = greedy_accept(tree, logits.argmax(-1).cpu())
+            if pick.greedy:
+                path, bonus = greedy_accept(tree, logits.argmax(-1).cpu())
+            else:  # recursive rejection sampling: exact target distribution
+                path, bonus = sampled_accept(sampled, logits.float().cpu(), config.sampling, pick.gen)
             # 4.10 commit: keep root + accepted nodes in path order
             kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
         accepted = [int(tree.tokens[i]) for i in path]

@@ -26,6 +26,7 @@ dmlc/decord#336 (size mismatch on small widths).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -46,6 +47,10 @@ _T = TypeVar("_T")
 
 _REENCODE_HINT = "re-encode it to H.264 MP4 (e.g. `ffmpeg -i IN -c:v libx264 -pix_fmt yuv420p OUT.mp4`)"
 _MAX_BAD_PACKETS = 1000
+_SEEK_MIN_GAP = 250
+"""PyAV fallback: seek over gaps of more frames than this between sampled frames (else decode through)."""
+MIN_SIDE = 28
+"""Smallest frame side Qwen2.5-VL's processor accepts (its patch 14 x spatial merge 2)."""
 _TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "text", "subrip", "ass", "webvtt"})
 
 
@@ -180,7 +185,10 @@ def _reject_non_video(path: str, container: Any, stream: Any | None, has_audio: 
         raise VideoFormatError(f"{path}: has no video stream ({what}); upload a file with a video track.")
 
 
-def probe_video(path: str | os.PathLike[str], *, count_frames: bool = True, require_video: bool = True) -> VideoInfo:
+def probe_video(
+    path: str | os.PathLike[str], *, count_frames: bool = True, require_video: bool = True,
+    timeout_s: float | None = None,
+) -> VideoInfo:
     """Read a video's metadata with PyAV without decoding its frames (only the first).
 
     Args:
@@ -189,6 +197,8 @@ def probe_video(path: str | os.PathLike[str], *, count_frames: bool = True, requ
             count packets by demuxing (no decoding); False estimates duration * fps.
         require_video: raise for files without a video stream; False returns a
             VideoInfo with ``has_video=False`` for audio-only files.
+        timeout_s: seconds before giving up with :class:`VideoTimeoutError` (None = no
+            limit, runs inline); a damaged file must not hang a server.
 
     Returns:
         VideoInfo.
@@ -197,11 +207,16 @@ def probe_video(path: str | os.PathLike[str], *, count_frames: bool = True, requ
         VideoFormatError: empty, text, still image, audio-only, or unknown container.
         VideoDecodeError: the video stream has no decodable frame.
         VideoError: missing file or permission denied.
+        VideoTimeoutError: took longer than ``timeout_s``.
 
     Source: FFmpeg display matrix convention (``av_display_rotation_get``), via
     PyAV ``VideoFrame.rotation``.
     """
     path = os.fspath(path)
+    if timeout_s is not None:
+        return _run_with_timeout(
+            lambda cancel: probe_video(path, count_frames=count_frames, require_video=require_video), timeout_s, path
+        )
     _check_file(path)
     container = _open_container(path)
     try:
@@ -440,6 +455,7 @@ class _Decoded:
     last_end_s: float  # end time of the last frame of the stream, s
     backend: str
     notes: list[str] = field(default_factory=list)
+    decoded: int = 0  # frames the decoder produced (to check that long videos are not decoded whole)
 
 
 def _plan(total: int, ts: np.ndarray, native_fps: float, config: VideoConfig) -> np.ndarray:
@@ -454,8 +470,19 @@ def _plan(total: int, ts: np.ndarray, native_fps: float, config: VideoConfig) ->
     )
 
 
+def _valid_times(ts: np.ndarray) -> bool:
+    """Finite, non-negative, non-decreasing times that advance (readers return garbage without pts)."""
+    if len(ts) == 0 or not np.all(np.isfinite(ts)) or ts[0] < -1e-3 or np.any(np.diff(ts) < -1e-6):
+        return False
+    return len(ts) < 2 or bool(ts[-1] > ts[0])
+
+
 def _decode_decord(info: VideoInfo, size: tuple[int, int], config: VideoConfig) -> _Decoded:
-    """Decode the sampled frames with decord (raises anything decord raises)."""
+    """Decode the sampled frames with decord (raises anything decord raises).
+
+    decord reports AV_NOPTS garbage (about -9.2e17 s) as frame times for some files (H.264 in
+    AVI); then the times come from the packets (PyAV demux, no decoding), else from the frame rate.
+    """
     from decord import VideoReader, cpu
 
     w, h = size
@@ -465,19 +492,35 @@ def _decode_decord(info: VideoInfo, size: tuple[int, int], config: VideoConfig) 
     if total < 1:
         raise RuntimeError("decord found no frames")
     spans = np.asarray(vr.get_frame_timestamp(np.arange(total)), dtype=np.float64)
-    ts = spans[:, 0]
+    ts, last_end = spans[:, 0], float(spans[-1, 1])
     native_fps = float(vr.get_avg_fps() or info.fps)
+    notes: list[str] = []
+    if not _valid_times(ts):
+        pk_ts, _, step = _packet_info(info.path)
+        if len(pk_ts) == total and _valid_times(pk_ts):
+            ts, last_end = pk_ts, float(pk_ts[-1] + step)
+            logger.info("%s: decord gave no frame times; using the packet times", info.path)
+        else:
+            rate = native_fps if native_fps > 0 else 1.0
+            ts, last_end = np.arange(total, dtype=np.float64) / rate, total / rate
+            notes.append(f"the stream has no usable frame times; assumed a constant {rate:g} fps")
     indices = _plan(total, ts, native_fps, config)
     frames = vr.get_batch(indices.tolist()).asnumpy()
     if frames.shape != (len(indices), h, w, 3) or frames.dtype != np.uint8:
         raise RuntimeError(
             f"decord returned frames of shape {frames.shape} {frames.dtype}, expected {(len(indices), h, w, 3)} uint8"
         )
-    return _Decoded(frames, ts[indices], indices, total, float(spans[-1, 1]), "decord")
+    return _Decoded(frames, ts[indices], indices, total, last_end, "decord", notes, decoded=len(indices))
 
 
-def _packet_times(path: str) -> tuple[np.ndarray, float]:
-    """Presentation times (s, from the first frame) of every video packet, sorted; and frame step."""
+def _packet_info(path: str) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """Per-packet times of the video stream, demuxed without decoding.
+
+    Returns:
+        (times in s from the first frame, sorted; raw pts sorted, int64 in the stream's
+        time base, or None when some packet has no pts/dts; median frame step in s).
+        Without usable pts the times are all zero.
+    """
     container = _open_container(path)
     try:
         stream = _pick_video_stream(container)
@@ -485,11 +528,18 @@ def _packet_times(path: str) -> tuple[np.ndarray, float]:
         pts = [p.pts if p.pts is not None else p.dts for p in container.demux(stream) if p.size]
     finally:
         container.close()
-    known = np.sort(np.asarray([p for p in pts if p is not None], dtype=np.float64)) * tb
-    if len(known) != len(pts) or len(known) == 0:
-        return np.zeros(len(pts)), 0.0
+    if not pts or any(p is None for p in pts):
+        return np.zeros(len(pts)), None, 0.0
+    raw = np.sort(np.asarray(pts, dtype=np.int64))
+    known = raw.astype(np.float64) * tb
     step = float(np.median(np.diff(known))) if len(known) > 1 else 0.0
-    return known - known[0], step
+    return known - known[0], raw, step
+
+
+def _packet_times(path: str) -> tuple[np.ndarray, float]:
+    """Presentation times (s, from the first frame) of every video packet, sorted; and frame step."""
+    ts, _, step = _packet_info(path)
+    return ts, step
 
 
 def _iter_frames(
@@ -511,47 +561,101 @@ def _iter_frames(
         yield from decoded
 
 
+def _frame_index(raw_pts: np.ndarray, pts: int) -> int:
+    """Index of the packet whose pts is nearest to a decoded frame's pts."""
+    i = int(np.searchsorted(raw_pts, pts))
+    if i >= len(raw_pts) or (i > 0 and pts - raw_pts[i - 1] < raw_pts[i] - pts):
+        i -= 1
+    return i
+
+
 def _decode_pyav(info: VideoInfo, size: tuple[int, int], config: VideoConfig, cancel: threading.Event) -> _Decoded:
-    """Decode the sampled frames with PyAV in one forward pass, converting only the kept ones."""
-    ts_all, step = _packet_times(info.path)
+    """Decode the sampled frames with PyAV, converting only the kept ones.
+
+    Frames are matched to indices by their pts when every packet has a distinct one; then
+    gaps of more than ``_SEEK_MIN_GAP`` frames between sampled frames are skipped by seeking
+    to the keyframe before the next one (long videos decode ~N GOPs, not the whole stream).
+    Without pts, one forward pass counts frames.
+    """
+    ts_all, raw_pts, step = _packet_info(info.path)
     total = len(ts_all)
     if total < 1:
         raise VideoDecodeError(f"{info.path}: the video stream holds no frames; the file may be truncated or corrupt.")
-    have_ts = bool(total < 2 or ts_all[-1] > 0)
+    have_ts = raw_pts is not None and bool(total < 2 or ts_all[-1] > 0)
+    by_pts = have_ts and len(np.unique(raw_pts)) == total
+    by_pts_seek = by_pts
     indices = _plan(total, ts_all if have_ts else None, info.fps, config)
-    wanted = {i: int(c) for i, c in zip(*np.unique(indices, return_counts=True))}
-    frames: list[np.ndarray] = []
-    times: list[float] = []
+    wanted = {int(i): int(c) for i, c in zip(*np.unique(indices, return_counts=True))}
+    targets = sorted(wanted)
+    got: dict[int, tuple[np.ndarray, float]] = {}
     stats: dict[str, int] = {}
+    decoded = 0
     container = _open_container(info.path)
     try:
         stream = _pick_video_stream(container)
         stream.thread_type = "AUTO"
-        start = None
-        for i, frame in enumerate(_iter_frames(info.path, container, stream, cancel, stats)):
-            t = frame.time if frame.time is not None else (ts_all[i] if i < total else 0.0)
-            start = t if start is None else start
-            if i in wanted:
-                arr = frame.to_ndarray(format="rgb24", width=size[0], height=size[1])
-                frames.extend([arr] * wanted[i])
-                times.extend([t - start if have_ts else i / (info.fps or 1.0)] * wanted[i])
-            if i >= indices[-1]:
+        k, last, seeked, start = 0, -1, set(), None
+        while k < len(targets):
+            tgt, before = targets[k], None
+            if by_pts_seek and tgt - last > _SEEK_MIN_GAP and tgt not in seeked:
+                seeked.add(tgt)
+                before = last
+                container.seek(int(raw_pts[tgt]), stream=stream, backward=True, any_frame=False)
+            more = False
+            for frame in _iter_frames(info.path, container, stream, cancel, stats):
+                decoded += 1
+                if by_pts and frame.pts is not None:
+                    i = _frame_index(raw_pts, int(frame.pts))
+                    t = float(ts_all[i])
+                    if before is not None and i <= before:  # keyframes too sparse: seeking went back
+                        by_pts_seek = False
+                    before = None
+                else:
+                    i = last + 1
+                    ft = frame.time if frame.time is not None else (float(ts_all[i]) if i < total else 0.0)
+                    start = ft if start is None else start
+                    t = ft - start if have_ts else i / (info.fps or 1.0)
+                last = i
+                if i in wanted and i not in got:
+                    got[i] = (frame.to_ndarray(format="rgb24", width=size[0], height=size[1]), t)
+                while k < len(targets) and targets[k] <= i:
+                    k += 1
+                if k >= len(targets):
+                    break
+                if by_pts_seek and targets[k] - i > _SEEK_MIN_GAP and targets[k] not in seeked:
+                    more = True  # seek ahead
+                    break
+            if not more:
                 break
     finally:
         container.close()
+    frames: list[np.ndarray] = []
+    times: list[float] = []
+    missing = 0
+    for i in indices.tolist():
+        if i in got:
+            arr, t = got[i]
+        elif frames:
+            arr, t = frames[-1], times[-1]
+            missing += 1
+        else:
+            continue
+        frames.append(arr)
+        times.append(t)
     notes = [f"skipped {stats['bad_packets']} damaged video packet(s)"] if stats else []
-    if len(frames) < len(indices):
-        if not frames:
-            raise VideoDecodeError(
-                f"{info.path}: no frame could be decoded; the file may be corrupt; {_REENCODE_HINT}."
-            )
-        notes.append(f"only {len(frames)} of {len(indices)} sampled frames could be decoded; repeated the last one")
-        frames.extend([frames[-1]] * (len(indices) - len(frames)))
-        times.extend([times[-1]] * (len(indices) - len(times)))
+    if not frames:
+        raise VideoDecodeError(f"{info.path}: no frame could be decoded; the file may be corrupt; {_REENCODE_HINT}.")
+    missing += len(indices) - len(frames)
+    if missing:
+        notes.append(f"only {len(indices) - missing} of {len(indices)} sampled frames could be decoded; "
+                     "repeated the nearest earlier one")
+        frames = [frames[0]] * (len(indices) - len(frames)) + frames
+        times = [times[0]] * (len(indices) - len(times)) + times
     for n in notes:
         logger.warning("%s: %s", info.path, n)
     last_end = float(ts_all[-1] + step) if have_ts else total / (info.fps or 1.0)
-    return _Decoded(np.stack(frames), np.asarray(times, dtype=np.float64), indices, total, last_end, "pyav", notes)
+    return _Decoded(np.stack(frames), np.asarray(times, dtype=np.float64), indices, total, last_end, "pyav", notes,
+                    decoded=decoded)
 
 
 def _short_error(e: BaseException) -> str:
@@ -666,6 +770,29 @@ def load_video(
     """
     p = os.fspath(path)
     return _run_with_timeout(lambda cancel: _load(p, config, cancel), timeout_s, p)
+
+
+def ensure_min_side(clip: VideoClip, min_side: int = MIN_SIDE) -> VideoClip:
+    """Upscale frames whose shorter side is under ``min_side`` px by a whole factor (pixel repeat).
+
+    Qwen2.5-VL's processor rejects sides under 28 px; repeating pixels keeps the content
+    exact and the aspect ratio. The clip is returned unchanged when it is large enough.
+
+    Args:
+        clip: frames uint8 (T, H, W, 3).
+        min_side: smallest allowed side (px).
+
+    Returns:
+        The clip, or a copy with frames (T, H * f, W * f, 3), f = ceil(min_side / min(H, W)),
+        and a note saying so.
+    """
+    t, h, w = clip.frames.shape[:3]
+    if min(h, w) >= min_side or min(h, w) < 1:
+        return clip
+    f = math.ceil(min_side / min(h, w))
+    frames = np.ascontiguousarray(np.repeat(np.repeat(clip.frames, f, axis=1), f, axis=2))
+    note = f"upscaled {w}x{h} -> {w * f}x{h * f} px (the model needs at least {min_side} px a side)"
+    return dataclasses.replace(clip, frames=frames, notes=[*clip.notes, note])
 
 
 def frames_to_clip(frames: np.ndarray, fps: float, *, path: str | None = None) -> VideoClip:

@@ -111,6 +111,14 @@ def test_tokens_html_colours_and_escapes():
 
 # ---- backend over the fake engine ----------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _video_files(tmp_path, monkeypatch):
+    """The fake engine decodes nothing, but the backend checks that the upload exists."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("clip.mp4", "broken.bad"):
+        (tmp_path / name).write_bytes(b"\x00" * 16)
+
+
 def _settings(**kw):
     return Settings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=24), **kw})
 
@@ -179,7 +187,7 @@ def test_parse_model_spec():
 def test_stop_ends_the_engine_loop():
     eng = FakeEngine(step_s=0.01)
     b = Backend(eng, update_interval_s=0.02)
-    gen = b.run("clip.mp4", "", _settings(max_new_tokens=2000), session="u1")
+    gen = b.run("clip.mp4", "", _settings(max_new_tokens=1000), session="u1")
     assert b.stop("other") == "Nothing is running."
     stopped_at = None
     for upd in gen:
@@ -198,7 +206,7 @@ def test_stop_ends_the_engine_loop():
 
 def test_closing_the_page_stops_the_worker():
     eng = FakeEngine(step_s=0.01)
-    gen = Backend(eng, update_interval_s=0.02).run("clip.mp4", "", _settings(max_new_tokens=2000))
+    gen = Backend(eng, update_interval_s=0.02).run("clip.mp4", "", _settings(max_new_tokens=1000))
     for upd in gen:
         if "vanilla_html" in upd and "tokens" in upd.get("vanilla_stats", ""):
             break

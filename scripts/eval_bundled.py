@@ -1,0 +1,555 @@
+#!/usr/bin/env python
+"""Evaluate the bundled target + draft on held-out generated videos (issue 3, item 5).
+
+For each held-out clip from :mod:`specvlm.synth` (frames generated in memory,
+never written to disk), on a SHORT set (16 frames) and a LONG set (128 frames
+of 168x168 px = 2,304 video tokens by default):
+
+* attribute accuracy of the greedy (vanilla) detailed description vs the ground
+  truth, read back with :func:`specvlm.synth.parse_caption`: colour, shape and
+  motion per ground-truth object (predicted objects matched to true ones by the
+  best assignment), object count, on-screen text ("" when there is none);
+* with the engine at r = 0.9 (λ = 0.4, default dynamic tree), the mean accepted
+  length τ (pooled over all verify steps, bonus token excluded) of ``specvlm``
+  and the ``random``, ``uniform``, ``window-middle``, ``frame`` and ``attention``
+  baselines, for Std-SD (bundled target + bundled 1-layer draft) and Self-SD
+  (the target drafting for itself);
+* whether every greedy speculative output is token-identical to vanilla;
+* how much of Stage I's kept set (and of each method's kept set) lies on object
+  or text pixels vs their area share: each video token of a 2-frame group covers
+  a 28x28 px patch at (row*28, col*28) of the processed frame; it is mapped back
+  to the original frame size (processor resize) and compared with the union of
+  the ground-truth object boxes and the text box on its two frames.
+
+Held-out seeds: training draws scene seeds below 10**8 and the sample clips use
+seeds >= 2*10**9; this script uses ``--seed-base`` (default 10**9) + i for the
+short set and ``--seed-base`` + 500,000,000 + i for the long set.
+
+Speed: the target's and the draft's video features and the target's prefill are
+computed once per video and shared by all methods (a memo around
+``specvlm.decoding.prompt_embeds`` / ``prefill_target``; the cached KV cache is
+copied for every request, the decode loop is the engine's own). ``--workers 2``
+runs two single-threaded processes (best on a 2-core CPU for these tiny models).
+
+Examples:
+    python scripts/eval_bundled.py --num-videos 10 --max-new-tokens 48          # quick look
+    python scripts/eval_bundled.py --num-videos 200 --workers 2 --out assets/model/eval.json
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specvlm import synth  # noqa: E402
+
+ATTRS = ("colour", "shape", "motion", "count", "text")
+BASELINES = ("random", "uniform", "window-middle", "frame", "attention")
+METHODS = ("specvlm",) + BASELINES
+PAIRS = ("std", "self")
+PAIR_NAMES = {"std": "Std-SD (bundled draft)", "self": "Self-SD (target as draft)"}
+LONG_SEED_OFFSET = 500_000_000
+TRAIN_SEED_LIMIT = 10**8
+SHORT_SIDES = (112, 140, 168, 224)
+SHORT_FPS = (4.0, 6.0, 8.0)
+
+
+# ----------------------------------------------------------------------------- held-out clips
+
+def clip_spec(kind: str, index: int, args) -> tuple[int, synth.SceneSpec]:
+    """(seed, SceneSpec) of held-out clip ``index`` of set ``kind`` ("short" | "long")."""
+    if kind == "short":
+        seed = args.seed_base + index
+        rng = np.random.default_rng([seed, 1])
+        side = int(rng.choice(SHORT_SIDES))
+        fps = float(rng.choice(SHORT_FPS))
+        return seed, synth.SceneSpec(num_frames=args.short_frames, height=side, width=side, fps=fps)
+    seed = args.seed_base + LONG_SEED_OFFSET + index
+    return seed, synth.SceneSpec(num_frames=args.long_frames, height=args.long_side, width=args.long_side,
+                                 fps=args.long_fps)
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
+    """Attribute correctness of one description.
+
+    Returns:
+        dict: colour/shape/motion/enter_leave -> [correct, total] over the true objects
+        (predicted objects matched by the assignment with the most correct attributes;
+        a missing prediction counts as wrong); count/text/text_presence/exact -> 0 or 1.
+    """
+    p = synth.parse_caption(pred_text)
+    true = list(truth.objects)
+    pred = list(p["objects"])
+    n = len(true)
+    slots = pred + [None] * max(0, n - len(pred))
+
+    def hits(t, q) -> tuple[int, int, int, int]:
+        if q is None:
+            return 0, 0, 0, 0
+        return (int(q["colour"] == t.colour), int(q["shape"] == t.shape), int(q["motion"] == t.motion),
+                int(q["enters"] == t.enters and q["leaves"] == t.leaves))
+
+    best, best_sum = (0, 0, 0, 0), -1
+    for perm in itertools.permutations(range(len(slots)), n):
+        tot = [sum(x) for x in zip(*(hits(t, slots[j]) for t, j in zip(true, perm)))] or [0, 0, 0, 0]
+        if sum(tot[:3]) * 10 + tot[3] > best_sum:
+            best_sum, best = sum(tot[:3]) * 10 + tot[3], tuple(tot)
+    true_text = truth.text.text if truth.text is not None else ""
+    return {
+        "colour": [best[0], n], "shape": [best[1], n], "motion": [best[2], n], "enter_leave": [best[3], n],
+        "count": int(p["count"] == n),
+        "text": int(p["text"] is not None and p["text"] == true_text),
+        "text_presence": int(p["text"] is not None and (p["text"] != "") == (true_text != "")),
+        "exact": int(pred_text.strip() == synth.describe(truth)),
+    }
+
+
+# ----------------------------------------------------------------------------- object / text coverage
+
+def token_coverage(truth: synth.SceneTruth, grid_thw, token_grid, merge: int = 2, patch: int = 14) -> np.ndarray:
+    """Share of object-or-text pixels under each video token.
+
+    Args:
+        truth: ground truth (per-frame object boxes, text box and time span) at the original size.
+        grid_thw: (t, h, w) of the processed video in 14-px patches (t in 2-frame groups).
+        token_grid: int (V, 3) (frame_group, row, col) per video token.
+
+    Returns:
+        float32 (V,): fraction in [0, 1] of the token's 2 frames x 28 x 28 px (processed size,
+        mapped back to the original frame by the resize ratio) inside an object box or the text box.
+    """
+    T, H, W = truth.num_frames, truth.height, truth.width
+    mask = np.zeros((T, H, W), bool)
+    for o in truth.objects:
+        for t, (x0, y0, x1, y1) in enumerate(o.boxes):
+            if x0 >= 0:
+                mask[t, max(y0, 0):max(y1, 0), max(x0, 0):max(x1, 0)] = True
+    if truth.text is not None:
+        x0, y0, x1, y1 = truth.text.box
+        mask[truth.text.start_frame:truth.text.end_frame, max(y0, 0):y1, max(x0, 0):x1] = True
+    if T % 2:  # the adapter pads an odd clip by repeating the last frame
+        mask = np.concatenate([mask, mask[-1:]], axis=0)
+    g, h, w = (int(x) for x in grid_thw)
+    hp, wp = h * patch, w * patch
+    side = merge * patch
+    ys = np.minimum(((np.arange(hp) + 0.5) * H / hp).astype(np.int64), H - 1)
+    xs = np.minimum(((np.arange(wp) + 0.5) * W / wp).astype(np.int64), W - 1)
+    m = mask[:, ys][:, :, xs].astype(np.float32)
+    if m.shape[0] != 2 * g:
+        raise ValueError(f"{m.shape[0]} frames do not match {g} temporal groups")
+    cov = m.reshape(g, 2, hp // side, side, wp // side, side).mean(axis=(1, 3, 5))
+    tg = np.asarray(token_grid, dtype=np.int64)
+    return cov[tg[:, 0], tg[:, 1], tg[:, 2]]
+
+
+# ----------------------------------------------------------------------------- shared prefill
+
+class PrefillMemo:
+    """Compute video features and the target prefill once per (model, inputs) and share them.
+
+    Wraps ``specvlm.decoding.prompt_embeds`` and ``prefill_target``; every request gets a
+    fresh copy of the cached target KV cache, so the engine's decode loop is unchanged.
+    Falls back to no sharing when the engine's functions are not found.
+    """
+
+    def __init__(self) -> None:
+        self.embeds: dict = {}
+        self.prefills: dict = {}
+        self.keep_alive: list = []
+        self.active = False
+
+    def install(self) -> bool:
+        import specvlm.decoding as D
+        from specvlm import kv
+
+        if not all(hasattr(D, n) for n in ("prompt_embeds", "prefill_target")):
+            print("warning: engine internals changed; running without shared prefill", file=sys.stderr)
+            return False
+        orig_pe, orig_pt = D.prompt_embeds, D.prefill_target
+
+        def prompt_embeds(model, adapter, inputs):
+            key = (id(model), id(inputs))
+            if key not in self.embeds:
+                self.embeds[key] = orig_pe(model, adapter, inputs)
+                self.keep_alive.append(inputs)
+            return self.embeds[key].clone()
+
+        def prefill_target(pair, inputs, *a, **kw):
+            key = (id(pair.target), id(inputs), repr(a), repr(sorted(kw.items())))
+            if key not in self.prefills:
+                self.prefills[key] = orig_pt(pair, inputs, *a, **kw)
+                self.keep_alive.append(inputs)
+            tp = copy.copy(self.prefills[key])  # fresh KV cache per request; the rest is read-only
+            cache = kv.new_cache(pair.target)
+            for i, layer in enumerate(tp.cache.layers):
+                cache.update(layer.keys.clone(), layer.values.clone(), i)
+            tp.cache = cache
+            return tp
+
+        D.prompt_embeds, D.prefill_target = prompt_embeds, prefill_target
+        self.active = True
+        return True
+
+    def clear(self) -> None:
+        self.embeds.clear()
+        self.prefills.clear()
+        self.keep_alive.clear()
+
+
+# ----------------------------------------------------------------------------- worker
+
+_W: dict = {}
+
+
+def init_worker(args) -> None:
+    """Load the pair(s) once per process."""
+    import torch
+
+    from specvlm.models import load_pair, pair_from_models
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    draft = args.draft if "std" in args.pairs else None
+    std = load_pair(args.target, draft, device="cpu", dtype="float32")
+    _W["pairs"] = {"std": std, "self": pair_from_models(std.target, std.processor, name="Self-SD")}
+    _W["args"] = args
+    memo = PrefillMemo()
+    if not args.no_shared_prefill:
+        memo.install()
+    _W["memo"] = memo
+
+
+def eval_video(job: tuple[str, int]) -> dict:
+    """Evaluate one held-out clip; returns its record (see the module docstring)."""
+    from specvlm.config import DecodeConfig, PruneConfig
+    from specvlm.decoding import generate
+    from specvlm.video import frames_to_clip
+
+    kind, index = job
+    args, pairs, memo = _W["args"], _W["pairs"], _W["memo"]
+    t0 = time.perf_counter()
+    seed, spec = clip_spec(kind, index, args)
+    frames, truth = synth.generate(seed, spec)
+    clip = frames_to_clip(frames, spec.fps)
+    std = pairs["std"]
+    inputs = std.adapter.prepare(std.processor, std.target, clip, args.prompt)
+
+    def cfg(method: str) -> DecodeConfig:
+        return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens,
+                            prune=PruneConfig(method=method if method != "vanilla" else "specvlm",
+                                              drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed))
+
+    van = generate(std, None, args.prompt, cfg("vanilla"), inputs=inputs)
+    rec: dict = {
+        "set": kind, "index": index, "seed": seed, "frames": spec.num_frames, "size": [spec.height, spec.width],
+        "fps": spec.fps, "video_tokens": inputs.num_video_tokens, "truth": synth.describe(truth),
+        "pred": van.text, "new_tokens": len(van.token_ids), "correct": score_caption(van.text, truth),
+        "vanilla_decode_s": van.decode_s, "tau": {}, "identical": {}, "first_divergence": {}, "decode_s": {},
+    }
+    cov = token_coverage(truth, inputs.vision["video_grid_thw"][0].tolist(), inputs.token_grid.numpy())
+    share = {"area": float(cov.mean()), "num_tokens": int(cov.size), "keep": {}}
+    for p in args.pairs:
+        pair = pairs[p]
+        for m in args.methods:
+            r = generate(pair, None, args.prompt, cfg(m), inputs=inputs)
+            key = f"{p}/{m}"
+            rec["tau"][key] = [int(sum(r.accept_lengths)), len(r.accept_lengths)]
+            rec["identical"][key] = r.token_ids == van.token_ids
+            if r.token_ids != van.token_ids:
+                rec["first_divergence"][key] = next(
+                    (i for i, (a, b) in enumerate(zip(r.token_ids, van.token_ids)) if a != b),
+                    min(len(r.token_ids), len(van.token_ids)))
+            rec["decode_s"][key] = r.decode_s
+            pr = r.prefill.prune
+            if p == args.pairs[0] and pr is not None:
+                keep = pr.keep.numpy()
+                share["keep"][m] = [float(cov[keep].sum()), int(keep.size)]
+                if m == "specvlm":
+                    s1 = pr.stage1.numpy()
+                    share["stage1"] = [float(cov[s1].sum()), int(s1.size)]
+                    share["stage1_touch"] = int((cov[s1] > 0).sum())
+                    share["area_touch"] = float((cov > 0).mean())
+    rec["share"] = share
+    rec["seconds"] = time.perf_counter() - t0
+    memo.clear()
+    return rec
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def summarise(records: list[dict], args) -> dict:
+    """Aggregate per-video records into accuracy, τ, identity and coverage summaries per set."""
+    out: dict = {}
+    for kind in args.sets:
+        recs = [r for r in records if r["set"] == kind]
+        if not recs:
+            continue
+        acc: dict = {}
+        for a in ("colour", "shape", "motion", "enter_leave"):
+            k = sum(r["correct"][a][0] for r in recs)
+            n = sum(r["correct"][a][1] for r in recs)
+            acc[a] = k / n if n else None
+        for a in ("count", "text", "text_presence", "exact"):
+            acc[a] = sum(r["correct"][a] for r in recs) / len(recs)
+        acc["mean5"] = float(np.mean([acc[a] for a in ATTRS]))
+        acc["min5"] = float(min(acc[a] for a in ATTRS))
+        tau, tptf, mism, speed = {}, {}, {}, {}
+        van_s = sum(r["vanilla_decode_s"] for r in recs)
+        for key in recs[0]["tau"]:
+            acc_sum = sum(r["tau"][key][0] for r in recs)
+            steps = sum(r["tau"][key][1] for r in recs)
+            tau[key] = acc_sum / steps if steps else 0.0
+            tptf[key] = (acc_sum + steps) / steps if steps else 0.0
+            mism[key] = sum(not r["identical"][key] for r in recs)
+            speed[key] = _ratio(van_s, sum(r["decode_s"][key] for r in recs))
+        cov_all = sum(r["share"]["area"] * r["share"]["num_tokens"] for r in recs)
+        n_all = sum(r["share"]["num_tokens"] for r in recs)
+        area = cov_all / n_all
+        s1 = [r["share"]["stage1"] for r in recs if "stage1" in r["share"]]
+        s1_share = _ratio(sum(c for c, _ in s1), sum(k for _, k in s1))
+        touch_s1 = _ratio(sum(r["share"].get("stage1_touch", 0) for r in recs), sum(k for _, k in s1))
+        touch_all = _ratio(sum(r["share"].get("area_touch", 0) * r["share"]["num_tokens"] for r in recs), n_all)
+        keep = {}
+        for m in args.methods:
+            vals = [r["share"]["keep"][m] for r in recs if m in r["share"]["keep"]]
+            if vals:
+                sh = _ratio(sum(c for c, _ in vals), sum(k for _, k in vals))
+                keep[m] = {"share": sh, "ratio": _ratio(sh, area) if sh is not None else None}
+        per_video = [_ratio(r["share"]["stage1"][0] / r["share"]["stage1"][1], r["share"]["area"])
+                     for r in recs if r["share"].get("stage1", [0, 0])[1] and r["share"]["area"] > 0]
+        out[kind] = {
+            "num_videos": len(recs),
+            "video_tokens_mean": float(np.mean([r["video_tokens"] for r in recs])),
+            "frames": sorted({r["frames"] for r in recs}),
+            "accuracy": acc,
+            "tau": tau, "tokens_per_target_forward": tptf, "mismatches": mism,
+            "decode_speedup_vs_vanilla": speed,
+            "coverage": {
+                "area_share": area, "stage1_share": s1_share, "stage1_ratio": _ratio(s1_share, area),
+                "stage1_ratio_median_per_video": float(np.median(per_video)) if per_video else None,
+                "stage1_tokens_mean": float(np.mean([k for _, k in s1])) if s1 else None,
+                "touch_share_all": touch_all, "touch_share_stage1": touch_s1,
+                "keep_sets": keep,
+            },
+            "seconds_per_video": float(np.mean([r["seconds"] for r in recs])),
+        }
+    return out
+
+
+def goals(summary: dict, args) -> dict:
+    """The issue's goals, each -> {"met": bool | None, "detail": str}."""
+    g: dict = {}
+    s = summary.get("short")
+    if s:
+        acc = s["accuracy"]
+        g["short accuracy mean >= 90%, none < 75%"] = {
+            "met": acc["mean5"] >= 0.9 and acc["min5"] >= 0.75,
+            "detail": f"mean {acc['mean5']:.1%}, min {acc['min5']:.1%}"}
+    lg = summary.get("long")
+    if lg:
+        for p in args.pairs:
+            t = lg["tau"]
+            if f"{p}/specvlm" not in t:
+                continue
+            sv = t[f"{p}/specvlm"]
+            others = {m: t[f"{p}/{m}"] for m in ("random", "window-middle") if f"{p}/{m}" in t}
+            g[f"long tau {PAIR_NAMES[p]} >= 2.5 and > random, window-middle"] = {
+                "met": sv >= 2.5 and all(sv > v for v in others.values()),
+                "detail": f"specvlm {sv:.2f}; " + ", ".join(f"{m} {v:.2f}" for m, v in others.items())}
+    for kind, s in summary.items():
+        r = s["coverage"]["stage1_ratio"]
+        g[f"{kind}: Stage I on object/text >= 2x area share"] = {
+            "met": r is not None and r >= 2.0,
+            "detail": f"{s['coverage']['stage1_share']:.1%} vs {s['coverage']['area_share']:.1%} "
+                      f"({r:.2f}x)" if r is not None else "no Stage I tokens"}
+    total = sum(v for s in summary.values() for v in s["mismatches"].values())
+    runs = sum(s["num_videos"] * len(s["mismatches"]) for s in summary.values())
+    g["greedy SpecVLM/baselines identical to vanilla on every video"] = {
+        "met": total == 0, "detail": f"{total} mismatches in {runs} speculative runs"}
+    return g
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
+    """A markdown report of the summary."""
+    sets = [k for k in ("short", "long") if k in summary]
+    L = [f"# Bundled model evaluation ({meta['num_videos']} held-out videos per set)", ""]
+    L.append("Sets: " + "; ".join(
+        f"**{k}**: {summary[k]['num_videos']} clips, {'/'.join(map(str, summary[k]['frames']))} frames, "
+        f"{summary[k]['video_tokens_mean']:.0f} video tokens on average" for k in sets) + ".")
+    L.append(f"Seeds from {args.seed_base:,} (training < {TRAIN_SEED_LIMIT:,}); prompt \"{args.prompt}\"; "
+             f"greedy, max {args.max_new_tokens} new tokens; r = {args.drop_rate}, λ = {args.top_p}.")
+    L += ["", "## Attribute accuracy (greedy detailed description)", "",
+          "| attribute | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    for a in ATTRS + ("mean5", "min5", "enter_leave", "text_presence", "exact"):
+        label = {"mean5": "**mean of the 5**", "min5": "lowest of the 5", "enter_leave": "(appears/leaves)",
+                 "text_presence": "(text present or not)", "exact": "(exact caption)"}.get(a, a)
+        L.append(f"| {label} | " + " | ".join(_pct(summary[k]["accuracy"][a]) for k in sets) + " |")
+    L += ["", "## Mean accepted length τ at r = %.2f (bonus token excluded; pooled over verify steps)" % args.drop_rate,
+          ""]
+    cols = [(k, p) for p in args.pairs for k in sets]
+    L.append("| method | " + " | ".join(f"{PAIR_NAMES[p].split(' ')[0]} {k}" for k, p in cols) + " |")
+    L.append("|---|" + "---|" * len(cols))
+    for m in args.methods:
+        L.append(f"| {m} | " + " | ".join(f"{summary[k]['tau'].get(f'{p}/{m}', float('nan')):.2f}"
+                                          for k, p in cols) + " |")
+    L += ["", "Outputs differing from vanilla (count of videos): " + "; ".join(
+        f"{PAIR_NAMES[p].split(' ')[0]} {k}: {sum(summary[k]['mismatches'][f'{p}/{m}'] for m in args.methods)}"
+        for k, p in cols) + "."]
+    L.append("Decode-time speedup vs vanilla (CPU, indicative only): " + "; ".join(
+        f"{PAIR_NAMES[p].split(' ')[0]} {k} specvlm {summary[k]['decode_speedup_vs_vanilla'].get(f'{p}/specvlm') or 0:.2f}x"
+        for k, p in cols if f"{p}/specvlm" in summary[k]["decode_speedup_vs_vanilla"]) + ".")
+    L += ["", "## Where the kept video tokens fall (object boxes + text box)", "",
+          "| | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+    L.append("| area share of object/text pixels | " + " | ".join(
+        _pct(summary[k]["coverage"]["area_share"]) for k in sets) + " |")
+    L.append("| **Stage I** kept tokens: object/text pixel share | " + " | ".join(
+        f"{_pct(summary[k]['coverage']['stage1_share'])} ({summary[k]['coverage']['stage1_ratio'] or 0:.2f}x)"
+        for k in sets) + " |")
+    L.append("| Stage I tokens per video (mean) | " + " | ".join(
+        f"{summary[k]['coverage']['stage1_tokens_mean'] or 0:.1f}" for k in sets) + " |")
+    L.append("| tokens touching an object/text: all / Stage I | " + " | ".join(
+        f"{_pct(summary[k]['coverage']['touch_share_all'])} / {_pct(summary[k]['coverage']['touch_share_stage1'])}"
+        for k in sets) + " |")
+    for m in args.methods:
+        L.append(f"| kept set of `{m}` | " + " | ".join(
+            (lambda d: f"{_pct(d['share'])} ({d['ratio']:.2f}x)" if d else "n/a")(
+                summary[k]["coverage"]["keep_sets"].get(m)) for k in sets) + " |")
+    L += ["", "## Goals (issue 3)", ""]
+    for name, v in goal.items():
+        L.append(f"- [{'x' if v['met'] else ' '}] {name}: {v['detail']}")
+    L += ["", f"Run: {meta['seconds'] / 60:.1f} min, {meta['workers']} worker(s) x {args.threads} thread(s), "
+              f"{meta['machine']}; command `{meta['command']}`.", ""]
+    return "\n".join(L)
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default=str(ROOT / "assets/model/target"), help="target model folder")
+    ap.add_argument("--draft", default=str(ROOT / "assets/model/draft"), help="Std-SD draft model folder")
+    ap.add_argument("--num-videos", type=int, default=200, help="held-out clips per set (default %(default)s)")
+    ap.add_argument("--sets", default="short,long", help="comma list of short,long (default %(default)s)")
+    ap.add_argument("--short-frames", type=int, default=16)
+    ap.add_argument("--long-frames", type=int, default=128)
+    ap.add_argument("--long-side", type=int, default=168, help="long clips are SIDExSIDE px (168 -> 2,304 tokens)")
+    ap.add_argument("--long-fps", type=float, default=8.0)
+    ap.add_argument("--methods", default=",".join(METHODS), help="speculative methods (default %(default)s)")
+    ap.add_argument("--pairs", default="std,self", help="std (bundled draft) and/or self (Self-SD)")
+    ap.add_argument("--prompt", default=synth.DESCRIBE_PROMPTS[0])
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="captions are <= ~40 tokens")
+    ap.add_argument("--drop-rate", type=float, default=0.9, help="r")
+    ap.add_argument("--top-p", type=float, default=0.4, help="λ")
+    ap.add_argument("--seed-base", type=int, default=10**9, help="first held-out scene seed (>= 10**8)")
+    ap.add_argument("--seed", type=int, default=0, help="torch seed and the `random` method's seed")
+    ap.add_argument("--workers", type=int, default=1, help="processes (each loads the models)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--no-shared-prefill", action="store_true",
+                    help="recompute video features and target prefill for every method")
+    ap.add_argument("--out", default=None, help="JSON output (summary + per-video records)")
+    ap.add_argument("--md", default=None, help="markdown output (default: --out with .md)")
+    args = ap.parse_args(argv)
+    args.sets = [s for s in args.sets.split(",") if s]
+    args.methods = [m for m in args.methods.split(",") if m]
+    args.pairs = [p for p in args.pairs.split(",") if p]
+    if any(s not in ("short", "long") for s in args.sets):
+        ap.error("--sets takes short and/or long")
+    if any(p not in PAIRS for p in args.pairs):
+        ap.error("--pairs takes std and/or self")
+    if args.seed_base < TRAIN_SEED_LIMIT:
+        ap.error(f"--seed-base must be >= {TRAIN_SEED_LIMIT} (training seeds are below it)")
+    return args
+
+
+def main(argv=None) -> int:
+    from tqdm import tqdm
+
+    args = parse_args(argv)
+    if not Path(args.target, "config.json").exists():
+        print(f"error: no model in {args.target}", file=sys.stderr)
+        return 2
+    if "std" in args.pairs and not Path(args.draft, "config.json").exists():
+        print(f"error: no draft in {args.draft} (use --pairs self)", file=sys.stderr)
+        return 2
+    jobs = [(k, i) for k in args.sets for i in range(args.num_videos)]
+    t0 = time.time()
+    records: list[dict] = []
+    bar = tqdm(total=len(jobs), desc="eval", unit="video", dynamic_ncols=False, ncols=110, file=sys.stderr)
+
+    def progress(rec: dict) -> None:
+        records.append(rec)
+        done = [r for r in records if r["set"] == rec["set"]]
+        acc = np.mean([np.mean([r["correct"]["count"], r["correct"]["text"]] +
+                               [r["correct"][a][0] / max(r["correct"][a][1], 1) for a in ("colour", "shape", "motion")])
+                       for r in done])
+        k = f"{args.pairs[0]}/specvlm"
+        tau = (sum(r["tau"][k][0] for r in done) / max(1, sum(r["tau"][k][1] for r in done))) if k in rec["tau"] else 0
+        bad = sum(not v for r in records for v in r["identical"].values())
+        bar.set_postfix_str(f"{rec['set']} acc {acc:.2f} tau {tau:.2f} mismatch {bad}", refresh=False)
+        bar.update(1)
+
+    if args.workers <= 1:
+        init_worker(args)
+        for job in jobs:
+            progress(eval_video(job))
+    else:
+        import multiprocessing as mp
+
+        # interleave long and short jobs so both sets progress together
+        order = sorted(jobs, key=lambda j: (j[1], j[0]))
+        with mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args,)) as pool:
+            for rec in pool.imap_unordered(eval_video, order, chunksize=1):
+                progress(rec)
+    bar.close()
+    records.sort(key=lambda r: (args.sets.index(r["set"]), r["index"]))
+    seconds = time.time() - t0
+    summary = summarise(records, args)
+    goal = goals(summary, args)
+    meta = {"num_videos": args.num_videos, "seconds": seconds, "workers": max(1, args.workers),
+            "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+            "command": "python " + " ".join([os.path.relpath(__file__, ROOT)] + list(argv or sys.argv[1:]))}
+    md = markdown(summary, goal, args, meta)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "md")}
+        for k in ("target", "draft"):
+            p = Path(cfg[k]).resolve()
+            cfg[k] = str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+        out.write_text(json.dumps({"config": cfg, "meta": meta, "summary": summary, "goals": goal,
+                                   "records": records}, indent=1, default=float))
+        md_path = Path(args.md) if args.md else out.with_suffix(".md")
+        md_path.write_text(md)
+        print(f"wrote {out} and {md_path}", file=sys.stderr)
+    elif args.md:
+        Path(args.md).write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
