@@ -10,7 +10,14 @@ that the engine polls through ``should_stop`` every step.
 Update dicts use the keys in :data:`OUTPUT_KEYS` (plus ``"error"``, a readable message the
 UI also shows as a toast); each yield carries only what changed, the last one everything.
 
-Source: SpecVLM Studio issue 4; DESIGN 1-3, 4.12 (metrics), 8 (Gradio traps).
+Robustness (issue 6): every request is checked before any model work against :class:`Limits`
+(upload size, duration via a time-limited probe, prompt length, frame and token caps); any
+failure ends the request with one message naming the input, never an exception; an
+out-of-memory error drops its traceback and frees accelerator memory before the next request;
+Stop and closed pages end the decode thread itself; :class:`UploadJanitor` deletes uploads
+as soon as no page shows them and no running or queued request needs them.
+
+Source: SpecVLM Studio issues 4 and 6; DESIGN 1-3, 4.12 (metrics), 8 (Gradio traps).
 """
 from __future__ import annotations
 
@@ -61,6 +68,8 @@ class UserError(ValueError):
 
 
 MB = 1024 * 1024
+MAX_SRT_MB = 5
+"""Largest subtitle file accepted (MiB); real .srt files are kilobytes."""
 
 
 def _env_num(name: str, default: float) -> float:
@@ -564,6 +573,14 @@ class Backend:
         """
         if not path:
             return ""
+        try:
+            size = Path(path).stat().st_size
+        except OSError:
+            raise UserError(f"The subtitle file {Path(path).name!r} is no longer on the server; upload it again.") \
+                from None
+        if size > MAX_SRT_MB * MB:
+            raise UserError(f"The subtitle file {Path(path).name!r} is {size / MB:.1f} MB; subtitle files over "
+                            f"{MAX_SRT_MB} MB are not accepted.")
         try:
             cues = self.engine.load_srt(path)
         except ImportError:

@@ -19,7 +19,14 @@ Backends (measured with decord 0.6.0 and PyAV 18.1 on Linux):
 
 Timestamps are seconds from the first video frame, read from the stream
 (decord ``get_frame_timestamp`` / PyAV packet and frame pts), never
-``index / avg_fps``, so variable frame rate is right.
+``index / avg_fps``, so variable frame rate is right. decord returns
+AV_NOPTS garbage (about -9.2e17 s) for some files (H.264 in AVI); then the
+packet times are used instead.
+
+Memory and work stay bounded for 4K and long videos: only the sampled frames
+are converted, scaled to ``max_pixels`` while decoding; the PyAV fallback
+seeks to the keyframe before each sampled frame when they are far apart, so a
+long AV1 file decodes a few GOPs, not the whole stream.
 
 Source: DESIGN.md sections 2 and 8; decord issues dmlc/decord#51 (rotation) and
 dmlc/decord#336 (size mismatch on small widths).

@@ -7,6 +7,11 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny models: one thread is fastest and never oversubscribes
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 
 def make_clip(num_frames: int = 8, side: int = 112, seed: int = 0, fps: float = 4.0):

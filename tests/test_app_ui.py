@@ -115,7 +115,7 @@ def test_tokens_html_colours_and_escapes():
 def _video_files(tmp_path, monkeypatch):
     """The fake engine decodes nothing, but the backend checks that the upload exists."""
     monkeypatch.chdir(tmp_path)
-    for name in ("clip.mp4", "broken.bad"):
+    for name in ("clip.mp4", "broken.bad", "a.srt", "x.bad.srt"):
         (tmp_path / name).write_bytes(b"\x00" * 16)
 
 

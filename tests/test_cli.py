@@ -44,7 +44,7 @@ def checkpoints(tmp_path_factory, qwen_tiny, llava_tiny):
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specvlm", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
+                          env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])

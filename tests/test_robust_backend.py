@@ -522,3 +522,14 @@ def test_backend_run_with_janitor_leaves_the_upload_dir_clean(tmp_path):
 def test_nan_and_inf_are_not_numbers_we_accept(clip):
     last = _run(Backend(IOEngine()), clip, drop_rate=math.inf)
     assert "finite" in last["error"]
+
+
+def test_missing_or_huge_subtitle_file(tmp_path):
+    b = Backend(IOEngine())
+    with pytest.raises(UserError, match="gone.srt.*upload it again"):
+        b.subtitles_text(str(tmp_path / "gone.srt"))
+    big = tmp_path / "big.srt"
+    with open(big, "wb") as f:
+        f.truncate(6 * 1024 * 1024)
+    with pytest.raises(UserError, match="big.srt.*not accepted"):
+        b.subtitles_text(str(big))
