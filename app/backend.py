@@ -124,9 +124,10 @@ class Limits:
 
     def describe(self) -> str:
         """One Markdown line for the page."""
-        return (f"Limits on this server: videos up to **{self.max_upload_mb:g} MB** and **{_duration(self.max_duration_s)}**, "
-                f"prompts up to {self.max_prompt_chars} characters, ≤ {self.max_frames} frames, "
-                f"≤ {self.max_new_tokens} new tokens. Larger videos are downscaled and sampled, never decoded whole.")
+        return (f"Limits on this server: videos up to **{self.max_upload_mb:g} MB** and "
+                f"**{_duration(self.max_duration_s)}**, prompts up to {self.max_prompt_chars} characters, "
+                f"≤ {self.max_frames} frames, ≤ {self.max_new_tokens} new tokens. "
+                "Large videos are downscaled and sampled, never decoded whole.")
 
 
 @dataclasses.dataclass(frozen=True)

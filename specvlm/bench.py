@@ -846,6 +846,10 @@ def format_report(report: dict) -> str:
     out += [f"- {label}: {note}" for label, note in sorted(notes)]
     out += [f"- HF peers: stock generate() with {m['hf_attention']} attention, timed by {m['hf_timing']}",
             f"- speedup: {m['speedup']}", ""]
+    spread = [r["speedup_max"] / r["speedup_min"] for r in report["results"] if r["speedup_min"]]
+    if spread and max(spread) > 1.5:
+        out += [f"WARNING: per-round speedups of one method differ up to {max(spread):.1f}x: the machine is noisy "
+                "(other load?); use more --repeats or a quiet machine before trusting the verdict.", ""]
     out += ["### Verdict", ""] + [f"{v['status']:4}  {v['goal']}: {v['detail']}" for v in report["verdict"]]
     return "\n".join(out)
 

@@ -78,27 +78,33 @@ def prealloc_cache(model) -> PreallocCache:
 def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """Attention for short masked queries without repeating KV per head.
 
+    Query heads that share a KV head are folded into the query axis, so one batched matmul per KV
+    head reads the cache once; the additive mask is broadcast over the folded heads in place.
+
     Args:
-        query: (B, H, n, d); key/value: (B, KV, L, d); attention_mask: float (B|1, 1, n, L) or None.
+        query: (B, H, n, d); key/value: (B, KV, L, d); attention_mask: (B|1, 1, n, L) additive float
+            or bool (True = visible), or None.
 
     Returns:
-        (attn_output (B, n, H, d), None). Long queries or no mask: transformers' SDPA.
+        (attn_output (B, n, H, d), None). Long queries or no mask: transformers' SDPA path.
     """
     b, h, n, d = query.shape
-    kvh = key.shape[1]
+    kvh, L = key.shape[1], key.shape[-2]
     if attention_mask is None or n > MAX_GROUPED_QUERY or kvh == h or attention_mask.dim() != 4 \
-            or attention_mask.shape[1] != 1 or attention_mask.dtype == torch.bool:
+            or attention_mask.shape[1] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     g = h // kvh
     scale = scaling if scaling is not None else d ** -0.5
-    q = query.reshape(b, kvh, g * n, d) * scale
-    scores = torch.matmul(q, key.transpose(-1, -2)).view(b, kvh, g, n, -1)  # (B, KV, G, n, L)
-    scores += attention_mask[:, :, None, :, : key.shape[-2]].to(scores.dtype)
+    mask = attention_mask[..., :L]
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
+            ~mask, torch.finfo(query.dtype).min)
+    scores = torch.matmul(query.reshape(b, kvh, g * n, d), key.transpose(-1, -2))  # (B, KV, G*n, L)
+    scores.mul_(scale).view(b, kvh, g, n, L).add_(mask[:, :, None].to(scores.dtype))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    out = torch.matmul(probs.view(b, kvh, g * n, -1), value)  # (B, KV, G*n, d)
-    out = out.view(b, h, n, d).transpose(1, 2).contiguous()
-    return out, None
+    out = torch.matmul(probs, value)  # (B, KV, G*n, d)
+    return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTN_IMPL, gqa_attention)

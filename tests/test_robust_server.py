@@ -7,7 +7,6 @@ videos are written by PyAV into temporary folders; uploads go to a private GRADI
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import html
 import re
 import sys
