@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from specvlm.fast import set_text_attn_implementation, text_attn_implementation
 from specvlm.config import DECODE_METHODS, PRUNE_METHODS, DecodeConfig, VideoConfig
 from specvlm.metrics import first_divergence, peak_memory_mb
 from specvlm.types import VideoClip
@@ -421,17 +422,17 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
     assistant = kw.get("assistant_model")
     saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
     models = list({id(m): m for m in (model, assistant) if m is not None}.values())
-    impls = [(m, m.config._attn_implementation) for m in models]
+    impls = [(m, text_attn_implementation(m)) for m in models]
     try:
         for m in models:  # stock transformers attention for the peers, whatever the engine uses
-            m.set_attn_implementation(HF_ATTENTION)
+            set_text_attn_implementation(m, HF_ATTENTION)
         feed = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in enc.items()}
         out = model.generate(**feed, **kw, streamer=streamer)
     finally:
         if hook is not None:
             hook.remove()
         for m, impl in impls:
-            m.set_attn_implementation(impl)
+            set_text_attn_implementation(m, impl)
         if assistant is not None:
             assistant.generation_config = saved  # HF's heuristic schedule mutates it across calls
     return out, streamer, (count[0] if hook is not None else None)

@@ -21,6 +21,7 @@ import torch
 
 from specvlm import kv
 from specvlm.config import DecodeConfig, SamplingConfig
+from specvlm.fast import set_text_attn_implementation, text_attn_implementation
 from specvlm.metrics import Timer, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair
 from specvlm.pruning import prune
@@ -155,14 +156,14 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None)
     scores = None
     if with_scores:
-        impl = model.config._attn_implementation
+        impl = text_attn_implementation(model)
         sink: list[torch.Tensor] = []
         handles = _score_hooks(ad.language_model(model), sink)
-        model.set_attn_implementation("eager")
+        set_text_attn_implementation(model, "eager")
         try:
             logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
         finally:
-            model.set_attn_implementation(impl)
+            set_text_attn_implementation(model, impl)
             for h in handles:
                 h.remove()
         if not sink:

@@ -111,6 +111,18 @@ AttentionInterface.register(ATTN_IMPL, gqa_attention)
 AttentionMaskInterface.register(ATTN_IMPL, sdpa_mask)
 
 
+def text_attn_implementation(model) -> str:
+    """The attention implementation of ``model``'s language model."""
+    return model.config.get_text_config(decoder=True)._attn_implementation
+
+
+def set_text_attn_implementation(model, impl: str) -> None:
+    """Switch only the language model's attention (the vision tower keeps its own)."""
+    model.set_attn_implementation({"text_config": impl})
+
+
 def use_fast_attention(model) -> None:
-    """Switch ``model`` to the ``specvlm_gqa`` attention (numerically SDPA)."""
-    model.set_attn_implementation(ATTN_IMPL)
+    """Switch ``model``'s language model to the ``specvlm_gqa`` attention (SDPA for everything but
+    short masked queries); the vision tower and ``generate()`` outside our engine are unaffected
+    apart from that."""
+    set_text_attn_implementation(model, ATTN_IMPL)
