@@ -273,6 +273,7 @@ class _Emitter:
         self.ids: list[int] = []
         self.text = ""
         self.done = False
+        self._prefix = self._read = 0
 
     def take(self, tokens: list[int]) -> list[int]:
         """Append tokens up to the first EOS / the budget; returns those actually emitted."""
@@ -287,9 +288,19 @@ class _Emitter:
         return out
 
     def delta(self) -> str:
-        new = self.tok.decode(self.ids, skip_special_tokens=True)
-        d, self.text = new[len(self.text):] if new.startswith(self.text) else new, new
-        return d
+        """Text for the tokens since the last call (incremental: decodes a short window, not all ids).
+
+        Holds back text that ends in an incomplete UTF-8 sequence (U+FFFD) until it completes or
+        the generation ends.
+        """
+        window = self.tok.decode(self.ids[self._prefix:], skip_special_tokens=True)
+        head = self.tok.decode(self.ids[self._prefix:self._read], skip_special_tokens=True)
+        if len(window) <= len(head) or (window.endswith("\ufffd") and not self.done):
+            return ""
+        self._prefix, self._read = self._read, len(self.ids)
+        out = window[len(head):]
+        self.text += out
+        return out
 
 
 class _Picker:

@@ -188,3 +188,11 @@ def test_std_sd_padded_vocab_and_tokenizer_check(pairs, qwen_tiny, llava_tiny):
     assert pair.target.lm_head.weight.shape[0] != pair.draft.lm_head.weight.shape[0]
     with pytest.raises(TokenizerMismatchError):
         pair_from_models(qwen_tiny[0], qwen_tiny[1], llava_tiny[0], llava_tiny[1])
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_streamed_text_deltas_join_to_the_full_text(pairs, fam):
+    pair = pairs[(fam, "self")]
+    events = list(stream(pair, make_clip(), PROMPT, _cfg("specvlm", n=40)))
+    ids = [t for e in events[1:] for t in e.token_ids]
+    assert "".join(e.text for e in events[1:]) == pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
