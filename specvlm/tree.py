@@ -207,13 +207,13 @@ def build_dynamic(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int,
     Source: EAGLE-2 (Li et al. 2024), Sec. 4.1-4.2.
     """
     nodes: list = []
-    lp, tok = root_logp.float().topk(min(top_k, root_logp.numel()))
+    lp, tok = (t.cpu() for t in root_logp.float().topk(min(top_k, root_logp.numel())))
     frontier = [_add(nodes, int(t), -1, 1, float(s)) for s, t in zip(lp.tolist(), tok.tolist())]
     for d in range(2, depth + 1):
         logp = feed(frontier, _view(nodes)).float()
         base = torch.tensor([nodes[i][3] for i in frontier])[:, None]
         k = min(top_k, logp.shape[-1])
-        child_lp, child_tok = logp.topk(k, dim=-1)
+        child_lp, child_tok = (t.cpu() for t in logp.topk(k, dim=-1))  # one device sync per level
         cand = (base + child_lp).flatten()
         order = torch.argsort(cand, descending=True, stable=True)
         new = []
