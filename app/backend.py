@@ -686,7 +686,7 @@ class Backend:
         van, spec = _RunState("Vanilla", decode), _RunState(label, decode)
         runs += [van, spec]
         view.update(clip=clip, pair=pair, dec=dec, mode=heatmap_mode)
-        notes = " ".join([prompt_note, *(getattr(clip, "notes", []) or [])]).strip()
+        notes = "; ".join(n for n in [prompt_note.rstrip("."), *(getattr(clip, "notes", []) or [])] if n)
         view["notes"] = notes
         yield self._full(runs, view) | {"status": f"Prefill (vanilla)… {len(clip.frames)} frames. {notes}"}
         if stop.is_set():

@@ -4,12 +4,17 @@ Source: SpecVLM Studio issue 4; DESIGN 8 (one decode at a time, Stop ends the lo
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
+import numpy as np
 
 from app import plots
 from app.backend import DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, Backend, Settings, UploadJanitor, UserError
@@ -60,7 +65,7 @@ def _methods() -> Sequence[str]:
 
 
 def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
-               cache_ttl_s: int | None = 3600) -> gr.Blocks:
+               cache_ttl_s: int | None = 3600, scratch_dir: str | None = None) -> gr.Blocks:
     """Build the page over ``backend`` (nothing runs until a button is pressed).
 
     Args:
@@ -69,6 +74,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         cache_ttl_s: Gradio deletes files it cached (gallery images, leftovers) older than this,
             checking every quarter of it (None: never). Uploads are removed earlier, as soon as no
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
+        scratch_dir: where each request writes its temporary files (a private folder removed
+            when the request ends); default the system temp folder.
 
     Returns:
         The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare``, Stop as ``/stop``.
@@ -91,7 +98,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         c.update(_output_section())
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
-        _wire(backend, c, janitor, demo)
+        _wire(backend, c, janitor, demo, scratch_dir)
     demo.specvlm_components = c
     demo.specvlm_janitor = janitor
     return demo
@@ -122,6 +129,35 @@ def queued_files(demo: gr.Blocks) -> set[str] | None:
     except Exception:  # a Gradio upgrade changed the internals: keep files (delete_cache cleans up)
         log.warning("could not inspect the Gradio queue", exc_info=True)
         return None
+
+
+@contextlib.contextmanager
+def request_scratch(root: str | None = None) -> Iterator[Path]:
+    """A private temporary folder for one request, removed with everything in it at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="specvlm-req-", dir=root))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def gallery_files(items: Sequence[Any] | None, folder: Path) -> list[Any]:
+    """Gallery items with numpy images written to PNG files in ``folder``.
+
+    Gradio caches numpy images under a hash of their bytes and rewrites that file on every
+    request, so when two users get the same image (same example, same settings) one of them can
+    download it half-written. Files are copied into the cache atomically and reused instead.
+    """
+    from PIL import Image
+    out = []
+    for item in items or []:
+        img, cap = item if isinstance(item, (tuple, list)) else (item, None)
+        if isinstance(img, np.ndarray):
+            path = folder / f"frame-{uuid.uuid4().hex[:12]}.png"
+            Image.fromarray(np.ascontiguousarray(img, dtype=np.uint8)).save(path, format="PNG")
+            img = str(path)
+        out.append((img, cap))
+    return out
 
 
 def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
@@ -218,7 +254,8 @@ def _output_section() -> dict[str, Any]:
     return c
 
 
-def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks) -> None:
+def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
+          scratch_dir: str | None = None) -> None:
     """Events: Run (shared GPU queue, one at a time), Stop (own queue), subtitles, preset, heatmap
     toggle, and upload bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     outputs = [c[k] for k in OUTPUT_KEYS]
@@ -233,12 +270,14 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                             drop_rate=r, top_p=lam, tree_shape=tree_shape, depth=depth_v, top_k=top_k_v,
                             total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v)
         session = getattr(request, "session_hash", None)
-        with janitor.using([video_path]):
+        with janitor.using([video_path]), request_scratch(scratch_dir) as tmp:
             for upd in backend.run(video_path, prompt_text, settings, session=session,
                                    progress=lambda f, desc: progress(f, desc=desc), heatmap_mode=mode):
                 err = upd.pop("error", None)
                 if err:
                     gr.Warning(err)
+                if "gallery" in upd:
+                    upd["gallery"] = gallery_files(upd["gallery"], tmp)
                 yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
 
     if spaces is not None:
@@ -268,6 +307,12 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         backend.stop(session)
         janitor.release_session(session)
 
+    def toggle_heatmaps(state, mode):
+        """Switch the gallery between pruning stages and raw scores."""
+        with request_scratch(scratch_dir) as tmp:
+            items, legend = backend.pick_heatmaps(state, mode)
+            yield gallery_files(items, tmp), legend
+
     def on_preset(name):
         """Show the preset's description and suggest its frame count and token budget."""
         md, frames, max_new = backend.preset_info(name)
@@ -283,5 +328,5 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     demo.unload(on_unload)
     c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
                        api_visibility="private")
-    c["hm_mode"].change(backend.pick_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
+    c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")

@@ -139,6 +139,9 @@ def _score_hooks(lm: torch.nn.Module, sink: list[torch.Tensor]) -> list[Any]:
 def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> TargetPrefill:
     """Two-pass target prefill: pass A up to the last video token, pass B the rest.
 
+    A subtitle transcript after the video (:mod:`specvlm.prompting`) goes into pass A, so the
+    scores stay question-to-video attention as in the paper.
+
     Pass B runs with eager attention only when ``with_scores``; each layer's weights are reduced
     by a forward hook as soon as they exist, so memory stays O(heads x text x L) for one layer.
 
@@ -151,7 +154,10 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
         raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
     emb = prompt_embeds(model, ad, inputs)
     L = emb.shape[1]
-    split = min(int(inputs.video_index[-1]) + 1, L - 1)
+    last = int(inputs.video_index[-1])
+    if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
+        last = max(last, int(inputs.subtitle_mask.nonzero().max()))  # transcript: pass A, not a score query
+    split = min(last + 1, L - 1)
     cache = kv.new_cache(model)
     lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None)
     scores = None
@@ -174,11 +180,16 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1])
 
 
-def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor) -> tuple[Any, int]:
+def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor,
+                  target_inputs: ModelInputs | None = None) -> tuple[Any, int]:
     """Draft prefill on all text tokens + the kept video tokens, at their original positions.
 
     Args:
+        inputs: the draft's view of the prompt (with the subtitle transcript unless it is hidden
+            from the draft: ``inputs.draft_drop_mask()``).
         keep: int64 (K,) sorted indices into the V video tokens.
+        target_inputs: the target's view when it differs from ``inputs`` (subtitle mode
+            ``draft``); a Self-SD draft then reuses the target's video features only.
 
     Returns:
         (draft cache, draft prompt length).
@@ -189,9 +200,16 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
     seq_keep = torch.ones(L, dtype=torch.bool)
     seq_keep[inputs.video_index] = False
     seq_keep[inputs.video_index[keep]] = True
+    drop = inputs.draft_drop_mask()
+    if drop is not None:
+        seq_keep &= ~drop
     idx = seq_keep.nonzero().flatten()
     draft = pair.draft
-    if pair.self_sd:
+    if pair.self_sd and target_inputs is not None and target_inputs is not inputs:
+        emb = embed_tokens(draft, inputs.input_ids).clone()
+        feats = target.embeds[0, target_inputs.video_index.to(target.embeds.device)]
+        emb[0, inputs.video_index.to(emb.device)] = feats.to(emb.dtype)
+    elif pair.self_sd:
         emb = target.embeds
     else:
         emb = prompt_embeds(draft, pair.draft_adapter, inputs)
@@ -209,10 +227,13 @@ class DraftRunner:
         pair: the model pair.
         cache: draft cache after draft prefill.
         rope_dims: R, rows of the position ids.
+        pos_offset: draft position - target position for the same token (> 0 when the draft's
+            prompt holds a subtitle transcript the target's does not).
     """
 
-    def __init__(self, pair: ModelPair, cache: Any, rope_dims: int):
+    def __init__(self, pair: ModelPair, cache: Any, rope_dims: int, pos_offset: int = 0):
         self.pair, self.cache, self.R = pair, cache, rope_dims
+        self.offset = int(pos_offset)
         self.model, self.ad = pair.draft, pair.draft_adapter
         self.base = kv.cache_length(cache)
         self.root_pos = 0
@@ -222,12 +243,13 @@ class DraftRunner:
         return torch.log_softmax(logits[..., : self.pair.shared_vocab].float(), -1)
 
     def feed_pending(self, tokens: list[int], root_pos: int) -> torch.Tensor:
-        """Feed tokens not yet in the draft cache, ending with the root at ``root_pos``.
+        """Feed tokens not yet in the draft cache, ending with the root at target position ``root_pos``.
 
         Returns:
             float32 (vocab,) draft log-probs after the root.
         """
         n = len(tokens)
+        root_pos = root_pos + self.offset
         pos = torch.arange(root_pos - n + 1, root_pos + 1).expand(self.R, n)
         logits = lm_forward(self.model, self.ad, embed_tokens(self.model, tokens), pos, self.cache)
         self.base = kv.cache_length(self.cache)
@@ -328,7 +350,8 @@ def _rope_dims(inputs: ModelInputs) -> int:
 # --------------------------------------------------------------------------- streams
 def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None, *,
            inputs: ModelInputs | None = None, should_stop: Callable[[], bool] | None = None,
-           record_trees: bool = False) -> Iterator[PrefillInfo | StepEvent]:
+           record_trees: bool = False, subtitles: list | None = None,
+           subtitle_mode: str = "both") -> Iterator[PrefillInfo | StepEvent]:
     """Decode one request, streaming events.
 
     Args:
@@ -339,6 +362,9 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
         inputs: prepared inputs (skips the processor), e.g. from ``pair.adapter.prepare``.
         should_stop: polled before every step; True ends the stream early.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
+        subtitles: cues put in the prompt as a timestamped transcript (ignored with ``inputs``).
+        subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``
+            (:mod:`specvlm.prompting`).
 
     Yields:
         One PrefillInfo, then StepEvents (step 0 = the prefill token).
@@ -350,19 +376,31 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
     with torch.inference_mode():
         t0 = time.perf_counter()
         if inputs is None:
-            inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+            if subtitles:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt, subtitles=subtitles,
+                                              subtitle_mode=subtitle_mode)
+            else:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
         if config.speculative:
             yield from _stream_speculative(pair, inputs, config, t0, should_stop, record_trees)
         else:
             yield from _stream_vanilla(pair, inputs, config, t0, should_stop)
 
 
+def _subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
+    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft")."""
+    hidden = {"target": "draft", "draft": "target"}[seen_by]
+    return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
+
+
 def _stream_vanilla(pair, inputs, config, t0, should_stop):
     dev = pair.device
+    n_sub = _subtitle_tokens(inputs, "target")
+    inputs = inputs.for_target()
     with Timer(dev) as t_pre:
         tp = prefill_target(pair, inputs, with_scores=False)
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
-                      inputs.token_grid, inputs.frames_per_token)
+                      inputs.token_grid, inputs.frames_per_token, n_sub, 0)
     em = _Emitter(pair, config)
     pick = _Picker(config.sampling)
     t_dec = time.perf_counter()
@@ -386,25 +424,28 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
 def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
     dev = pair.device
     method = config.prune.method
+    t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
     with Timer(dev) as t_pre:
-        tp = prefill_target(pair, inputs, with_scores=method in SCORE_METHODS)
+        tp = prefill_target(pair, t_in, with_scores=method in SCORE_METHODS)
     # 4.3-4.6 pruning (pure)
     with Timer() as t_prune:
-        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens)
-    # 4.7 draft prefill on kept video tokens, original positions
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions
     with Timer(pair.draft.device) as t_dpre:
-        d_cache, d_len = prefill_draft(pair, inputs, tp, pr.keep)
-    yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
-                      t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token)
+        d_cache, d_len = prefill_draft(pair, inputs, tp, pr.keep, target_inputs=t_in)
+    yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
+                      t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
+                      _subtitle_tokens(inputs, "target"), _subtitle_tokens(inputs, "draft"))
     em = _Emitter(pair, config)
     pick = _Picker(config.sampling)
     t_dec = time.perf_counter()
     first = pick(tp.last_logits)
     em.take([first])
     yield StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
-    runner = DraftRunner(pair, d_cache, _rope_dims(inputs))
-    pos, root, pending, step = inputs.next_position, first, [first], 0
+    runner = DraftRunner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
+    pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     while not em.done and not (should_stop and should_stop()):
         step += 1

@@ -142,6 +142,7 @@ def select_video_tokens(
     seed: int = 0,
     *,
     num_video_tokens: int | None = None,
+    force_keep: torch.Tensor | None = None,
 ) -> PruneResult:
     """Choose which video tokens the draft sees.
 
@@ -161,6 +162,9 @@ def select_video_tokens(
         grid: int (V, 3) (frame, row, col) per video token; required for ``frame``.
         seed: RNG seed for ``random``.
         num_video_tokens: V when neither scores nor grid is given.
+        force_keep: int (F,) video-token indices that must be kept (e.g. tokens covering
+            on-screen text), or None. K does not change; see :func:`_with_forced` for how
+            the budget is shared.
 
     Returns:
         PruneResult with CPU int64 sorted unique ``keep`` (K,), ``stage1`` (k1,)
@@ -208,7 +212,69 @@ def select_video_tokens(
             raise ValueError("pruning method 'frame' needs the token grid (V, 3) of (frame, row, col).")
         keep = _frame_keep(grid, k)
     scores_out = s.to(torch.float32) if s is not None else None
-    return PruneResult(keep=keep, stage1=stage1, stage2=stage2, scores=scores_out, num_video_tokens=v, method=method)
+    forced = None
+    if force_keep is not None:
+        forced = _forced_set(force_keep, v, k, s)
+        keep, stage1, stage2 = _with_forced(method, forced, keep, s, v, k, top_p)
+    return PruneResult(keep=keep, stage1=stage1, stage2=stage2, scores=scores_out, num_video_tokens=v, method=method,
+                       forced=forced)
+
+
+def _forced_set(force_keep: torch.Tensor, v: int, k: int, s: torch.Tensor | None) -> torch.Tensor:
+    """Sorted unique forced indices, at most K of them (the highest-scoring, else evenly spaced)."""
+    f = torch.unique(torch.as_tensor(force_keep).detach().to("cpu", torch.long).reshape(-1))
+    if f.numel() and (int(f.min()) < 0 or int(f.max()) >= v):
+        raise ValueError(f"force_keep holds indices outside [0, {v}).")
+    if f.numel() <= k:
+        return f
+    if s is not None:
+        top = torch.sort(s[f], descending=True, stable=True).indices[:k]
+        return torch.sort(f[top]).values
+    return f[stage2_uniform(int(f.numel()), None, k)]
+
+
+def _with_forced(method: str, forced: torch.Tensor, keep: torch.Tensor, s: torch.Tensor | None, v: int, k: int,
+                 top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Make room for the forced tokens; exactly K kept (``none``: all V).
+
+    Budget sharing: the F forced tokens are kept first and count against K (if F > K only the K
+    highest-scoring forced tokens are kept, or K evenly spaced ones without scores). ``specvlm``:
+    the forced tokens' scores count toward Stage I's λ mass; Stage I then adds the best other
+    tokens until λ·total is reached, at most K − F; Stage II spreads the remainder uniformly over
+    the tokens left. ``attention``: the K − F best other tokens. Other methods: K − F of the
+    method's own picks outside the forced set, evenly spaced among them.
+
+    Returns:
+        (keep (K,), stage1, stage2), sorted; stages exclude the forced tokens.
+    """
+    budget = k - int(forced.numel())
+    if method == "none":
+        return keep, _EMPTY.clone(), _EMPTY.clone()
+    if method == "specvlm":
+        stage1 = _stage1_after(s, forced, budget, top_p)
+        stage2 = stage2_uniform(v, torch.cat([forced, stage1]), budget - int(stage1.numel()))
+        return torch.sort(torch.cat([forced, stage1, stage2])).values, stage1, stage2
+    if method == "attention":
+        order = torch.sort(s, descending=True, stable=True).indices
+        rest = order[~torch.isin(order, forced)][:budget]
+        stage1 = torch.sort(rest).values
+        return torch.sort(torch.cat([forced, stage1])).values, stage1, _EMPTY.clone()
+    rest = keep[~torch.isin(keep, forced)]
+    rest = rest[stage2_uniform(int(rest.numel()), None, budget)] if rest.numel() else rest
+    return torch.sort(torch.cat([forced, rest])).values, _EMPTY.clone(), _EMPTY.clone()
+
+
+def _stage1_after(s: torch.Tensor, forced: torch.Tensor, budget: int, top_p: float) -> torch.Tensor:
+    """Stage I top-p with the forced tokens' mass already covered (same slack as :func:`stage1_top_p`)."""
+    order = torch.sort(s, descending=True, stable=True).indices
+    order = order[~torch.isin(order, forced)]
+    total = float(s.sum())
+    need = float(top_p) * total - _TOP_P_RTOL * total - float(s[forced].sum())
+    if float(top_p) == 0.0 or total <= 0.0 or need <= 0.0 or order.numel() == 0:
+        k1 = 0
+    else:
+        k1 = min(int((torch.cumsum(s[order], 0) < need).sum()) + 1, int(order.numel()))
+    return torch.sort(order[:min(k1, budget)]).values
 
 
 def prune(
@@ -217,6 +283,7 @@ def prune(
     grid: torch.Tensor | None = None,
     *,
     num_video_tokens: int | None = None,
+    force_keep: torch.Tensor | None = None,
 ) -> PruneResult:
     """:func:`select_video_tokens` with settings from a :class:`PruneConfig`.
 
@@ -225,6 +292,7 @@ def prune(
         config: method, drop rate r, top-p λ and seed.
         grid: int (V, 3) (frame, row, col) per video token, for ``frame``.
         num_video_tokens: V when neither scores nor grid is given.
+        force_keep: int (F,) video tokens always kept (see :func:`select_video_tokens`).
 
     Returns:
         The PruneResult.
@@ -236,7 +304,7 @@ def prune(
     """
     return select_video_tokens(
         scores, config.method, config.drop_rate, config.top_p, grid=grid, seed=config.seed,
-        num_video_tokens=num_video_tokens,
+        num_video_tokens=num_video_tokens, force_keep=force_keep,
     )
 
 

@@ -52,6 +52,8 @@ class PruneResult:
         scores: float32 (V,), text-to-video attention scores (or None if not computed).
         num_video_tokens: V.
         method: the pruning method name.
+        forced: int64 (F,) sorted, tokens kept because the caller forced them (``force_keep``),
+            or None; they count against K and are in neither stage.
     """
 
     keep: torch.Tensor
@@ -60,6 +62,7 @@ class PruneResult:
     scores: torch.Tensor | None
     num_video_tokens: int
     method: str
+    forced: torch.Tensor | None = None
 
     @property
     def num_kept(self) -> int:
@@ -136,6 +139,8 @@ class PrefillInfo:
         draft_prefill_s: draft prefill time (s).
         token_grid: int64 (V, 3) (frame, row, col) per video token in the merged grid.
         frames_per_token: frames covered by one video token (2 for Qwen2.5-VL).
+        target_subtitle_tokens: subtitle transcript tokens in the target's prompt.
+        draft_subtitle_tokens: subtitle transcript tokens in the draft's prompt.
     """
 
     num_prompt_tokens: int
@@ -147,6 +152,8 @@ class PrefillInfo:
     draft_prefill_s: float
     token_grid: torch.Tensor | None = None
     frames_per_token: int = 1
+    target_subtitle_tokens: int = 0
+    draft_subtitle_tokens: int = 0
 
 
 @dataclass

@@ -365,6 +365,30 @@ def test_out_of_memory_while_loading_the_model(clip, monkeypatch):
     _ok(_run(b, clip))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs on GPU machines)")
+def test_real_cuda_oom_releases_device_memory(clip):
+    class CudaOOM(IOEngine):
+        def stream(self, pair, clip, prompt, config, should_stop):
+            if self.prompts:
+                return super().stream(pair, clip, prompt, config, should_stop)
+            self.prompts.append(prompt)
+            return self._boom()
+
+        def _boom(self):
+            held = torch.empty(1 << 30, device="cuda")  # 4 GiB, like a KV cache
+            yield from ()
+            torch.empty(1 << 50, device="cuda", dtype=torch.uint8) + held.sum()  # 1 PiB: a real CUDA OOM
+
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    b = Backend(CudaOOM())
+    last = _run(b, clip)
+    assert last["status"].startswith("**Error:** Out of memory")
+    assert torch.cuda.memory_allocated() == before  # the 4 GiB tensor is gone
+    assert torch.cuda.memory_reserved() < (1 << 30)  # and returned by empty_cache()
+    _ok(_run(b, clip))
+
+
 def test_is_oom_recognises_host_and_device_errors():
     e = Engine()
     assert e.is_oom(torch.OutOfMemoryError("x")) and e.is_oom(MemoryError())

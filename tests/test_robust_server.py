@@ -81,7 +81,8 @@ def _args(video, max_new=12, frames=4):
 
 
 def _uploads(folder: Path) -> list[Path]:
-    """Files in Gradio's folder other than the gallery images the page fetches after a run."""
+    """Files in Gradio's folder other than the gallery images the page fetches after a run
+    (Gradio's delete_cache removes those after an hour)."""
     return [p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() not in (".png", ".webp", ".jpg")]
 
 
@@ -89,13 +90,15 @@ def _uploads(folder: Path) -> list[Path]:
 def server(tmp_path, monkeypatch):
     """Launch the app; yields a namespace with url, backend, demo, upload dir and a clip."""
     upload_dir = tmp_path / "gradio"
+    scratch = tmp_path / "scratch"  # per-request temporary files (gallery PNGs) go here
+    scratch.mkdir()
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(upload_dir))
     from app.ui import build_demo
 
     def launch(engine=None, limits=None, max_file_size=None):
         backend = Backend(engine or TinyEngine(), device="cpu", dtype="float32", update_interval_s=0.05,
                           limits=limits or Limits())
-        demo = build_demo(backend, examples=[])
+        demo = build_demo(backend, examples=[], scratch_dir=str(scratch))
         port = free_port()
         demo.queue(default_concurrency_limit=1, max_size=64).launch(
             server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
@@ -106,7 +109,7 @@ def server(tmp_path, monkeypatch):
     clips = tmp_path / "clips"
     clips.mkdir()
     state = SimpleNamespace(launch=launch, demos=[], upload_dir=upload_dir, clip=_write_clip(clips / "clip.mp4"),
-                            clips=clips)
+                            clips=clips, scratch=scratch)
     yield state
     for d in state.demos:
         d.close()
@@ -133,6 +136,7 @@ def test_eight_concurrent_sessions_match_a_lone_run_and_leave_no_uploads(server)
         assert "Outputs identical" in summary
     assert len({c.session_hash for c in clients}) == 8
     assert _uploads(server.upload_dir) == [], "uploads left behind"  # same content = one shared path
+    assert list(server.scratch.iterdir()) == [], "request scratch folders left behind"
     assert not app.backend.active_workers()
     print(f"8 concurrent sessions: {elapsed:.1f} s")
 
@@ -185,3 +189,15 @@ def test_gradio_rejects_uploads_over_max_file_size(server):
     with pytest.raises(Exception, match="(?i)maximum allowed size|exceeds|413"):
         client.predict(*args, api_name="/compare")
     assert client.predict(api_name="/stop") in (None, ())  # still serving
+
+
+def test_gallery_images_are_written_as_files_in_the_request_folder(tmp_path):
+    from PIL import Image
+
+    from app.ui import gallery_files, request_scratch
+    img = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
+    with request_scratch(str(tmp_path)) as d:
+        (path, cap), (url, none) = gallery_files([(img, "frames 0-1"), ("http://x/y.png", None)], d)
+        assert cap == "frames 0-1" and url == "http://x/y.png" and none is None
+        np.testing.assert_array_equal(np.asarray(Image.open(path)), img)
+    assert list(tmp_path.iterdir()) == []

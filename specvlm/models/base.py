@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
+from specvlm.prompting import check_mode, subtitle_block, subtitle_mask, target_view, user_text
 from specvlm.types import VideoClip
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,12 @@ class ModelInputs:
         frames_per_token: frames covered by one video token along time.
         vision: processor tensors the video encoder needs (family specific).
         prompt_text: the chat-templated prompt string.
+        subtitle_mask: bool (L,) positions of the subtitle transcript's tokens, or None
+            (:mod:`specvlm.prompting`).
+        subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``.
+        subtitle_text: the transcript block as placed in the prompt ("" without subtitles).
+        force_keep: int64 (F,) video-token indices the draft must always keep (e.g. tokens
+            covering on-screen text), or None; see :func:`specvlm.pruning.select_video_tokens`.
     """
 
     input_ids: torch.Tensor
@@ -49,10 +56,29 @@ class ModelInputs:
     frames_per_token: int
     vision: dict[str, Any] = field(default_factory=dict)
     prompt_text: str = ""
+    subtitle_mask: torch.Tensor | None = None
+    subtitle_mode: str = "none"
+    subtitle_text: str = ""
+    force_keep: torch.Tensor | None = None
 
     @property
     def num_video_tokens(self) -> int:
         return int(self.video_index.numel())
+
+    @property
+    def num_subtitle_tokens(self) -> int:
+        """Tokens of the subtitle transcript in this prompt (0 without subtitles)."""
+        return 0 if self.subtitle_mask is None else int(self.subtitle_mask.sum())
+
+    def draft_drop_mask(self) -> torch.Tensor | None:
+        """Bool (L,) non-video tokens the draft's prefill skips (the transcript in ``target`` mode)."""
+        if self.subtitle_mode == "target" and self.subtitle_mask is not None:
+            return self.subtitle_mask
+        return None
+
+    def for_target(self) -> "ModelInputs":
+        """The inputs the target sees (without the transcript in ``draft`` mode; else ``self``)."""
+        return target_view(self)
 
     @property
     def next_position(self) -> int:
@@ -70,8 +96,13 @@ class Adapter(Protocol):
     family: str
     frames_per_token: int
 
-    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str) -> ModelInputs:
-        """Build :class:`ModelInputs` with the model's own processor and chat template."""
+    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,
+                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
+        """Build :class:`ModelInputs` with the model's own processor and chat template.
+
+        ``subtitles`` (cues) go into the prompt as a timestamped transcript after the video
+        (:mod:`specvlm.prompting`); ``subtitle_mode`` says who sees it.
+        """
 
     def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
         """Run the video encoder once: float (V, D) in the model's dtype, D = text hidden size."""
@@ -83,9 +114,32 @@ class Adapter(Protocol):
         """Convert (R, n) positions to what the language model expects."""
 
 
-def message_for(prompt: str) -> list[dict]:
-    """A one-turn chat with the video before the text (both families' convention)."""
-    return [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": prompt}]}]
+def message_for(prompt: str, block: str = "") -> list[dict]:
+    """A one-turn chat with the video before the text (both families' convention).
+
+    A non-empty subtitle transcript ``block`` is put between the video and the question
+    (:func:`specvlm.prompting.user_text`).
+    """
+    content = [{"type": "video"}, {"type": "text", "text": user_text(prompt, block)}]
+    return [{"role": "user", "content": content}]
+
+
+def attach_subtitles(inputs: ModelInputs, tokenizer: Any, block: str, mode: str) -> ModelInputs:
+    """Fill the subtitle fields of freshly prepared inputs (mask located from ``prompt_text``)."""
+    if not block:
+        return inputs
+    inputs.subtitle_mask = subtitle_mask(inputs.input_ids, tokenizer, inputs.prompt_text, block)
+    inputs.subtitle_mode = mode
+    inputs.subtitle_text = block
+    return inputs
+
+
+def subtitle_block_for(clip: VideoClip, subtitles: list | None, mode: str, frames_per_group: int) -> str:
+    """Validate the mode and build the transcript block ("" for no cues or mode ``none``)."""
+    check_mode(mode)
+    if not subtitles or mode == "none":
+        return ""
+    return subtitle_block(subtitles, clip.timestamps, frames_per_group)
 
 
 def check_prompt(prompt: str) -> str:

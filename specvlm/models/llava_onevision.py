@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import ModelInputs, check_prompt, message_for, register
+from specvlm.models.base import (ModelInputs, attach_subtitles, check_prompt, message_for, register,
+                                 subtitle_block_for)
 from specvlm.types import VideoClip
 
 
@@ -24,19 +25,27 @@ class LlavaOnevisionAdapter:
     family = "llava_onevision"
     frames_per_token = 1
 
-    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str) -> ModelInputs:
+    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,
+                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
         """Chat-template the prompt and process frames.
+
+        Args:
+            processor, model, clip, prompt: as for the Qwen2.5-VL adapter.
+            subtitles: cues or None; each frame gets its cues as a timestamped transcript line after
+                the video (:mod:`specvlm.prompting`).
+            subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
             ModelInputs with positions int64 (1, L) = arange(L) and token_grid (V, 3); the final
             newline token has grid (T-1, -1, -1).
 
         Raises:
-            ValueError: empty prompt.
+            ValueError: empty prompt, unknown subtitle mode.
         """
         check_prompt(prompt)
         frames = np.asarray(clip.frames)
-        text = processor.apply_chat_template(message_for(prompt), tokenize=False, add_generation_prompt=True)
+        block = subtitle_block_for(clip, subtitles, subtitle_mode, 1)
+        text = processor.apply_chat_template(message_for(prompt, block), tokenize=False, add_generation_prompt=True)
         enc = processor(text=[text], videos=[frames], return_tensors="pt")
         ids = enc["input_ids"]
         video_index = (ids[0] == model.config.video_token_id).nonzero().flatten()
@@ -49,8 +58,9 @@ class LlavaOnevisionAdapter:
         if grid.shape[0] != video_index.numel():
             raise ValueError(f"video tokens ({video_index.numel()}) do not match the video grid ({grid.shape[0]}).")
         positions = torch.arange(ids.shape[1])[None, :]
-        return ModelInputs(ids, positions, video_index, grid, self.frames_per_token,
-                           {"pixel_values_videos": enc["pixel_values_videos"]}, text)
+        inputs = ModelInputs(ids, positions, video_index, grid, self.frames_per_token,
+                             {"pixel_values_videos": enc["pixel_values_videos"]}, text)
+        return attach_subtitles(inputs, processor.tokenizer, block, subtitle_mode)
 
     def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
         """SigLIP + projector + pooling + newline once: float (V, D)."""

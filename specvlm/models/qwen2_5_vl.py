@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import ModelInputs, check_prompt, message_for, register
+from specvlm.models.base import (ModelInputs, attach_subtitles, check_prompt, message_for, register,
+                                 subtitle_block_for)
 from specvlm.types import VideoClip
 
 
@@ -21,7 +22,8 @@ class Qwen25VLAdapter:
     family = "qwen2_5_vl"
     frames_per_token = 2
 
-    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str) -> ModelInputs:
+    def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,
+                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
         """Chat-template the prompt, process frames with their real timing, compute M-RoPE positions.
 
         Args:
@@ -30,12 +32,16 @@ class Qwen25VLAdapter:
             clip: frames uint8 (T, H, W, 3) + timestamps (s). An odd T is padded by repeating
                 the last frame (temporal patch 2).
             prompt: user text.
+            subtitles: cues (:class:`specvlm.subtitles.Cue`) or None; each 2-frame token group gets
+                the cues of both its frames, as a timestamped transcript line after the video
+                (:mod:`specvlm.prompting`).
+            subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
             ModelInputs with positions int64 (3, L) and token_grid (V, 3) over (t, h/2, w/2).
 
         Raises:
-            ValueError: empty prompt or frames smaller than 28 px.
+            ValueError: empty prompt, frames smaller than 28 px or unknown subtitle mode.
         """
         check_prompt(prompt)
         frames = np.asarray(clip.frames)
@@ -46,7 +52,8 @@ class Qwen25VLAdapter:
             frames = np.concatenate([frames, frames[-1:]], axis=0)
         fps = float(clip.sample_fps) or 1.0
         meta = {"fps": fps, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
-        text = processor.apply_chat_template(message_for(prompt), tokenize=False, add_generation_prompt=True)
+        block = subtitle_block_for(clip, subtitles, subtitle_mode, self.frames_per_token)
+        text = processor.apply_chat_template(message_for(prompt, block), tokenize=False, add_generation_prompt=True)
         enc = processor(text=[text], videos=[frames], video_metadata=[meta], do_sample_frames=False,
                         return_tensors="pt")
         ids = enc["input_ids"]
@@ -63,8 +70,9 @@ class Qwen25VLAdapter:
         grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h // m), torch.arange(w // m),
                                           indexing="ij"), -1).reshape(-1, 3)
         vision = {k: enc[k] for k in ("pixel_values_videos", "video_grid_thw") if k in enc}
-        return ModelInputs(ids, positions[:, 0, :].clone(), video_index, grid, self.frames_per_token,
-                           vision, text)
+        inputs = ModelInputs(ids, positions[:, 0, :].clone(), video_index, grid, self.frames_per_token,
+                             vision, text)
+        return attach_subtitles(inputs, processor.tokenizer, block, subtitle_mode)
 
     def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
         """Video encoder + merger once: float (V, D) on the model's device and dtype."""

@@ -1,0 +1,538 @@
+"""Run records for failure inspection: where speculation breaks, step by step.
+
+A :class:`RunRecord` is everything needed to replay the inspection of one
+speculative run without a model: settings, prompt, the pruning sets and scores,
+and per verify step the emitted tokens, the accepted length, timings and the
+drafted tree (:class:`specvlm.types.DraftTreeRecord`). It is built from a
+stream's events (:func:`record_from_events`), saved as one plain, versioned JSON
+file (:func:`save_json` / :func:`load_json`) and queried with
+:func:`lowest_accept_steps` and :func:`step_tree`.
+
+The second half measures burned-in text awareness: which video tokens cover the
+on-screen text of a synthetic clip (:func:`text_token_mask`) and what share of
+them each pruning stage kept (:func:`stage_shares`).
+
+Source: SpecVLM Studio issue 8; DESIGN 4.4-4.5 (stages), 4.8-4.9 (trees, acceptance).
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from specvlm.types import PrefillInfo, PruneResult, StepEvent
+
+RECORD_FORMAT = "specvlm-run"
+RECORD_VERSION = 1
+"""Bumped whenever a field changes meaning; :func:`load_json` refuses newer versions."""
+
+
+class RecordError(ValueError):
+    """A run file is not a SpecVLM run record, or a step/record query is invalid."""
+
+
+# --------------------------------------------------------------------------- records
+@dataclass
+class PrefillRecord:
+    """The essentials of a :class:`PrefillInfo` as plain lists (JSON-ready).
+
+    Attributes:
+        num_prompt_tokens, num_video_tokens, num_draft_prompt_tokens: L, V, draft prompt length.
+        prefill_s, prune_s, draft_prefill_s: timings (s).
+        frames_per_token: frames covered by one video token along time.
+        method: pruning method, or None (vanilla).
+        keep, stage1, stage2: kept / Stage I / Stage II video-token indices (sorted).
+        forced: indices forced to be kept (``force_keep``), or None.
+        scores: float (V,) text-to-video attention scores, or None.
+        token_grid: (V, 3) (frame group, row, col) per video token, or None.
+        target_subtitle_tokens, draft_subtitle_tokens: transcript tokens each model saw.
+    """
+
+    num_prompt_tokens: int
+    num_video_tokens: int
+    num_draft_prompt_tokens: int
+    prefill_s: float = 0.0
+    prune_s: float = 0.0
+    draft_prefill_s: float = 0.0
+    frames_per_token: int = 1
+    method: str | None = None
+    keep: list[int] = field(default_factory=list)
+    stage1: list[int] = field(default_factory=list)
+    stage2: list[int] = field(default_factory=list)
+    forced: list[int] | None = None
+    scores: list[float] | None = None
+    token_grid: list[list[int]] | None = None
+    target_subtitle_tokens: int = 0
+    draft_subtitle_tokens: int = 0
+
+    @property
+    def num_kept(self) -> int:
+        return len(self.keep) if self.method is not None else self.num_video_tokens
+
+
+@dataclass
+class StepRecord:
+    """One StepEvent as plain data; ``tree`` is a DraftTreeRecord as a dict (or None)."""
+
+    step: int
+    token_ids: list[int]
+    text: str
+    accept_length: int
+    from_draft: list[bool]
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    tree_size: int = 0
+    elapsed_s: float = 0.0
+    num_generated: int = 0
+    tree: dict | None = None
+
+
+@dataclass
+class RunRecord:
+    """One run, replayable without a model.
+
+    Attributes:
+        settings: the DecodeConfig as a nested dict (``dataclasses.asdict``).
+        prompt: the user prompt.
+        prefill: :class:`PrefillRecord`.
+        steps: :class:`StepRecord` per StepEvent (step 0 = the prefill token).
+        token_text: id -> decoded text for every id in the outputs and trees (so a replay needs
+            no tokenizer); empty when no tokenizer was given.
+        timestamps: sampled-frame times (s), or [].
+        thumbnails: base64 PNG of the first frame of each token frame group (small), or [].
+        meta: free-form (model name, video path, subtitle mode, text coverage, ...).
+        version: :data:`RECORD_VERSION`.
+    """
+
+    settings: dict
+    prompt: str
+    prefill: PrefillRecord
+    steps: list[StepRecord]
+    token_text: dict[int, str] = field(default_factory=dict)
+    timestamps: list[float] = field(default_factory=list)
+    thumbnails: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    version: int = RECORD_VERSION
+
+    @property
+    def verify_steps(self) -> list[StepRecord]:
+        """Steps after the prefill token (one per target verify forward)."""
+        return [s for s in self.steps if s.step > 0]
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        return [s.accept_length for s in self.verify_steps]
+
+    @property
+    def tau(self) -> float:
+        """τ, mean accepted length over verify steps (bonus excluded); 0 without steps."""
+        a = self.accept_lengths
+        return sum(a) / len(a) if a else 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for s in self.steps for t in s.token_ids]
+
+    def get_step(self, step: int) -> StepRecord:
+        """The StepRecord with ``step`` number; raises RecordError if absent."""
+        for s in self.steps:
+            if s.step == int(step):
+                return s
+        raise RecordError(f"step {step} is not in this run (steps 0..{len(self.steps) - 1}).")
+
+    def prefill_info(self) -> PrefillInfo:
+        """A :class:`PrefillInfo` (with PruneResult) rebuilt from the record, for the app's plots."""
+        p = self.prefill
+        prune = None
+        if p.method is not None:
+            lt = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+            prune = PruneResult(lt(p.keep), lt(p.stage1), lt(p.stage2),
+                                None if p.scores is None else torch.tensor(p.scores, dtype=torch.float32),
+                                p.num_video_tokens, p.method, None if p.forced is None else lt(p.forced))
+        grid = None if p.token_grid is None else torch.tensor(p.token_grid, dtype=torch.long).reshape(-1, 3)
+        return PrefillInfo(p.num_prompt_tokens, p.num_video_tokens, p.num_draft_prompt_tokens, prune, p.prefill_s,
+                           p.prune_s, p.draft_prefill_s, grid, p.frames_per_token, p.target_subtitle_tokens,
+                           p.draft_subtitle_tokens)
+
+    def frames(self) -> np.ndarray | None:
+        """uint8 (T, h, w, 3) frames from the thumbnails (each repeated ``frames_per_token`` times)."""
+        if not self.thumbnails:
+            return None
+        from PIL import Image
+
+        imgs = [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in self.thumbnails]
+        return np.repeat(np.stack(imgs), max(1, self.prefill.frames_per_token), axis=0)
+
+
+def _ints(x: Any) -> list[int]:
+    return [] if x is None else [int(v) for v in torch.as_tensor(x).reshape(-1).tolist()]
+
+
+def _prefill_record(info: PrefillInfo) -> PrefillRecord:
+    pr = info.prune
+    grid = None if info.token_grid is None else torch.as_tensor(info.token_grid).long().tolist()
+    return PrefillRecord(
+        info.num_prompt_tokens, info.num_video_tokens, info.num_draft_prompt_tokens, float(info.prefill_s),
+        float(info.prune_s), float(info.draft_prefill_s), int(info.frames_per_token),
+        pr.method if pr is not None else None, _ints(pr.keep if pr else None), _ints(pr.stage1 if pr else None),
+        _ints(pr.stage2 if pr else None), _ints(pr.forced) if pr is not None and pr.forced is not None else None,
+        [float(v) for v in pr.scores.tolist()] if pr is not None and pr.scores is not None else None, grid,
+        int(getattr(info, "target_subtitle_tokens", 0)), int(getattr(info, "draft_subtitle_tokens", 0)),
+    )
+
+
+def _step_record(ev: StepEvent) -> StepRecord:
+    tree = dataclasses.asdict(ev.tree) if ev.tree is not None else None
+    return StepRecord(ev.step, [int(t) for t in ev.token_ids], ev.text, int(ev.accept_length),
+                      [bool(b) for b in ev.from_draft], float(ev.draft_ms), float(ev.verify_ms), int(ev.tree_size),
+                      float(ev.elapsed_s), int(ev.num_generated), tree)
+
+
+def _thumbnails(frames: np.ndarray, frames_per_token: int, max_side: int) -> list[str]:
+    from PIL import Image
+
+    out = []
+    for t in range(0, len(frames), max(1, frames_per_token)):
+        img = Image.fromarray(np.asarray(frames[t], dtype=np.uint8))
+        scale = max_side / max(img.size)
+        if scale < 1:
+            img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
+        buf = io.BytesIO()
+        img.save(buf, format="PNG", optimize=True)
+        out.append(base64.b64encode(buf.getvalue()).decode("ascii"))
+    return out
+
+
+def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = None, *, prompt: str = "",
+                       tokenizer: Any = None, clip: Any = None, meta: dict | None = None,
+                       thumbnail_side: int = 96) -> RunRecord:
+    """Build a :class:`RunRecord` from a :func:`specvlm.decoding.stream` (run with ``record_trees=True``
+    to get the trees).
+
+    Args:
+        events: the stream's PrefillInfo and StepEvents (consumed).
+        config: the DecodeConfig (stored as a dict), or a dict, or None.
+        prompt: the user prompt.
+        tokenizer: stores each output/tree token's text, so replays need no tokenizer.
+        clip: the VideoClip; stores timestamps and small thumbnails (first frame per token group).
+        meta: free-form JSON-ready extras.
+        thumbnail_side: thumbnails' longer side (px); 0 = no thumbnails.
+
+    Returns:
+        RunRecord.
+
+    Raises:
+        RecordError: the events hold no PrefillInfo.
+    """
+    info, steps = None, []
+    for ev in events:
+        if isinstance(ev, PrefillInfo):
+            info = ev
+        else:
+            steps.append(_step_record(ev))
+    if info is None:
+        raise RecordError("the events hold no PrefillInfo: pass the whole stream.")
+    settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
+    rec = RunRecord(settings, prompt, _prefill_record(info), steps, meta=dict(meta or {}))
+    if tokenizer is not None:
+        ids = {t for s in steps for t in s.token_ids}
+        ids |= {t for s in steps if s.tree for t in s.tree["tokens"] + [s.tree["target_token"]]}
+        ids |= {s.token_ids[-1] for s in steps if s.token_ids}
+        rec.token_text = {int(t): tokenizer.decode([int(t)]) for t in sorted(ids)}
+    if clip is not None:
+        rec.timestamps = [float(t) for t in np.asarray(clip.timestamps).reshape(-1)]
+        if thumbnail_side > 0:
+            rec.thumbnails = _thumbnails(np.asarray(clip.frames), info.frames_per_token, thumbnail_side)
+    return rec
+
+
+# --------------------------------------------------------------------------- JSON
+def to_dict(record: RunRecord) -> dict:
+    """Plain JSON-ready dict with a ``format`` tag (token_text keys as strings)."""
+    d = dataclasses.asdict(record)
+    d["token_text"] = {str(k): v for k, v in record.token_text.items()}
+    return {"format": RECORD_FORMAT, **d}
+
+
+def from_dict(d: dict) -> RunRecord:
+    """Inverse of :func:`to_dict`.
+
+    Raises:
+        RecordError: not a run record, or a newer version than this code reads.
+    """
+    if not isinstance(d, dict) or d.get("format") != RECORD_FORMAT:
+        raise RecordError("this file is not a SpecVLM run record (expected a JSON object with "
+                          f"\"format\": \"{RECORD_FORMAT}\"); export one from the app or with save_json.")
+    version = int(d.get("version", 0))
+    if version > RECORD_VERSION or version < 1:
+        raise RecordError(f"run record version {version} is not supported (this code reads 1..{RECORD_VERSION}).")
+    try:
+        pre = PrefillRecord(**d["prefill"])
+        steps = [StepRecord(**s) for s in d["steps"]]
+        return RunRecord(d["settings"], d["prompt"], pre, steps, {int(k): v for k, v in d["token_text"].items()},
+                         list(d.get("timestamps", [])), list(d.get("thumbnails", [])), dict(d.get("meta", {})),
+                         version)
+    except (KeyError, TypeError) as e:
+        raise RecordError(f"the run record is incomplete or malformed ({e}).") from e
+
+
+def save_json(record: RunRecord, path: str | os.PathLike[str]) -> str:
+    """Write the record as one JSON file; returns the path."""
+    p = os.fspath(path)
+    with open(p, "w", encoding="utf-8") as f:
+        json.dump(to_dict(record), f, ensure_ascii=False, separators=(",", ":"))
+    return p
+
+
+def load_json(path: str | os.PathLike[str]) -> RunRecord:
+    """Read a record written by :func:`save_json`.
+
+    Raises:
+        RecordError: unreadable file, invalid JSON, or not a run record.
+    """
+    try:
+        with open(os.fspath(path), encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RecordError(f"could not read the run file ({e}).") from e
+    return from_dict(d)
+
+
+# --------------------------------------------------------------------------- queries
+def lowest_accept_steps(record: RunRecord, k: int = 10, context_chars: int = 40) -> list[dict]:
+    """The k verify steps with the shortest accepted length, with their text context.
+
+    Ties go to the earlier step; rows come back in that order (lowest first).
+
+    Returns:
+        list of dicts: ``step``, ``accept_length``, ``tree_size``, ``text`` (emitted at the step),
+        ``before`` / ``after`` (up to ``context_chars`` characters around it), ``draft_ms``,
+        ``verify_ms``.
+    """
+    texts = [s.text for s in record.steps]
+    starts = np.cumsum([0] + [len(t) for t in texts])
+    full = "".join(texts)
+    rows = []
+    for i, s in enumerate(record.steps):
+        if s.step == 0:
+            continue
+        a, b = int(starts[i]), int(starts[i + 1])
+        rows.append(dict(step=s.step, accept_length=s.accept_length, tree_size=s.tree_size, text=s.text,
+                         before=full[max(0, a - context_chars):a], after=full[b:b + context_chars],
+                         draft_ms=s.draft_ms, verify_ms=s.verify_ms))
+    rows.sort(key=lambda r: (r["accept_length"], r["step"]))
+    return rows[:max(0, int(k))]
+
+
+@dataclass
+class TreeNodeView:
+    """One drafted node of a step's tree, ready to display.
+
+    Attributes:
+        index: node index (parents-first order).
+        parent: parent node index, -1 for children of the root.
+        depth: 1 for children of the root.
+        token: drafted token id; ``text`` its text.
+        draft_prob: the draft's probability of this token given its parent, exp(score delta).
+        path_prob: exp(cumulative draft log-probability) along the path.
+        accepted: on the path the target accepted.
+        diverged: a child of the last accepted node (or of the root) that the target rejected;
+            ``target_token`` / ``target_text`` then hold the token the target chose there.
+    """
+
+    index: int
+    parent: int
+    depth: int
+    token: int
+    text: str
+    draft_prob: float
+    path_prob: float
+    accepted: bool
+    diverged: bool = False
+    target_token: int | None = None
+    target_text: str | None = None
+
+
+@dataclass
+class StepTree:
+    """The drafted tree of one verify step.
+
+    Attributes:
+        step: the step number.
+        root_token, root_text: the token the tree grows from (last token of the previous step).
+        nodes: :class:`TreeNodeView` per node, node order.
+        accepted_path: accepted node indices, root-first.
+        target_token, target_text: the target's token after the accepted path (bonus/correction).
+        diverged_at: node index whose children were all rejected (-1 = the root), or None when the
+            accepted path ran to a leaf (the draft was right as far as it drafted).
+        accept_length: accepted draft tokens emitted at this step.
+    """
+
+    step: int
+    root_token: int | None
+    root_text: str
+    nodes: list[TreeNodeView]
+    accepted_path: list[int]
+    target_token: int
+    target_text: str
+    diverged_at: int | None
+    accept_length: int
+
+
+def _token_text(record: RunRecord, tokenizer: Any, tok: int | None) -> str:
+    if tok is None:
+        return ""
+    if tokenizer is not None:
+        return tokenizer.decode([int(tok)])
+    return record.token_text.get(int(tok), f"<{int(tok)}>")
+
+
+def step_tree(record: RunRecord, step: int, tokenizer: Any = None) -> StepTree:
+    """The drafted tree of a verify step with draft probabilities and the target's choices.
+
+    Args:
+        record: the run.
+        step: verify step number (>= 1).
+        tokenizer: decodes token texts; without it the record's ``token_text`` is used.
+
+    Returns:
+        StepTree.
+
+    Raises:
+        RecordError: unknown step, or the run was recorded without trees.
+    """
+    rows = record.steps
+    pos = next((i for i, s in enumerate(rows) if s.step == int(step)), None)
+    if pos is None:
+        raise RecordError(f"step {step} is not in this run.")
+    s = rows[pos]
+    if s.tree is None:
+        raise RecordError(f"step {step} has no draft tree (step 0 is the prefill token; record with "
+                          "record_trees=True to keep trees).")
+    t = s.tree
+    toks, pars, lps = t["tokens"], t["parents"], t["draft_logprobs"]
+    path, bonus = list(t["accepted_nodes"]), int(t["target_token"])
+    on_path = set(path)
+    last = path[-1] if path else -1
+    has_children = last in set(pars)
+    txt = lambda tok: _token_text(record, tokenizer, tok)  # noqa: E731
+    nodes = []
+    for i, (tok, par, lp) in enumerate(zip(toks, pars, lps)):
+        base = lps[par] if par >= 0 else 0.0
+        depth = 1
+        p = par
+        while p >= 0:
+            depth, p = depth + 1, pars[p]
+        div = par == last and i not in on_path
+        nodes.append(TreeNodeView(i, par, depth, int(tok), txt(tok), math.exp(min(0.0, lp - base)), math.exp(lp),
+                                  i in on_path, div, bonus if div else None, txt(bonus) if div else None))
+    prev = rows[pos - 1] if pos > 0 else None
+    root = prev.token_ids[-1] if prev is not None and prev.token_ids else None
+    return StepTree(s.step, root, txt(root), nodes, path, bonus, txt(bonus), last if has_children else None,
+                    s.accept_length)
+
+
+# --------------------------------------------------------------------------- on-screen text
+def frame_visibility(timestamps: Sequence[float], start_s: float, end_s: float) -> np.ndarray:
+    """bool (T,): sampled frame t shows the text when start_s <= timestamps[t] < end_s."""
+    t = np.asarray(timestamps, dtype=np.float64).reshape(-1)
+    return (t >= start_s - 1e-9) & (t < end_s - 1e-9)
+
+
+def text_token_mask(token_grid: Any, frames_per_token: int, frame_size: tuple[int, int], box: Sequence[float],
+                    visible: Sequence[bool], min_overlap: float = 0.0) -> torch.Tensor:
+    """Which video tokens cover an on-screen text box.
+
+    Token (g, r, c) of a (rows x cols) merged grid covers the frame rectangle
+    [r·H/rows, (r+1)·H/rows) x [c·W/cols, (c+1)·W/cols) (both processors resize the whole
+    frame to the grid, no crop) and the sampled frames g·fpt .. (g+1)·fpt − 1.
+    It covers the text when the text is visible on at least one of those frames and the
+    rectangle overlaps the box by more than ``min_overlap`` of its area. Tokens without a
+    cell (LLaVA-OV's newline, row/col < 0) never do.
+
+    Args:
+        token_grid: int (V, 3) (frame group, row, col).
+        frames_per_token: sampled frames per token along time.
+        frame_size: (H, W) of the frames the box is given in (px).
+        box: (x0, y0, x1, y1) px, x1/y1 exclusive.
+        visible: bool (T,) per sampled frame: the text is on screen.
+        min_overlap: share of a token's rectangle that must lie in the box (0 = any overlap).
+
+    Returns:
+        bool (V,).
+    """
+    grid = torch.as_tensor(token_grid).long().reshape(-1, 3)
+    vis = np.asarray(visible, dtype=bool).reshape(-1)
+    valid = (grid[:, 1] >= 0) & (grid[:, 2] >= 0)
+    out = torch.zeros(grid.shape[0], dtype=torch.bool)
+    if not bool(valid.any()) or not vis.any():
+        return out
+    rows, cols = int(grid[valid, 1].max()) + 1, int(grid[valid, 2].max()) + 1
+    H, W = float(frame_size[0]), float(frame_size[1])
+    x0, y0, x1, y1 = (float(v) for v in box)
+    fpt = max(1, int(frames_per_token))
+    for i in valid.nonzero().flatten().tolist():
+        g, r, c = (int(v) for v in grid[i])
+        frames = vis[g * fpt:(g + 1) * fpt]
+        if not frames.any():
+            continue
+        cy0, cy1 = r * H / rows, (r + 1) * H / rows
+        cx0, cx1 = c * W / cols, (c + 1) * W / cols
+        inter = max(0.0, min(cx1, x1) - max(cx0, x0)) * max(0.0, min(cy1, y1) - max(cy0, y0))
+        out[i] = inter > min_overlap * (cx1 - cx0) * (cy1 - cy0) and inter > 0
+    return out
+
+
+def text_tokens_from_truth(truth: Any, timestamps: Sequence[float], token_grid: Any, frames_per_token: int,
+                           min_overlap: float = 0.0) -> torch.Tensor:
+    """int64 indices of the video tokens covering a synthetic clip's burned-in text.
+
+    Args:
+        truth: :class:`specvlm.synth.SceneTruth` (or its ``to_dict()``); no text -> empty.
+        timestamps: float (T,) sampled-frame times (s).
+        token_grid, frames_per_token: from ModelInputs / PrefillInfo.
+        min_overlap: see :func:`text_token_mask`.
+    """
+    d = truth if isinstance(truth, dict) else truth.to_dict()
+    t = d.get("text")
+    if not t:
+        return torch.zeros(0, dtype=torch.long)
+    vis = frame_visibility(timestamps, t["start_frame"] / d["fps"], t["end_frame"] / d["fps"])
+    mask = text_token_mask(token_grid, frames_per_token, (d["height"], d["width"]), t["box"], vis, min_overlap)
+    return mask.nonzero().flatten()
+
+
+def stage_shares(prune: Any, text_tokens: Any) -> dict:
+    """What share of the text-covering tokens each stage kept.
+
+    Args:
+        prune: a PruneResult or PrefillRecord (``keep``, ``stage1``, ``stage2``, ``forced``,
+            ``num_video_tokens``).
+        text_tokens: int indices of the tokens covering the text.
+
+    Returns:
+        dict: ``text_tokens`` (count), ``kept`` / ``stage1`` / ``stage2`` / ``forced`` shares of
+        them (0..1), ``keep_rate`` K/V (what a text-blind uniform choice would keep), and
+        ``text_area`` (text tokens / V).
+    """
+    tt = set(_ints(text_tokens))
+    v = int(prune.num_video_tokens)
+    sets = {name: set(_ints(getattr(prune, name, None))) for name in ("keep", "stage1", "stage2", "forced")}
+    n = len(tt)
+    share = lambda s: (len(tt & s) / n) if n else 0.0  # noqa: E731
+    return dict(text_tokens=n, kept=share(sets["keep"]), stage1=share(sets["stage1"]), stage2=share(sets["stage2"]),
+                forced=share(sets["forced"]), keep_rate=len(sets["keep"]) / v if v else 0.0,
+                text_area=n / v if v else 0.0)
