@@ -143,6 +143,7 @@ class Settings:
         tree_shape, depth, top_k, total_tokens: the draft tree.
         num_frames: frames sampled from the video.
         max_new_tokens: generation budget per run.
+        temperature: sampling temperature (0 = greedy).  top_p_sampling: nucleus mass.  seed: sampling seed.
     """
 
     preset: str = ""
@@ -156,6 +157,9 @@ class Settings:
     total_tokens: int = 16
     num_frames: int = 16
     max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p_sampling: float = 1.0
+    seed: int = 0
 
 
 class Engine:
@@ -423,7 +427,7 @@ class Backend:
         Raises:
             UserError: a setting is missing or out of range (message names it).
         """
-        from specvlm.config import ConfigError, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
+        from specvlm.config import ConfigError, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig, VideoConfig
         if s.method == "vanilla":
             raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
         try:
@@ -433,7 +437,11 @@ class Backend:
                                 top_p=_as_float("λ", s.top_p))
             tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
                               total_tokens=ints["total_tokens"])
-            dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree)
+            sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
+                                      top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
+                                      seed=_as_int("seed", s.seed))
+            dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree,
+                               sampling=sampling)
             vid = VideoConfig(num_frames=ints["num_frames"], max_frames=self.limits.max_frames)
         except ConfigError as e:
             raise UserError(f"Invalid setting: {e}") from e
@@ -896,7 +904,14 @@ def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:
         facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
     lines.append(" · ".join(facts))
     lines.append("")
-    lines.append(_identity(van, spec))
+    sampling = getattr(dec, "sampling", None)
+    if sampling is not None and not sampling.greedy:
+        lines.append(f"Sampling (temperature {sampling.temperature:g}, nucleus {sampling.top_p_sampling:g}, seed "
+                     f"{sampling.seed}): both runs draw from the same target distribution (exact, by recursive "
+                     "rejection sampling), but with different random draws, so token-by-token identity is not "
+                     "expected.")
+    else:
+        lines.append(_identity(van, spec))
     return "\n".join(lines)
 
 

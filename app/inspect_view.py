@@ -33,6 +33,9 @@ TABLE_HEADERS = ["step", "accepted", "tree size", "text before", "emitted", "tex
 ACCEPT_COLOURS = ["#ef4444", "#f97316", "#f59e0b", "#eab308", "#a3e635", "#4ade80", "#22c55e", "#16a34a"]
 """Accepted length 0, 1, 2, ... -> colour (red = the draft failed at once, green = long accepted paths)."""
 
+ZERO_BAR = 0.15
+"""Drawn height of a bar whose accepted length is 0 (so it can be clicked); hover shows the true 0."""
+
 _MONO = "font-family:ui-monospace,monospace;font-size:0.9em"
 
 CLICK_JS = f"""
@@ -76,7 +79,8 @@ def _visible(text: str) -> str:
 
 # --------------------------------------------------------------------------- chart
 def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
-    """Accepted length per verify step; each bar's ``customdata`` is ``[step, text]`` (click -> step).
+    """Accepted length per verify step; each bar's ``customdata`` is ``[step, text, accepted]`` (click ->
+    step). Bars of 0 are drawn :data:`ZERO_BAR` high so they can be clicked.
 
     Args:
         record: the run.
@@ -98,10 +102,11 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
     texts = [s.text.replace("\n", "⏎") for s in steps]
     line = [3 if s.step == selected else 0 for s in steps]
     fig = go.Figure()
+    shown = np.where(a > 0, a, ZERO_BAR)  # zero-length steps (the interesting ones) stay clickable
     fig.add_trace(go.Bar(
-        x=x, y=a, name="accepted length", customdata=[[st, t] for st, t in zip(x, texts)],
+        x=x, y=shown, name="accepted length", customdata=[[st, t, int(v)] for st, t, v in zip(x, texts, a)],
         marker=dict(color=[accept_colour(int(v)) for v in a], line=dict(width=line, color="#1d4ed8")),
-        hovertemplate="step %{customdata[0]}<br>accepted %{y}<br>%{customdata[1]}<extra></extra>"))
+        hovertemplate="step %{customdata[0]}<br>accepted %{customdata[2]}<br>%{customdata[1]}<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=running, name="running τ", mode="lines", hoverinfo="skip",
                              line=dict(color="rgb(37,99,235)", width=2)))
     depth = int(record.settings.get("tree", {}).get("depth", 0) or 0)
@@ -290,6 +295,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             c["maps"] = gr.Gallery(label="Stage I / Stage II kept tokens (same at every step)", columns=4,
                                    height=260)
     c["table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Lowest accepted-length steps (click a row)",
+                              elem_id="specvlm-inspect-table",
                               interactive=False, wrap=True)
     c["tokens"] = gr.HTML(label="Text coloured by accepted length")
     outs = [c["summary"], c["chart"], c["table"], c["tokens"], c["maps"], c["step"], c["tree"]]

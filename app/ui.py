@@ -220,6 +220,12 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                     elem_id="frames")
             c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1,
                                      label="Max new tokens", elem_id="max-new-tokens")
+        with gr.Row():
+            c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature",
+                                         info="0 = greedy (token-identical outputs)", elem_id="temperature")
+            c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
+                                            label="Nucleus top-p (sampling)", elem_id="top-p-sampling")
+            c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     with gr.Row():
         c["run"] = gr.Button("Run", variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -260,15 +266,18 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     toggle, and upload bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree",
-                             "depth", "top_k", "total", "frames", "max_new", "hm_mode")]
+                             "depth", "top_k", "total", "frames", "max_new", "hm_mode", "temperature",
+                             "top_p_sampling", "seed")]
 
     def compare(video_path, prompt_text, preset_name, custom_model, method_name, r, lam, tree_shape,
-                depth_v, top_k_v, total_v, frames_v, max_new_v, mode, request: gr.Request,
-                progress=gr.Progress()):
+                depth_v, top_k_v, total_v, frames_v, max_new_v, mode, temperature=0.0, top_p_sampling=1.0,
+                seed=0, request: gr.Request = None, progress=gr.Progress()):
         """Run vanilla then speculative decoding and stream both panels."""
         settings = Settings(preset=preset_name, custom_model=custom_model or "", method=method_name,
                             drop_rate=r, top_p=lam, tree_shape=tree_shape, depth=depth_v, top_k=top_k_v,
-                            total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v)
+                            total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v,
+                            temperature=temperature, top_p_sampling=top_p_sampling,
+                            seed=0 if seed is None else seed)
         session = getattr(request, "session_hash", None)
         with janitor.using([video_path]), request_scratch(scratch_dir) as tmp:
             for upd in backend.run(video_path, prompt_text, settings, session=session,

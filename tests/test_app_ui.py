@@ -257,3 +257,16 @@ def test_build_demo_wires_components(tmp_path):
     assert "needs a CUDA GPU" in md and frames["value"] == 4 and max_new["value"] == 128
     comps = demo.specvlm_components
     assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]
+
+
+def test_sampling_settings_reach_the_decode_config():
+    from app.backend import Backend, Settings
+
+    backend = Backend()
+    dec, _ = backend.build_configs(Settings(preset="x", temperature=0.7, top_p_sampling=0.9, seed=3))
+    assert dec.sampling.temperature == 0.7 and dec.sampling.top_p_sampling == 0.9 and dec.sampling.seed == 3
+    import pytest
+
+    from app.backend import UserError
+    with pytest.raises(UserError, match="temperature"):
+        backend.build_configs(Settings(preset="x", temperature=9.0))

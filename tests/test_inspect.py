@@ -98,7 +98,8 @@ def test_known_record_round_trip_and_queries(known, tmp_path):
 def test_view_functions_on_the_known_record(known):
     fig = iv.accept_chart(known, selected=2)
     bar = fig.data[0]
-    assert list(bar.x) == [1, 2] and list(bar.y) == [2, 0] and [c[0] for c in bar.customdata] == [1, 2]
+    assert list(bar.x) == [1, 2] and list(bar.y) == [2, iv.ZERO_BAR]
+    assert [list(c) for c in bar.customdata] == [[1, "BCE", 2], [2, "F", 0]]
     page = iv.tree_html(ins.step_tree(known, 1))
     assert page.count('class="tree-node tree-accepted"') == 2 and page.count("tree-rejected") == 2
     assert "target: <b>E</b>" in page and "p=0.60" in page and "p=0.25" in page
