@@ -283,7 +283,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
     c: dict[str, Any] = {"state": state}
     with gr.Row():
         c["upload"] = gr.File(label="Replay a run (.json)", file_types=[".json"], type="filepath", scale=2)
-        c["download"] = gr.DownloadButton("Export this run (.json)", scale=1)
+        c["download"] = gr.DownloadButton("Export this run (.json)", scale=1, interactive=False)
     c["summary"] = gr.Markdown()
     c["chart"] = gr.Plot(label="Accepted length per step", elem_id=CHART_ID)
     with gr.Row():
@@ -317,9 +317,8 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
         return rows[row][0] if 0 <= row < len(rows) else gr.skip()
 
     def on_export(record):
-        if record is None:
-            raise gr.Error("No run to export yet.")
-        return export_record(record)
+        return gr.update(value=export_record(record) if record is not None else None,
+                         interactive=record is not None)
 
     c["upload"].change(on_upload, [c["upload"]], [state], api_visibility="private")
     state.change(_refresh, [state, c["map_mode"]], outs, api_visibility="private")
@@ -328,5 +327,5 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
     c["table"].select(on_row, [state], [c["step"]], api_visibility="private")
     c["map_mode"].change(lambda r, m: prune_maps(r, m) if r is not None else [], [state, c["map_mode"]],
                          [c["maps"]], api_visibility="private")
-    c["download"].click(on_export, [state], [c["download"]], api_visibility="private")
+    state.change(on_export, [state], [c["download"]], api_visibility="private")  # a click then downloads
     return c
