@@ -212,9 +212,16 @@ class Engine:
         return load_srt(path)
 
     def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool]) -> Iterator[Any]:
-        """The engine's event stream: one PrefillInfo, then StepEvents."""
+        """The engine's event stream: one PrefillInfo, then StepEvents (speculative runs record their
+        draft trees for the Inspect tab)."""
         from specvlm.decoding import stream
-        return stream(pair, clip, prompt, config, should_stop=should_stop)
+        return stream(pair, clip, prompt, config, should_stop=should_stop,
+                      record_trees=config.method != "vanilla")
+
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
+        """A :class:`specvlm.inspect.RunRecord` of a finished speculative run (for the Inspect tab)."""
+        from specvlm.inspect import record_from_events
+        return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
 
     def is_oom(self, exc: BaseException) -> bool:
         """True for out-of-memory errors (CUDA, MPS or host)."""
@@ -263,6 +270,7 @@ class _RunState:
         self.done = False
         self.stopped = False
         self.error: str | None = None
+        self.events: list[Any] = []  # raw engine events (PrefillInfo + StepEvents) for the run record
         self._decoded = ""  # decode(ids) after the last complete token
 
     def add(self, ev: Any) -> None:
@@ -378,6 +386,7 @@ class Backend:
         self.update_interval_s = update_interval_s
         self.plot_interval_s = plot_interval_s
         self._pairs: OrderedDict[tuple, Any] = OrderedDict()
+        self._records: OrderedDict[Any, Any] = OrderedDict()
         self._load_lock = threading.Lock()
         self._stops: dict[str, threading.Event] = {}
 
@@ -641,7 +650,7 @@ class Backend:
             prev.set()  # a second Run in the same session ends the first
         self._stops[sid] = stop
         runs: list[_RunState] = []
-        view: dict[str, Any] = {}
+        view: dict[str, Any] = {"session": session}
         failure: str | None = None
         free = False
         try:
@@ -706,9 +715,26 @@ class Backend:
             progress(0.6, f"Prefill + pruning ({label})")
             yield {"status": f"Prefill, scoring and pruning ({label})…"}
             yield from self._one(spec, dec, pair, clip, prompt, stop, view)
+            self._store_record(view.get("session"), spec, dec, prompt, pair, clip)
         else:
             spec.stopped = True
         yield self._full(runs, view) | {"status": self._final_status(runs, stop, notes)}
+
+    def _store_record(self, session: Any, spec: "_RunState", dec: Any, prompt: str, pair: Any, clip: Any) -> None:
+        """Keep the speculative run's record for :meth:`last_record` (never fails the run)."""
+        make = getattr(self.engine, "make_record", None)
+        if make is None or not spec.events:
+            return
+        try:
+            self._records[session] = make(spec.events, dec, prompt, pair, clip)
+            while len(self._records) > 32:  # bounded: one per recent session
+                self._records.popitem(last=False)
+        except Exception:  # inspection is optional; the comparison already succeeded
+            log.warning("could not build the run record", exc_info=True)
+
+    def last_record(self, session: Any) -> Any:
+        """The last speculative run's RunRecord of a session (None if there is none)."""
+        return self._records.get(session)
 
     def _load_clip(self, path: str, vid: Any) -> Any:
         try:
@@ -769,6 +795,7 @@ class Backend:
             _join(worker)
 
     def _fold(self, st: _RunState, item: Any, view: dict[str, Any]) -> None:
+        st.events.append(item)
         if hasattr(item, "step"):
             st.add(item)
         else:  # PrefillInfo

@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
+from app.inspect_view import build_inspect_tab
 from app import plots
 from app.backend import DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, Backend, Settings, UploadJanitor, UserError
 
@@ -87,15 +88,22 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
         c: dict[str, Any] = {}
-        with gr.Row():
-            with gr.Column(scale=1):
-                c.update(_input_column(backend))
-            with gr.Column(scale=1):
-                c.update(_model_column(backend))
-        if examples:
-            gr.Examples(examples, inputs=[c["video"], c["prompt"], c["srt"]], label="Examples (click to load)",
-                        cache_examples=False, elem_id="examples")
-        c.update(_output_section())
+        with gr.Tab("Compare", elem_id="tab-compare"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    c.update(_input_column(backend))
+                with gr.Column(scale=1):
+                    c.update(_model_column(backend))
+            if examples:
+                gr.Examples(examples, inputs=[c["video"], c["prompt"], c["srt"]], label="Examples (click to load)",
+                            cache_examples=False, elem_id="examples")
+            c.update(_output_section())
+        with gr.Tab("Inspect", elem_id="tab-inspect"):
+            gr.Markdown("Where speculation breaks: click a bar (a verify step) to see its draft tree, the path "
+                        "the target accepted and the target's token where they diverged. The last run shows up "
+                        "here; exported runs can be replayed without a model.")
+            c["record"] = gr.State(None)
+            c["inspect"] = build_inspect_tab(c["record"])
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
         _wire(backend, c, janitor, demo, scratch_dir)
@@ -327,8 +335,15 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         md, frames, max_new = backend.preset_info(name)
         return md, gr.update(value=frames), gr.update(value=max_new)
 
-    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
-                   concurrency_limit=1, show_progress_on=[c["status"]])
+    run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
+                               concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
+    if "record" in c and hasattr(backend, "last_record"):
+        def hand_over_record(request: gr.Request = None):
+            """The finished run's record goes to the Inspect tab."""
+            rec = backend.last_record(getattr(request, "session_hash", None))
+            return rec if rec is not None else gr.skip()
+
+        run_event.then(hand_over_record, inputs=None, outputs=[c["record"]], api_visibility="private")
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop",
                     concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")

@@ -74,3 +74,27 @@ def test_e2e_real_engine_bundled_model():
         warnings.warn("bundled model not found: end-to-end runs the real engine on an in-process tiny model")
     backend = Backend(engine, device="cpu", dtype="float32")  # fp32: greedy SD must match vanilla exactly
     _check(_compare(backend, preset, 8, 24), want_tokens=None)
+
+
+def test_speculative_run_leaves_an_inspection_record():
+    """After a comparison the session's RunRecord (per-step draft trees) is ready for the Inspect tab."""
+    reason = engine_ready()
+    if reason:
+        pytest.skip(f"real-engine run skipped: {reason}")
+    from app.backend import Settings
+    from specvlm.inspect import step_tree
+
+    engine, preset, _ = real_engine()
+    backend = Backend(engine, device="cpu", dtype="float32")
+    video = sample_video()
+    if video is None:
+        pytest.skip("no sample video")
+    settings = Settings(preset=preset, num_frames=8, max_new_tokens=16)
+    for _ in backend.run(str(video), "Describe the video.", settings, session="s1"):
+        pass
+    rec = backend.last_record("s1")
+    assert rec is not None and backend.last_record("other") is None
+    steps = [s for s in rec.steps if s.step > 0]
+    assert steps and sum(len(s.token_ids) for s in rec.steps) == 16
+    tree = step_tree(rec, steps[0].step)
+    assert tree.nodes and sum(n.accepted for n in tree.nodes) == steps[0].accept_length
