@@ -473,6 +473,8 @@ def parse_args(argv=None):
                     help="recompute video features and target prefill for every method")
     ap.add_argument("--out", default=None, help="JSON output (summary + per-video records)")
     ap.add_argument("--md", default=None, help="markdown output (default: --out with .md)")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse finished videos from OUT.partial.jsonl (written as records complete)")
     args = ap.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
     args.methods = [m for m in args.methods.split(",") if m]
@@ -499,10 +501,30 @@ def main(argv=None) -> int:
     jobs = [(k, i) for k in args.sets for i in range(args.num_videos)]
     t0 = time.time()
     records: list[dict] = []
-    bar = tqdm(total=len(jobs), desc="eval", unit="video", dynamic_ncols=False, ncols=110, file=sys.stderr)
+    partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
+    fingerprint = json.dumps({k: v for k, v in vars(args).items()
+                              if k not in ("out", "md", "resume", "workers", "num_videos")}, sort_keys=True)
+    if partial is not None and args.resume and partial.exists():
+        lines = partial.read_text().splitlines()
+        if lines and lines[0] == fingerprint:
+            wanted = set(jobs)
+            records = [r for r in map(json.loads, lines[1:]) if (r["set"], r["index"]) in wanted]
+            print(f"resuming: {len(records)} videos already done in {partial}", file=sys.stderr)
+        else:
+            print(f"not resuming: {partial} was written with other settings", file=sys.stderr)
+    done = {(r["set"], r["index"]) for r in records}
+    jobs = [j for j in jobs if j not in done]
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(fingerprint + "\n" + "".join(json.dumps(r) + "\n" for r in records))
+    bar = tqdm(total=len(jobs) + len(records), initial=len(records), desc="eval", unit="video",
+               dynamic_ncols=False, ncols=110, file=sys.stderr)
 
     def progress(rec: dict) -> None:
         records.append(rec)
+        if partial is not None:
+            with partial.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
         done = [r for r in records if r["set"] == rec["set"]]
         acc = np.mean([np.mean([r["correct"]["count"], r["correct"]["text"]] +
                                [r["correct"][a][0] / max(r["correct"][a][1], 1) for a in ("colour", "shape", "motion")])
@@ -538,7 +560,7 @@ def main(argv=None) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "md")}
+        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "md", "resume")}
         for k in ("target", "draft"):
             p = Path(cfg[k]).resolve()
             cfg[k] = str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
@@ -546,6 +568,7 @@ def main(argv=None) -> int:
                                    "records": records}, indent=1, default=float))
         md_path = Path(args.md) if args.md else out.with_suffix(".md")
         md_path.write_text(md)
+        partial.unlink(missing_ok=True)
         print(f"wrote {out} and {md_path}", file=sys.stderr)
     elif args.md:
         Path(args.md).write_text(md)
