@@ -75,7 +75,7 @@ def load_from_args(args: argparse.Namespace):
 
 def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
     """DecodeConfig from the arguments (raises ConfigError on bad values)."""
-    max_new = args.max_new_tokens or (preset.max_new_tokens if preset else 256)
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
     return DecodeConfig(
         method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
         prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
@@ -86,7 +86,7 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
-    n = args.num_frames or (preset.num_frames if preset else 16)
+    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
     return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=pair.frames_per_token == 2)
 
 
@@ -137,7 +137,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specvlm", description=(
         "SpecVLM: lossless speculative decoding for video LLMs. The target keeps every video token; the draft "
-        "sees ~10%% chosen by the target's attention (Stage I) and spatially uniform filling (Stage II)."))
+        "sees ~10% chosen by the target's attention (Stage I) and spatially uniform filling (Stage II)."))
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one video + prompt",

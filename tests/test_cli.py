@@ -76,9 +76,24 @@ def test_cli_errors_are_readable(checkpoints, tmp_path):
                 "--drop-rate", "1.5")
     assert r.returncode == 2 and "drop_rate" in r.stderr
     r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
-    assert r.returncode == 2 and "could not load model" in r.stderr
+    assert r.returncode == 2 and "does not exist" in r.stderr
 
 
 def test_cli_help():
     r = run_cli("generate", "--help")
     assert r.returncode == 0 and "--drop-rate" in r.stdout and "--tree" in r.stdout
+
+
+def test_cli_bad_device_and_zero_budget_are_readable(checkpoints, tmp_path):
+    base = ["generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]), "--prompt", "hi"]
+    import torch
+
+    if not torch.cuda.is_available():
+        r = run_cli(*base, "--device", "cuda")
+        assert r.returncode == 2 and "CUDA is not available" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(*base, "--max-new-tokens", "0")
+    assert r.returncode == 2 and "max_new_tokens" in r.stderr
+    r = run_cli(*base, "--num-frames", "0")
+    assert r.returncode == 2 and "num_frames" in r.stderr
+    r = run_cli("generate", "--model", str(tmp_path / "nope" / "model"), "--video", str(checkpoints["video"]))
+    assert r.returncode == 2 and "does not exist" in r.stderr

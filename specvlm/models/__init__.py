@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,15 +136,34 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     return table[dtype]
 
 
+def _check_device(device: str) -> None:
+    """Refuse devices this machine does not have, with a readable message."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but CUDA is not available on this machine: "
+                             "use --device cpu.")
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(f"device {device!r} is not a valid torch device: use cpu, cuda or cuda:N.") from exc
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.path.sep in path and path.count("/") > 1
+
+
 def _load_one(path: str, device: str, dtype: torch.dtype, device_map: str | None):
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
+    if _looks_local(path) and not os.path.isdir(os.path.expanduser(path)):
+        raise ModelLoadError(f"model folder {path!r} does not exist: give a folder saved with save_pretrained "
+                             "(model and processor) or a Hub id such as Qwen/Qwen2.5-VL-7B-Instruct.")
     try:
         cfg = AutoConfig.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - turned into one readable message
         raise ModelLoadError(
-            f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300]}. Use a local folder saved "
-            "with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision model (remote code is never run)."
+            f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300].rstrip('. ')}. Use a local "
+            "folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision model (remote code is "
+            "never run)."
         ) from exc
     if cfg.model_type not in ("qwen2_5_vl", "llava_onevision"):
         raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only qwen2_5_vl and llava_onevision "
@@ -155,9 +175,13 @@ def _load_one(path: str, device: str, dtype: torch.dtype, device_map: str | None
         model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).eval()
         processor = AutoProcessor.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300]}") from exc
+        raise ModelLoadError(f"could not load model {path!r}: {exc.__class__.__name__}: "
+                             f"{str(exc)[:300].rstrip('. ')}.") from exc
     if not device_map:
-        model.to(device)
+        try:
+            model.to(device)
+        except (RuntimeError, AssertionError) as exc:
+            raise ModelLoadError(f"could not move model {path!r} to {device!r}: {str(exc)[:200]}") from exc
     return model, processor
 
 
@@ -179,6 +203,7 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
         ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    _check_device(device)
     dt = _resolve_dtype(dtype, device)
     log.info("loading target %s (%s, %s)", target, device, dt)
     t_model, t_proc = _load_one(target, device, dt, device_map)
