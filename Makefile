@@ -13,7 +13,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 setup: $(STAMP)
 
-# Debian chromium for the real-browser test (never `playwright install`); optional.
+# Debian chromium for the real-browser test (never the Playwright browser download); optional.
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium could not be installed: the browser test will be skipped"

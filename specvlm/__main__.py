@@ -134,6 +134,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``python -m specvlm bench``: print the markdown report; write JSON / HTML when asked."""
+    from specvlm import bench
+
+    report = bench.report_from_args(args, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(bench.format_report(report))
+    if args.out_json:
+        print(f"\nJSON: {bench.write_json(report, args.out_json)}")
+    if args.out_html:
+        print(f"HTML: {bench.write_html(report, args.out_html)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specvlm", description=(
         "SpecVLM: lossless speculative decoding for video LLMs. The target keeps every video token; the draft "
@@ -163,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for input/setting errors)."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "bench", False):
+        args.func = cmd_bench
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -969,7 +969,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--out-html", help="write a plotly HTML report")
     add_model_args(b)
     add_decode_args(b)
-    b.set_defaults(func=cmd_bench)
+    b.set_defaults(func=None, bench=True)  # the CLI (specvlm.__main__) runs it: the library never prints
     return b
 
 
@@ -1029,8 +1029,19 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     return inputs
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """``python -m specvlm bench``: print the markdown report; write JSON / HTML when asked."""
+def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> dict:
+    """Run ``python -m specvlm bench`` as the arguments say and return the report (the CLI prints it).
+
+    Args:
+        args: the parsed ``bench`` arguments.
+        progress: called with one line per finished run.
+
+    Returns:
+        The report dict (see :func:`run_bench`).
+
+    Raises:
+        ValueError: bad settings, inputs or models (the CLI shows the message).
+    """
     from specvlm.__main__ import decode_config, load_from_args
 
     setting = _apply_preset(args)
@@ -1047,10 +1058,4 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
     inputs = build_inputs(args, pair, vcfg)
-    report = run_bench(pair, inputs, settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(format_report(report))
-    if args.out_json:
-        print(f"\nJSON: {write_json(report, args.out_json)}")
-    if args.out_html:
-        print(f"HTML: {write_html(report, args.out_html)}")
-    return 0
+    return run_bench(pair, inputs, settings, progress=progress)

@@ -1,4 +1,4 @@
-"""Real browser: Debian ``chromium`` driven by the ``playwright`` package (never ``playwright install``).
+"""Real browser: Debian ``chromium`` driven by the ``playwright`` package (never the Playwright browser download).
 
 Uploads a clip, presses Run, waits for both panels to finish, checks that the heatmap gallery
 and the plotly charts rendered, and saves a screenshot to ``artifacts/`` (git-ignored). With
