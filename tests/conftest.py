@@ -47,3 +47,16 @@ def llava_tiny():
 def llava_tiny_draft():
     from specvlm.tiny import tiny_llava_onevision
     return tiny_llava_onevision(seed=1, hidden=32, layers=1)
+
+
+@pytest.fixture(scope="session")
+def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
+    """ModelPairs keyed (family, "self" | "std"): Self-SD and Std-SD for both families."""
+    from specvlm.models import pair_from_models
+
+    return {
+        ("qwen", "self"): pair_from_models(*qwen_tiny),
+        ("qwen", "std"): pair_from_models(qwen_tiny[0], qwen_tiny[1], qwen_tiny_draft[0], qwen_tiny_draft[1]),
+        ("llava", "self"): pair_from_models(*llava_tiny),
+        ("llava", "std"): pair_from_models(llava_tiny[0], llava_tiny[1], llava_tiny_draft[0], llava_tiny_draft[1]),
+    }

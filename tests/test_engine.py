@@ -21,16 +21,6 @@ def _cfg(method="vanilla", shape="dynamic", n=N, eos=False, **tree):
 
 
 @pytest.fixture(scope="module")
-def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
-    return {
-        ("qwen", "self"): pair_from_models(*qwen_tiny),
-        ("qwen", "std"): pair_from_models(qwen_tiny[0], qwen_tiny[1], qwen_tiny_draft[0], qwen_tiny_draft[1]),
-        ("llava", "self"): pair_from_models(*llava_tiny),
-        ("llava", "std"): pair_from_models(llava_tiny[0], llava_tiny[1], llava_tiny_draft[0], llava_tiny_draft[1]),
-    }
-
-
-@pytest.fixture(scope="module")
 def vanilla(pairs):
     clip = make_clip()
     return {fam: generate(pairs[(fam, "self")], clip, PROMPT, _cfg()) for fam in ("qwen", "llava")}

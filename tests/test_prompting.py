@@ -18,16 +18,6 @@ PROMPT = "describe this video in detail"
 CUES = [Cue(0.6, 1.2, "the number seven"), Cue(0.0, 0.4, "hello world"), Cue(0.3, 0.9, "red circle")]
 
 
-@pytest.fixture(scope="module")
-def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
-    return {
-        ("qwen", "self"): pair_from_models(*qwen_tiny),
-        ("qwen", "std"): pair_from_models(qwen_tiny[0], qwen_tiny[1], qwen_tiny_draft[0], qwen_tiny_draft[1]),
-        ("llava", "self"): pair_from_models(*llava_tiny),
-        ("llava", "std"): pair_from_models(llava_tiny[0], llava_tiny[1], llava_tiny_draft[0], llava_tiny_draft[1]),
-    }
-
-
 # ---------------------------------------------------------------- alignment (pure)
 def test_lines_per_frame_with_overlapping_unordered_cues():
     ts = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
