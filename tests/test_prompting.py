@@ -8,7 +8,6 @@ import torch
 from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.decoding import generate, prefill_target, prompt_embeds
-from specvlm.models import pair_from_models
 from specvlm.prompting import (SUBTITLE_MODES, SubtitleLine, SubtitlePromptError, subtitle_block, subtitle_lines,
                                user_text)
 from specvlm.subtitles import Cue
