@@ -6,7 +6,9 @@ on clips from ``specvlm.synth`` generated inline: mixed clip lengths
 (8-64 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
 detailed descriptions and multi-turn single-attribute questions, loss on
 answer tokens only, AdamW at a constant learning rate with a linear decay over
-the last part of the wall-clock budget.
+the last part of the wall-clock budget. The loss covers every text token of the
+chat (``DataRecipe.label_all_text``), plus a per-video-token probe loss on the vision
+features (:class:`VisionProbe`) that makes the vision tower encode what is drawn where.
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the target's vision tower, embeddings, first layer, norm and
@@ -130,9 +132,10 @@ class DataRecipe:
     token_budget: int = 3000      # ~ (video + text tokens) per batch
     max_batch: int = 24
     min_batch: int = 2
-    p_describe: float = 0.6
+    p_describe: float = 0.5
     n_questions: int = 3
     curriculum: float = 0.2       # share of the target budget with single-object scenes only
+    label_all_text: bool = True   # loss on every text token (the chat, user turns too), not only answers
 
 
 SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
@@ -155,6 +158,16 @@ def _label_answers(ids: list[int], header: list[int], end_id: int) -> list[int]:
     return labels
 
 
+def _label_text(ids: list[int], skip: set[int]) -> list[int]:
+    """Labels = ids on every token except those in ``skip`` (video placeholders, padding).
+
+    Modelling the whole chat, user turns included, teaches what follows ``<|im_end|>``
+    (another turn), so a fixed-length benchmark run that decodes past the answer stays
+    in distribution for both target and draft.
+    """
+    return [IGNORE if i in skip else i for i in ids]
+
+
 def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -> list[dict]:
     """Chat messages for one clip: a detailed description or ``n_q`` question turns."""
     video = {"type": "video"}
@@ -174,6 +187,61 @@ def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -
     return msgs
 
 
+AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "motion": 1 + len(synth.MOTIONS)}
+_COLOUR_IDX = {c: i + 1 for i, c in enumerate(synth.COLOURS)}
+_TEXT_CLASS = len(synth.COLOURS) + 1
+
+
+def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
+                 min_cover: float = 0.15) -> dict[str, np.ndarray]:
+    """Per-video-token auxiliary labels from the generator's ground truth.
+
+    A video token of Qwen2.5-VL covers ``temporal`` frames x a ``merge`` x ``merge`` px
+    cell. An object covers a pixel where the pixel is inside its box and has its
+    colour (exact: shapes are drawn in flat colours). The label is the object covering
+    the largest share of the tube (at least ``min_cover``); burned-in text (its box, drawn
+    over everything) wins where it covers ``min_cover``; else background (0).
+
+    Args:
+        truth: :class:`specvlm.synth.SceneTruth`; frames: uint8 (T, H, W, 3) from the same call.
+
+    Returns:
+        dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
+        order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6).
+    """
+    T, H, W = truth.num_frames, truth.height, truth.width
+    gt, gh, gw = T // temporal, H // merge, W // merge
+    T2 = gt * temporal
+
+    def share(mask: np.ndarray) -> np.ndarray:          # (T, H, W) bool -> (gt, gh, gw)
+        m = mask[:T2, :gh * merge, :gw * merge].reshape(gt, temporal, gh, merge, gw, merge)
+        return m.mean(axis=(1, 3, 5))
+
+    ys, xs = np.arange(H)[None, :, None], np.arange(W)[None, None, :]
+    what = np.zeros((gt, gh, gw), np.int64)
+    shape = np.zeros_like(what)
+    motion = np.zeros_like(what)
+    best = np.full((gt, gh, gw), min_cover, np.float64)
+    for o in truth.objects:
+        b = np.asarray(o.boxes, np.int64)[:, :, None, None]           # (T, 4, 1, 1)
+        inside = (ys >= b[:, 1]) & (ys < b[:, 3]) & (xs >= b[:, 0]) & (xs < b[:, 2]) & (b[:, 0] >= 0)
+        colour = np.all(frames == np.array(synth.COLOURS[o.colour], np.uint8), axis=-1)
+        c = share(inside & colour)
+        win = c > best
+        best = np.where(win, c, best)
+        what[win] = _COLOUR_IDX[o.colour]
+        shape[win] = synth.SHAPES.index(o.shape) + 1
+        motion[win] = synth.MOTIONS.index(o.motion) + 1
+    if truth.text is not None:
+        x0, y0, x1, y1 = truth.text.box
+        on = np.zeros((T, H, W), bool)
+        on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
+        win = share(on) > min_cover
+        what[win], shape[win], motion[win] = _TEXT_CLASS, 0, 0
+    return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1)}
+
+
 def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
     """Generate one training batch inline.
 
@@ -183,7 +251,8 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         dict of tensors for Qwen2_5_VLForConditionalGeneration (input_ids (B, L),
         attention_mask, mm_token_type_ids, pixel_values_videos (P, 1176),
         video_grid_thw (B, 3), second_per_grid_ts (B,), labels (B, L)) plus
-        ``meta`` (T, H, W, B).
+        ``meta`` (T, H, W, B) and ``aux`` (per-video-token labels, see
+        :func:`token_labels`, concatenated over the batch).
     """
     rng = np.random.default_rng([seed, step])
     T = int(rng.choice(recipe.frames))
@@ -200,7 +269,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     tok = processor.tokenizer
     header = tok("<|im_start|>assistant\n")["input_ids"]
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    videos, texts, metas = [], [], []
+    videos, texts, metas, aux = [], [], [], []
     for _ in range(B):
         spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps,
                                num_objects=1 if single_object else None)
@@ -208,13 +277,19 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions)
         texts.append(processor.apply_chat_template(msgs, tokenize=False))
         videos.append(frames)
+        aux.append(token_labels(truth, frames))
         metas.append({"fps": fps, "total_num_frames": T, "frames_indices": list(range(T))})
     batch = processor(text=texts, videos=videos, video_metadata=metas, padding=True, return_tensors="pt")
-    labels = [_label_answers(ids, header, end_id) for ids in batch["input_ids"].tolist()]
+    if recipe.label_all_text:
+        skip = {tok.convert_tokens_to_ids("<|video_pad|>"), tok.pad_token_id}
+        labels = [_label_text(ids, skip) for ids in batch["input_ids"].tolist()]
+    else:
+        labels = [_label_answers(ids, header, end_id) for ids in batch["input_ids"].tolist()]
     batch = dict(batch)
     batch["labels"] = torch.tensor(labels)
     batch["labels"][batch["attention_mask"] == 0] = IGNORE
     batch["meta"] = (T, H, W, B)
+    batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in AUX_HEADS}
     return batch
 
 
@@ -297,7 +372,7 @@ def _draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.G
     Returns:
         logits (B, L', vocab), index (L',) of the kept sequence positions.
     """
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta")}
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux")}
     L = batch["input_ids"].shape[1]
     if keep_frac is None:
         return draft(**inputs).logits, torch.arange(L)
@@ -327,6 +402,65 @@ def _draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.G
     return out.logits, index
 
 
+class VisionProbe(torch.nn.Module):
+    """Linear probes on the video features (training aid only; never saved with the model).
+
+    Dense per-token supervision (what covers the token: colour or text, its shape and motion;
+    labels from :func:`token_labels`) makes the vision tower encode what is drawn where, so the
+    language model has something to read, and keeps the feature scale bounded
+    (``norm_penalty``: squared excess of the per-token RMS over ``max_rms``).
+    """
+
+    def __init__(self, hidden: int, max_rms: float = 1.0):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(hidden, n) for k, n in AUX_HEADS.items()})
+        self.max_rms = max_rms
+
+    def loss(self, feats: torch.Tensor, aux: dict) -> tuple[torch.Tensor, dict]:
+        """feats (N, hidden) float; aux: int64 (N,) labels per head -> (scalar loss, accuracies)."""
+        total, acc = feats.new_zeros(()), {}
+        for k, head in self.heads.items():
+            logits = head(feats.float())
+            lab = aux[k]
+            # class-balanced: background tokens dominate, weight object tokens up
+            w = torch.where(lab > 0, 4.0, 1.0)
+            total = total + (F.cross_entropy(logits, lab, reduction="none") * w).sum() / w.sum()
+            fg = lab > 0
+            acc[k] = float((logits.argmax(-1)[fg] == lab[fg]).float().mean()) if fg.any() else float("nan")
+        rms = feats.float().pow(2).mean(-1).sqrt()
+        total = total + (F.relu(rms - self.max_rms) ** 2).mean()
+        acc["rms"] = float(rms.mean())
+        return total, acc
+
+
+def _capture_video_features(model) -> dict:
+    """Forward hook on the vision tower; the dict gets ``feats`` (N, hidden) after each forward."""
+    box: dict = {}
+
+    def hook(_mod, _inp, out):
+        box["feats"] = out.pooler_output if hasattr(out, "pooler_output") else out[1]
+
+    model.model.visual.register_forward_hook(hook)
+    return box
+
+
+@torch.no_grad()
+def video_gap(model, batch: dict) -> tuple[float, float]:
+    """(loss with the right videos, loss with videos rolled by one inside the batch).
+
+    The gap says how much the model reads the video (0 = it ignores it).
+    """
+    model.eval()
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
+    right = float(model(**inputs).loss)
+    B = batch["video_grid_thw"].shape[0]
+    pv = batch["pixel_values_videos"].view(B, -1, batch["pixel_values_videos"].shape[-1])
+    inputs["pixel_values_videos"] = torch.roll(pv, 1, 0).reshape(-1, pv.shape[-1])
+    wrong = float(model(**inputs).loss)
+    model.train()
+    return right, wrong
+
+
 def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None):
     """Run (or resume) one phase under a wall-clock budget; returns the trained model."""
     from tqdm import tqdm
@@ -338,11 +472,18 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
     model = build_model(processor.tokenizer, size, args.seed + (0 if phase == "target" else 1))
     if teacher is not None and not args.smoke:
         _init_draft_from_target(model, teacher)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    probe = VisionProbe(model.config.text_config.hidden_size)
+    feats_box = _capture_video_features(model) if phase == "target" else None
+    params = list(model.parameters()) + (list(probe.parameters()) if phase == "target" else [])
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     state = work.load()
     step, elapsed, losses = 0, 0.0, []
+    diag_recipe = SMOKE_RECIPE if args.smoke else DataRecipe(frames=(16,), sides=(112,), token_budget=2400)
+    diag_batch = make_batch(processor, diag_recipe, 10**8 + 17, 0, False) if phase == "target" else None
     if state is not None:
         model.load_state_dict(state["model"])
+        if "probe" in state:
+            probe.load_state_dict(state["probe"])
         opt.load_state_dict(state["opt"])
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
         print(f"[{phase}] resumed at step {step}, {elapsed / 60:.1f} min done", flush=True)
@@ -368,8 +509,10 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             if phase == "target":
-                inputs = {k: v for k, v in batch.items() if k != "meta"}
+                inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
                 loss = model(**inputs).loss
+                aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
+                loss = loss + args.aux_weight * aux_loss
             else:
                 loss = _distill_loss(model, teacher, batch, rng, args)
         opt.zero_grad(set_to_none=True)
@@ -385,12 +528,18 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         T, H, W, B = batch["meta"]
         bar.set_postfix_str(f"step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s", refresh=False)
         bar.update(int(elapsed) - bar.n)
+        if phase == "target" and step % args.diag_every == 0:
+            right, wrong = video_gap(model, diag_batch)
+            bar.write(f"[{phase}] step {step} loss {ema:.3f} | held-out loss right video {right:.3f}, "
+                      f"shuffled {wrong:.3f}, gap {wrong - right:.3f} | probe acc "
+                      + " ".join(f"{k} {v:.2f}" for k, v in aux_acc.items()))
+            sys.stdout.flush()
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
-            work.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+            work.save({"model": model.state_dict(), "probe": probe.state_dict(), "opt": opt.state_dict(), "step": step,
                        "elapsed": elapsed, "losses": losses, "done": False})
             t_last_ckpt = time.time()
     bar.close()
-    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+    state = {"model": model.state_dict(), "probe": probe.state_dict(), "opt": opt.state_dict(), "step": step,
              "elapsed": elapsed, "losses": losses, "done": True, "size": size.__dict__}
     work.save(state)
     print(f"[{phase}] done: {step} steps in {elapsed / 60:.1f} min, final loss ema {ema}", flush=True)
@@ -409,7 +558,7 @@ def _distill_loss(draft, teacher, batch: dict, rng, args):
     """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on answer positions."""
     labels = batch["labels"]
     with torch.no_grad():
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta")}
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux")}
         t_logits = teacher(**inputs).logits.float()
     keep = float(rng.uniform(0.1, 0.3)) if rng.random() < args.prune_prob else None
     d_logits, index = _draft_forward(draft, batch, keep, rng)
@@ -439,6 +588,10 @@ def parse_args(argv=None):
     ap.add_argument("--prune-prob", type=float, default=0.5, help="draft: share of batches with pruned video")
     ap.add_argument("--ckpt-minutes", type=float, default=4.0, help="checkpoint interval")
     ap.add_argument("--max-steps", type=int, default=None, help="stop a phase after this many steps")
+    ap.add_argument("--aux-weight", type=float, default=0.5,
+                    help="target: weight of the per-video-token probe loss (0 = off)")
+    ap.add_argument("--diag-every", type=int, default=50,
+                    help="target: steps between held-out right-vs-shuffled-video loss checks")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU AMX)")

@@ -1,4 +1,5 @@
 """Smoke tests for the bundled-model training script (tiny sizes, seconds)."""
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def test_processor_round_trip_and_video_positions(processor):
 
 
 def test_labels_cover_only_answers(processor):
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=1, single_object=False)
+    recipe = dataclasses.replace(tb.SMOKE_RECIPE, label_all_text=False)
+    batch = tb.make_batch(processor, recipe, seed=0, step=1, single_object=False)
     tok = processor.tokenizer
     for ids, lab in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
         sup = [l for l in lab if l != tb.IGNORE]
@@ -47,11 +49,44 @@ def test_labels_cover_only_answers(processor):
         assert "<|im_start|>" not in text and "<|video_pad|>" not in text
 
 
+def test_labels_cover_all_text_but_not_video_or_padding(processor):
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=1, single_object=False)
+    tok = processor.tokenizer
+    vid = tok.convert_tokens_to_ids("<|video_pad|>")
+    ids, lab, att = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    text = (ids != vid) & (att == 1)
+    assert torch.equal(lab[text], ids[text])
+    assert (lab[~text] == tb.IGNORE).all()
+    assert "<|im_start|>user" in tok.decode(lab[0][lab[0] != tb.IGNORE].tolist())
+
+
+def test_token_labels_match_the_drawn_pixels():
+    from specvlm import synth
+    frames, truth = synth.generate(5, synth.SceneSpec(num_frames=8, height=112, width=168, text_prob=1.0))
+    lab = tb.token_labels(truth, frames)
+    what = lab["what"].reshape(4, 4, 6)
+    inv = {v: k for k, v in tb._COLOUR_IDX.items()}
+    seen = set()
+    for t, i, j in zip(*np.nonzero(what)):
+        cell = frames[2 * t:2 * t + 2, 28 * i:28 * i + 28, 28 * j:28 * j + 28].reshape(-1, 3).astype(int)
+        c = int(what[t, i, j])
+        if c == tb._TEXT_CLASS:   # the text box is drawn black with white glyphs
+            assert ((cell == 0).all(-1) | (cell == 255).all(-1)).mean() > 0.15
+        else:
+            share = (np.abs(cell - np.array(synth.COLOURS[inv[c]])).sum(-1) == 0).mean()
+            assert share > 0.15, (t, i, j, share)
+        seen.add(c)
+    assert tb._TEXT_CLASS in seen and len(seen) >= 2
+    n = len(lab["what"])
+    assert n == 4 * 4 * 6 and len(lab["shape"]) == n and len(lab["motion"]) == n
+    assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tb._TEXT_CLASS))).all()
+
+
 def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
     torch.manual_seed(0)
     model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
     batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=0, single_object=True)
-    inputs = {k: v for k, v in batch.items() if k != "meta"}
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(8):
