@@ -14,6 +14,9 @@ re-concatenates every step); grouped-query attention (Ainslie et al. 2023).
 """
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
@@ -75,11 +78,64 @@ def prealloc_cache(model) -> PreallocCache:
     return PreallocCache(cfg.num_hidden_layers)
 
 
-def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """Attention for short masked queries without repeating KV per head.
+_FOLDED = threading.local()
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+MIN_SPLIT_PREFIX = 1024
+"""Fully visible prefixes shorter than this are not split off (one fused SDPA call is as fast)."""
 
-    Query heads that share a KV head are folded into the query axis, so one batched matmul per KV
-    head reads the cache once; the additive mask is broadcast over the folded heads in place.
+
+@dataclass(frozen=True)
+class _Folded:
+    """A forward's mask prepared once for all layers: visible prefix length + folded block mask."""
+
+    source: torch.Tensor      # the model's mask object (kept alive: identity checks stay safe)
+    key: tuple
+    prefix: int               # keys [0, prefix) are visible to every query (no mask needed)
+    mask: torch.Tensor        # (mb, KV, G*n, L - prefix) additive float or bool
+
+
+def _visible_prefix(mask: torch.Tensor) -> int:
+    """Length of the leading key range that every query row may see (mask (mb, 1, n, L))."""
+    blocked = ~mask if mask.dtype == torch.bool else mask != 0
+    cols = blocked.flatten(0, 2).any(0).nonzero()
+    return int(cols[0]) if cols.numel() else int(mask.shape[-1])
+
+
+def _fold(attention_mask: torch.Tensor, kvh: int, g: int, L: int, dtype: torch.dtype, split: bool) -> _Folded:
+    """Fold a (mb, 1, n, >=L) mask to (mb, KV, G*n, ·), once per forward (every layer gets the same
+    mask object, so the last fold is reused by identity)."""
+    last = getattr(_FOLDED, "entry", None)
+    key = (kvh, g, L, dtype, split)
+    if last is not None and last.source is attention_mask and last.key == key:
+        return last
+    mask = attention_mask[..., :L]
+    if mask.dtype != torch.bool:
+        mask = mask.to(dtype)
+    prefix = _visible_prefix(mask) if split else 0
+    if prefix < MIN_SPLIT_PREFIX or prefix >= L:
+        prefix = 0
+    mask = mask[..., prefix:]
+    mb, n = mask.shape[0], mask.shape[2]
+    folded = mask[:, :, None].expand(mb, kvh, g, n, L - prefix).reshape(mb, kvh, g * n, L - prefix)
+    entry = _Folded(attention_mask, key, prefix, folded)
+    _FOLDED.entry = entry
+    return entry
+
+
+def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """Attention for short masked queries (tree verify, draft tree feeds) without repeating KV per head.
+
+    Query heads that share a KV head are folded into the query axis (B, KV, G*n, d), so each KV
+    head is read once. On the CPU the fully visible prefix (the prompt and committed tokens: all
+    but the last few keys) needs no mask: it goes through the fused flash kernel, which also
+    returns its log-sum-exp, and the short masked tail is computed directly; the two parts are
+    merged exactly by their log-sum-exps (the standard split-softmax identity, as in
+    FlashAttention's block merge, Dao et al. 2022). Elsewhere one masked
+    ``scaled_dot_product_attention`` call on the folded rows does it.
+
+    Measured on the 2-core CPU, 16k keys, 16 queries, 4 heads / 2 KV heads, 1 thread: split
+    3.2-3.6 ms; one masked SDPA on folded rows 3.6-3.9 ms (plus a per-layer mask copy, now done
+    once per forward); the previous matmul + softmax 7.1-8.1 ms; a 1-query decode 1.6 ms.
 
     Args:
         query: (B, H, n, d); key/value: (B, KV, L, d); attention_mask: (B|1, 1, n, L) additive float
@@ -95,15 +151,24 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     g = h // kvh
-    scale = scaling if scaling is not None else d ** -0.5
-    mask = attention_mask[..., :L]
-    if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill_(
-            ~mask, torch.finfo(query.dtype).min)
-    scores = torch.matmul(query.reshape(b, kvh, g * n, d), key.transpose(-1, -2))  # (B, KV, G*n, L)
-    scores.mul_(scale).view(b, kvh, g, n, L).add_(mask[:, :, None].to(scores.dtype))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    out = torch.matmul(probs, value)  # (B, KV, G*n, d)
+    split = _FLASH_CPU is not None and query.device.type == "cpu" and query.dtype == torch.float32
+    fold = _fold(attention_mask, kvh, g, L, query.dtype, split)
+    q = query.reshape(b, kvh, g * n, d)
+    P = fold.prefix
+    if P == 0:
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=fold.mask, scale=scaling)
+    else:
+        scale = scaling if scaling is not None else d ** -0.5
+        o_pre, lse_pre = _FLASH_CPU(q, key[:, :, :P], value[:, :, :P], scale=scale)[:2]
+        s = torch.matmul(q, key[:, :, P:].transpose(-1, -2)).mul_(scale)
+        if fold.mask.dtype == torch.bool:
+            s.masked_fill_(~fold.mask, torch.finfo(s.dtype).min)  # finite: a row may see no tail key
+        else:
+            s.add_(fold.mask)
+        lse_tail = torch.logsumexp(s, dim=-1)
+        o_tail = torch.matmul(torch.softmax(s, dim=-1), value[:, :, P:])
+        lse = torch.logaddexp(lse_pre, lse_tail)
+        out = o_pre * torch.exp(lse_pre - lse)[..., None] + o_tail * torch.exp(lse_tail - lse)[..., None]
     return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
