@@ -126,9 +126,9 @@ def build_model(tokenizer, size: ModelSize, seed: int):
 class DataRecipe:
     """Per-batch sampling of clip shapes and tasks."""
 
-    frames: tuple = (8, 16, 16, 16, 16, 16, 24, 32, 32, 64)
+    frames: tuple = (8, 16, 16, 16, 16, 16, 24, 32, 32, 64, 96)
     sides: tuple = (112, 112, 112, 112, 140, 168, 224)
-    fps: tuple = (4.0, 6.0, 8.0)
+    fps: tuple = (1.0, 2.0, 4.0, 6.0, 8.0)   # low fps: temporal M-RoPE positions up to 4T/fps (256)
     token_budget: int = 3000      # ~ (video + text tokens) per batch
     max_batch: int = 24
     min_batch: int = 2
