@@ -997,8 +997,10 @@ def _apply_preset(args: argparse.Namespace) -> Any:
     if not args.model:
         args.model = s.target
         args.draft = args.draft or (None if args.self_sd else s.draft)
-    args.num_frames = args.num_frames or s.num_frames
-    args.max_new_tokens = args.max_new_tokens or s.max_new_tokens
+    if args.num_frames is None:
+        args.num_frames = s.num_frames
+    if args.max_new_tokens is None:
+        args.max_new_tokens = s.max_new_tokens
     return s
 
 
@@ -1053,7 +1055,7 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
     settings = BenchSettings(methods=parse_methods(args.methods), config=decode_config(args, "vanilla", preset),
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens)
     settings.validate()
-    n = args.num_frames or (preset.num_frames if preset else 16)
+    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
     vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)

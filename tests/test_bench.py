@@ -156,3 +156,20 @@ def test_bench_help_subprocess():
     for flag in ("--methods", "--sweep", "--synthetic-tokens", "--fixed-length", "--out-json", "--out-html",
                  "--preset", "--dataset"):
         assert flag in res.stdout
+
+
+def test_preset_fills_only_unset_frames_and_budget():
+    """An explicit 0 must reach validation (and fail there), not be replaced by the preset's value."""
+    import argparse
+
+    def ns(**kw):
+        base = dict(preset="paper-qwen-self", model=None, draft=None, self_sd=False, num_frames=None,
+                    max_new_tokens=None)
+        return argparse.Namespace(**{**base, **kw})
+
+    a = ns()
+    s = bench._apply_preset(a)
+    assert (a.num_frames, a.max_new_tokens) == (s.num_frames, s.max_new_tokens)
+    b = ns(num_frames=0, max_new_tokens=0)
+    bench._apply_preset(b)
+    assert (b.num_frames, b.max_new_tokens) == (0, 0)
