@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import filecmp
+import json
 import logging
 import math
 import os
@@ -70,6 +71,17 @@ class UserError(ValueError):
 MB = 1024 * 1024
 MAX_SRT_MB = 5
 """Largest subtitle file accepted (MiB); real .srt files are kilobytes."""
+MAX_TRUTH_MB = 20
+"""Largest ground-truth .json accepted (MiB); a generated clip's truth is tens of kilobytes."""
+
+SUBTITLE_MODES = ("both", "target", "draft", "none")
+"""Who sees the subtitle transcript (``specvlm.prompting.SUBTITLE_MODES``, repeated here so the page
+builds without the engine)."""
+
+SUBTITLE_MODE_CHOICES = (
+    ("Both models", "both"), ("Target only", "target"), ("Draft only", "draft"), ("Neither (ignore them)", "none"),
+)
+"""(label, mode) pairs of the "Subtitles go to" radio."""
 
 
 def _env_num(name: str, default: float) -> float:
@@ -144,6 +156,10 @@ class Settings:
         num_frames: frames sampled from the video.
         max_new_tokens: generation budget per run.
         temperature: sampling temperature (0 = greedy).  top_p_sampling: nucleus mass.  seed: sampling seed.
+        subtitle_mode: who sees an uploaded transcript: ``both``, ``target``, ``draft`` or ``none``
+            (:data:`SUBTITLE_MODES`; vanilla sees it exactly when the target does).
+        keep_text: force the draft to keep the video tokens covering the clip's burned-in text
+            (needs a ground-truth ``.json`` of a generated clip).
     """
 
     preset: str = ""
@@ -160,6 +176,8 @@ class Settings:
     temperature: float = 0.0
     top_p_sampling: float = 1.0
     seed: int = 0
+    subtitle_mode: str = "both"
+    keep_text: bool = False
 
 
 class Engine:
@@ -211,12 +229,43 @@ class Engine:
         from specvlm.subtitles import load_srt
         return load_srt(path)
 
-    def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool], *,
+               subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both",
+               truth: dict[str, Any] | None = None) -> Iterator[Any]:
         """The engine's event stream: one PrefillInfo, then StepEvents (speculative runs record their
-        draft trees for the Inspect tab)."""
+        draft trees for the Inspect tab).
+
+        Args:
+            subtitles: cues put in the prompt as a transcript; ``subtitle_mode`` says who sees it
+                (the vanilla run sees it exactly when the target does).
+            truth: a generated clip's ground truth (``SceneTruth.to_dict()``); a speculative run then
+                forces the draft to keep the video tokens covering its burned-in text.
+        """
         from specvlm.decoding import stream
-        return stream(pair, clip, prompt, config, should_stop=should_stop,
-                      record_trees=config.method != "vanilla")
+        kw: dict[str, Any] = dict(should_stop=should_stop, record_trees=config.method != "vanilla")
+        if truth is not None and config.method != "vanilla":
+            kw["inputs"] = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
+        elif subtitles:
+            kw.update(subtitles=list(subtitles), subtitle_mode=subtitle_mode)
+        return stream(pair, clip, prompt, config, **kw)
+
+    def prepare_forced(self, pair: Any, clip: Any, prompt: str, truth: dict[str, Any],
+                       subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both") -> Any:
+        """ModelInputs (as ``stream`` prepares them) whose ``force_keep`` holds the video tokens
+        covering the truth's burned-in text (empty when it has none or it is not in the sampled frames)."""
+        import torch
+
+        from specvlm.inspect import text_tokens_from_truth
+        with torch.inference_mode():
+            if subtitles:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt, subtitles=list(subtitles),
+                                              subtitle_mode=subtitle_mode)
+            else:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+            tokens = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
+        if tokens.numel() == 0:
+            return inputs
+        return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
         """A :class:`specvlm.inspect.RunRecord` of a finished speculative run (for the Inspect tab)."""
@@ -592,21 +641,65 @@ class Backend:
         if not path:
             return ""
         try:
-            size = Path(path).stat().st_size
-        except OSError:
-            raise UserError(f"The subtitle file {Path(path).name!r} is no longer on the server; upload it again.") \
-                from None
-        if size > MAX_SRT_MB * MB:
-            raise UserError(f"The subtitle file {Path(path).name!r} is {size / MB:.1f} MB; subtitle files over "
-                            f"{MAX_SRT_MB} MB are not accepted.")
-        try:
-            cues = self.engine.load_srt(path)
+            cues = self.load_cues(path)
         except ImportError:
             raw = Path(path).read_bytes()
             return raw.decode("utf-8-sig", errors="replace")
-        except ValueError as e:
-            raise UserError(f"Could not read the subtitle file: {e}") from e
         return "\n".join(f"[{_mmss(c.start_s)} - {_mmss(c.end_s)}] {c.text}" for c in cues)
+
+    def load_cues(self, path: str | None) -> list[Any]:
+        """The cues of an uploaded .srt (empty without a file).
+
+        Raises:
+            UserError: missing, too large or unparsable (message names the file).
+            ImportError: the subtitle parser is not installed.
+        """
+        if not path:
+            return []
+        _check_upload(path, "subtitle file", MAX_SRT_MB)
+        try:
+            return list(self.engine.load_srt(path))
+        except ValueError as e:  # SubtitleError
+            raise UserError(f"Could not read the subtitle file: {e}") from e
+
+    def load_truth(self, path: str | None) -> dict[str, Any] | None:
+        """The ground truth of a generated clip (``specvlm.synth.write_truth``'s JSON), or None without a file.
+
+        Only what forcing needs is checked: ``width``, ``height``, ``fps`` and ``text`` (null, or an
+        object with ``start_frame``, ``end_frame`` and a 4-number ``box``).
+
+        Raises:
+            UserError: missing, too large, not JSON, or missing / malformed keys (message names the file).
+        """
+        if not path:
+            return None
+        name = _check_upload(path, "ground-truth file", MAX_TRUTH_MB)
+        try:
+            d = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            raise UserError(f"The ground-truth file {name!r} is not UTF-8 text; upload the .json written next to "
+                            "a generated clip.") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"The ground-truth file {name!r} is not valid JSON ({e.msg} at line {e.lineno}, "
+                            f"column {e.colno}).") from None
+        problem = _truth_problem(d)
+        if problem:
+            raise UserError(f"The ground-truth file {name!r} is not a generated clip's truth: {problem}.")
+        return d
+
+    def check_subtitle_mode(self, mode: Any) -> str:
+        """A :data:`SUBTITLE_MODES` value from a mode or its radio label (empty: ``both``).
+
+        Raises:
+            UserError: anything else.
+        """
+        if mode is None or mode == "":
+            return "both"
+        labels = {label: value for label, value in SUBTITLE_MODE_CHOICES}
+        mode = labels.get(mode, mode)
+        if mode not in SUBTITLE_MODES:
+            raise UserError(f"Invalid setting: subtitles go to {mode!r}; use one of {', '.join(SUBTITLE_MODES)}.")
+        return mode
 
     # ---- stop ------------------------------------------------------------------------------
 
@@ -624,7 +717,8 @@ class Backend:
 
     # ---- the comparison --------------------------------------------------------------------
 
-    def run(self, video: str | None, prompt: str, settings: Settings, *, session: str | None = None,
+    def run(self, video: str | None, prompt: str, settings: Settings, *, srt: str | None = None,
+            truth: str | None = None, session: str | None = None,
             progress: Callable[[float, str], None] | None = None,
             heatmap_mode: str = "stages") -> Iterator[dict[str, Any]]:
         """Run vanilla then speculative decoding on the same input, yielding UI updates.
@@ -633,6 +727,10 @@ class Backend:
             video: path of the uploaded video.
             prompt: the question (empty: :data:`DEFAULT_PROMPT`).
             settings: panel settings.
+            srt: path of an uploaded .srt; its cues go to both runs (``settings.subtitle_mode`` says
+                which model sees them; vanilla sees them exactly when the target does).
+            truth: path of a generated clip's ground-truth .json; with ``settings.keep_text`` the
+                speculative run's draft always keeps the video tokens covering its burned-in text.
             session: session id for Stop (one run per session).
             progress: ``progress(fraction, description)`` for load / frames / prefill.
             heatmap_mode: ``"stages"`` or ``"scores"`` for the gallery shown.
@@ -655,7 +753,8 @@ class Backend:
         free = False
         try:
             try:
-                yield from self._run(video, prompt, settings, stop, progress, heatmap_mode, runs, view)
+                yield from self._run(video, prompt, settings, stop, progress, heatmap_mode, runs, view,
+                                     srt=srt, truth=truth)
             except ValueError as e:  # UserError, and the engine's typed input errors
                 failure = str(e) if isinstance(e, UserError) else f"Invalid input: {e}"
             except Exception as e:  # the server keeps running whatever happens
@@ -682,10 +781,11 @@ class Backend:
         upd.update(status=f"**Error:** {msg}", error=msg)
         return upd
 
-    def _run(self, video, prompt, settings, stop, progress, heatmap_mode, runs, view):
+    def _run(self, video, prompt, settings, stop, progress, heatmap_mode, runs, view, srt=None, truth=None):
         prompt, prompt_note = self.check_prompt(prompt)
         dec, vid = self.build_configs(settings)
         path, _ = self.check_video(video)
+        extra, input_notes = self._extras(settings, srt, truth)
         target, draft, name = self.resolve_model(settings)
         progress(0.05, f"Loading model {name}")
         yield {"status": f"Loading model **{name}** (first time only)…"}
@@ -703,22 +803,61 @@ class Backend:
         van, spec = _RunState("Vanilla", decode), _RunState(label, decode)
         runs += [van, spec]
         view.update(clip=clip, pair=pair, dec=dec, mode=heatmap_mode)
-        notes = "; ".join(n for n in [prompt_note.rstrip("."), *(getattr(clip, "notes", []) or [])] if n)
+        notes = "; ".join(n for n in [prompt_note.rstrip("."), *(getattr(clip, "notes", []) or []), *input_notes]
+                          if n)
         view["notes"] = notes
         yield self._full(runs, view) | {"status": f"Prefill (vanilla)… {len(clip.frames)} frames. {notes}"}
         if stop.is_set():
             van.stopped = spec.stopped = True
         else:
             progress(0.3, "Prefill (vanilla)")
-            yield from self._one(van, dataclasses.replace(dec, method="vanilla"), pair, clip, prompt, stop, view)
+            van_extra = {k: v for k, v in extra.items() if k != "truth"}  # vanilla prunes nothing
+            yield from self._one(van, dataclasses.replace(dec, method="vanilla"), pair, clip, prompt, stop, view,
+                                 van_extra)
         if not stop.is_set():
             progress(0.6, f"Prefill + pruning ({label})")
             yield {"status": f"Prefill, scoring and pruning ({label})…"}
-            yield from self._one(spec, dec, pair, clip, prompt, stop, view)
+            yield from self._one(spec, dec, pair, clip, prompt, stop, view, extra)
             self._store_record(view.get("session"), spec, dec, prompt, pair, clip)
+            notes = "; ".join(n for n in [notes, _forced_note(spec, extra)] if n)
         else:
             spec.stopped = True
         yield self._full(runs, view) | {"status": self._final_status(runs, stop, notes)}
+
+    def _extras(self, s: Settings, srt: str | None, truth: str | None) -> tuple[dict[str, Any], list[str]]:
+        """(keyword arguments for ``engine.stream``, input notes) from the subtitle and ground-truth uploads.
+
+        Only non-default arguments are included, so engines without subtitle support still work
+        for plain requests.
+
+        Raises:
+            UserError: bad subtitle mode, unreadable .srt, or a malformed ground-truth .json.
+        """
+        mode = self.check_subtitle_mode(s.subtitle_mode)
+        extra: dict[str, Any] = {}
+        notes: list[str] = []
+        try:
+            cues = self.load_cues(srt)
+        except ImportError as e:
+            raise UserError(f"The subtitle reader is not installed: {e}") from e
+        if cues:
+            extra.update(subtitles=cues, subtitle_mode=mode)
+            who = {"both": "both models", "target": "the target (and vanilla) only", "draft": "the draft only",
+                   "none": "neither model (ignored)"}[mode]
+            notes.append(f"{len(cues)} subtitle cue{'s' if len(cues) != 1 else ''} shown to {who}")
+        elif srt:
+            notes.append(f"the subtitle file {Path(srt).name!r} has no cues, so no transcript was added")
+        if s.keep_text:
+            d = self.load_truth(truth)
+            if d is None:
+                notes.append("no on-screen-text tokens were forced: no ground-truth .json was given "
+                             "(only generated clips have one)")
+            elif not d.get("text"):
+                notes.append(f"no on-screen-text tokens were forced: {Path(truth).name!r} says the clip has "
+                             "no burned-in text")
+            else:
+                extra["truth"] = d
+        return extra, notes
 
     def _store_record(self, session: Any, spec: "_RunState", dec: Any, prompt: str, pair: Any, clip: Any) -> None:
         """Keep the speculative run's record for :meth:`last_record` (never fails the run)."""
@@ -749,8 +888,9 @@ class Backend:
         return [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
 
     def _one(self, st: _RunState, dec: Any, pair: Any, clip: Any, prompt: str, stop: threading.Event,
-             view: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Decode one run in a worker thread and yield throttled updates.
+             view: dict[str, Any], extra: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Decode one run in a worker thread and yield throttled updates (``extra``: keyword
+        arguments for ``engine.stream``: subtitles, subtitle mode, ground truth).
 
         The worker always ends before this returns (Stop, error or a closed page set ``stop``;
         the engine polls it every step), so a stopped run uses no CPU/GPU afterwards and the next
@@ -761,7 +901,7 @@ class Backend:
 
         def pump() -> None:
             try:
-                for ev in self.engine.stream(pair, clip, prompt, dec, stop.is_set):
+                for ev in self.engine.stream(pair, clip, prompt, dec, stop.is_set, **(extra or {})):
                     q.put(ev)
             except BaseException as e:  # handed to the request thread
                 q.put(e)
@@ -770,7 +910,7 @@ class Backend:
 
         worker = threading.Thread(target=pump, name=f"{WORKER_PREFIX}{st.name}", daemon=True)
         worker.start()
-        last, dirty = 0.0, True
+        last, dirty, finished = 0.0, True, False
         try:
             while True:
                 items = _drain(q, self.update_interval_s)
@@ -790,7 +930,9 @@ class Backend:
                 if finished:
                     return
         finally:
-            if worker.is_alive() and not _finished(q, done):
+            # The end marker, once drained, is no longer in the queue while the worker thread may still be
+            # winding down: only a run that has not finished is stopped (else the next run would see Stop).
+            if not finished and worker.is_alive() and not _finished(q, done):
                 stop.set()  # the page went away or an error: end the engine loop too
             _join(worker)
 
@@ -929,6 +1071,9 @@ def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:
     if p is not None:
         r = 1 - p.num_kept / max(1, p.num_video_tokens)
         facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
+        n_forced = forced_count(p)
+        if n_forced:
+            facts.append(f"kept **{n_forced}** on-screen-text token{'s' if n_forced != 1 else ''} (forced)")
     lines.append(" · ".join(facts))
     lines.append("")
     sampling = getattr(dec, "sampling", None)
@@ -940,6 +1085,74 @@ def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:
     else:
         lines.append(_identity(van, spec))
     return "\n".join(lines)
+
+
+def forced_count(prune: Any) -> int:
+    """How many video tokens a PruneResult kept because they were forced (0 without ``forced``)."""
+    forced = getattr(prune, "forced", None)
+    if forced is None:
+        return 0
+    return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
+
+
+def _forced_note(spec: _RunState, extra: dict[str, Any]) -> str:
+    """The status note on forced on-screen-text tokens of a finished speculative run ("" if none were asked for)."""
+    if "truth" not in extra or spec.prefill is None:
+        return ""
+    p = spec.prefill.prune
+    n = forced_count(p)
+    if n:
+        budget = " (the whole draft budget)" if p is not None and n >= p.num_kept else ""
+        return f"kept {n} on-screen-text token{'s' if n != 1 else ''}{budget}"
+    if p is None:
+        return "no on-screen-text tokens were forced: this run did not prune"
+    return "no on-screen-text tokens were forced: the text is on none of the sampled frames"
+
+
+def _truth_problem(d: Any) -> str:
+    """What is wrong with a ground-truth dict for forcing text tokens ("" if nothing)."""
+    if not isinstance(d, dict):
+        return f"expected a JSON object, got {type(d).__name__}"
+    for key in ("width", "height", "fps"):
+        if key not in d:
+            return f"missing key {key!r}"
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return f"{key!r} must be a positive number, got {v!r}"
+    if "text" not in d:
+        return "missing key 'text' (null when the clip has no burned-in text)"
+    t = d["text"]
+    if t is None:
+        return ""
+    if not isinstance(t, dict):
+        return f"'text' must be an object or null, got {type(t).__name__}"
+    for key in ("start_frame", "end_frame", "box"):
+        if key not in t:
+            return f"missing key 'text.{key}'"
+    for key in ("start_frame", "end_frame"):
+        if isinstance(t[key], bool) or not isinstance(t[key], (int, float)):
+            return f"'text.{key}' must be a number, got {t[key]!r}"
+    box = t["box"]
+    if not (isinstance(box, list) and len(box) == 4
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in box)):
+        return f"'text.box' must be 4 numbers [x0, y0, x1, y1], got {box!r}"
+    return ""
+
+
+def _check_upload(path: str, what: str, max_mb: float) -> str:
+    """The file's name after checking it is still there and not over ``max_mb``.
+
+    Raises:
+        UserError: missing or too large.
+    """
+    name = Path(path).name
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        raise UserError(f"The {what} {name!r} is no longer on the server; upload it again.") from None
+    if size > max_mb * MB:
+        raise UserError(f"The {what} {name!r} is {size / MB:.1f} MB; {what}s over {max_mb:g} MB are not accepted.")
+    return name
 
 
 def _identity(van: _RunState, spec: _RunState) -> str:

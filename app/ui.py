@@ -18,7 +18,8 @@ import numpy as np
 
 from app.inspect_view import build_inspect_tab
 from app import plots
-from app.backend import DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, Backend, Settings, UploadJanitor, UserError
+from app.backend import (DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, SUBTITLE_MODE_CHOICES, Backend, Settings,
+                         UploadJanitor, UserError)
 
 try:  # Hugging Face ZeroGPU: decorate the GPU work when available
     import spaces  # type: ignore
@@ -33,6 +34,11 @@ GPU_QUEUE = "gpu"
 """concurrency_id shared by every event that runs models: one decode at a time per device."""
 
 TREE_SHAPES = ("dynamic", "static", "chain")
+COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
+                  "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
+                  "srt", "subtitle_mode", "truth", "keep_text")
+"""Components passed to ``/compare``, in order (new ones are appended, so API callers that pass
+fewer arguments keep working)."""
 FALLBACK_METHODS = ("specvlm", "none", "random", "uniform", "window-front", "window-middle",
                     "window-end", "frame", "attention")
 
@@ -43,18 +49,30 @@ most useful video tokens (**SpecVLM**) run one after the other on the same devic
 Greedy speculative decoding must give the *same* text, only faster."""
 
 
-def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
-    """Example rows ``[video, prompt, subtitles or None]`` from ``folder/*.mp4``.
+EXAMPLE_COLUMNS = ("video", "prompt", "srt", "truth")
+"""Components an example row fills, in order."""
 
-    A ``.srt`` with the same stem next to a video is used as its subtitles.
+
+def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
+    """Example rows ``[video, prompt, subtitles or None, ground truth or None]`` from ``folder/*.mp4``.
+
+    A ``.srt`` with the same stem next to a video is used as its subtitles, a ``.json`` with the
+    same stem as its ground truth (written by ``specvlm.synth.write_truth`` for generated clips).
     """
     if not folder.is_dir():
         return []
     rows = []
     for mp4 in sorted(folder.glob("*.mp4")):
-        srt = mp4.with_suffix(".srt")
-        rows.append([str(mp4), DEFAULT_PROMPT, str(srt) if srt.exists() else None])
+        srt, truth = mp4.with_suffix(".srt"), mp4.with_suffix(".json")
+        rows.append([str(mp4), DEFAULT_PROMPT, str(srt) if srt.exists() else None,
+                     str(truth) if truth.exists() else None])
     return rows
+
+
+def _example_rows(examples: list[list[Any]]) -> list[list[Any]]:
+    """Rows padded with None to :data:`EXAMPLE_COLUMNS` (older 3-column rows have no ground truth)."""
+    n = len(EXAMPLE_COLUMNS)
+    return [list(row)[:n] + [None] * (n - len(row)) for row in examples]
 
 
 def _methods() -> Sequence[str]:
@@ -71,7 +89,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
 
     Args:
         backend: a :class:`Backend` (or an object with the same methods).
-        examples: example rows ``[video, prompt, srt]``; default :func:`find_examples`.
+        examples: example rows ``[video, prompt, srt, truth]`` (``truth`` may be left out);
+            default :func:`find_examples`.
         cache_ttl_s: Gradio deletes files it cached (gallery images, leftovers) older than this,
             checking every quarter of it (None: never). Uploads are removed earlier, as soon as no
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
@@ -83,7 +102,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
         ``demo.specvlm_janitor`` is the upload janitor.
     """
-    examples = find_examples() if examples is None else examples
+    examples = _example_rows(find_examples() if examples is None else examples)
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
@@ -95,7 +114,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                 with gr.Column(scale=1):
                     c.update(_model_column(backend))
             if examples:
-                gr.Examples(examples, inputs=[c["video"], c["prompt"], c["srt"]], label="Examples (click to load)",
+                gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
                             cache_examples=False, elem_id="examples")
             c.update(_output_section())
         with gr.Tab("Inspect", elem_id="tab-inspect"):
@@ -184,8 +203,9 @@ def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
 
 
 def _input_column(backend: Backend) -> dict[str, Any]:
-    """Video upload, limits, prompt, subtitles."""
+    """Video upload, limits, prompt, subtitles (and who sees them), ground truth and text forcing."""
     limits = getattr(backend, "limits", None)
+    d = Settings()
     return dict(
         video=gr.Video(label="Video", sources=["upload"], format=None, include_audio=True, elem_id="video",
                        height=300),
@@ -195,6 +215,13 @@ def _input_column(backend: Backend) -> dict[str, Any]:
         srt=gr.File(label="Subtitles (.srt, optional)", file_types=[".srt"], type="filepath", elem_id="srt",
                     height=90),
         srt_text=gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text"),
+        subtitle_mode=gr.Radio(list(SUBTITLE_MODE_CHOICES), value=d.subtitle_mode, label="Subtitles go to",
+                               info="vanilla decoding sees them exactly when the target does",
+                               elem_id="subtitle-mode"),
+        truth=gr.File(label="Ground truth of a generated clip (.json, optional)", file_types=[".json"],
+                      type="filepath", elem_id="truth", height=90),
+        keep_text=gr.Checkbox(value=d.keep_text, label="Always keep the video tokens covering on-screen text",
+                              info="needs the ground truth (.json) of a generated clip", elem_id="keep-text"),
     )
 
 
@@ -273,22 +300,23 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     """Events: Run (shared GPU queue, one at a time), Stop (own queue), subtitles, preset, heatmap
     toggle, and upload bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     outputs = [c[k] for k in OUTPUT_KEYS]
-    inputs = [c[k] for k in ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree",
-                             "depth", "top_k", "total", "frames", "max_new", "hm_mode", "temperature",
-                             "top_p_sampling", "seed")]
+    inputs = [c[k] for k in COMPARE_INPUTS]
 
     def compare(video_path, prompt_text, preset_name, custom_model, method_name, r, lam, tree_shape,
                 depth_v, top_k_v, total_v, frames_v, max_new_v, mode, temperature=0.0, top_p_sampling=1.0,
-                seed=0, request: gr.Request = None, progress=gr.Progress()):
+                seed=0, srt_path=None, subtitle_mode="both", truth_path=None, keep_text=False,
+                request: gr.Request = None, progress=gr.Progress()):
         """Run vanilla then speculative decoding and stream both panels."""
         settings = Settings(preset=preset_name, custom_model=custom_model or "", method=method_name,
                             drop_rate=r, top_p=lam, tree_shape=tree_shape, depth=depth_v, top_k=top_k_v,
                             total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v,
                             temperature=temperature, top_p_sampling=top_p_sampling,
-                            seed=0 if seed is None else seed)
+                            seed=0 if seed is None else seed, subtitle_mode=subtitle_mode or "both",
+                            keep_text=bool(keep_text))
         session = getattr(request, "session_hash", None)
-        with janitor.using([video_path]), request_scratch(scratch_dir) as tmp:
-            for upd in backend.run(video_path, prompt_text, settings, session=session,
+        with janitor.using([video_path, srt_path, truth_path]), request_scratch(scratch_dir) as tmp:
+            for upd in backend.run(video_path, prompt_text, settings, srt=srt_path or None,
+                                   truth=truth_path or None, session=session,
                                    progress=lambda f, desc: progress(f, desc=desc), heatmap_mode=mode):
                 err = upd.pop("error", None)
                 if err:
@@ -313,6 +341,15 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         except UserError as e:
             gr.Warning(str(e))
             return f"Error: {e}"
+
+    def on_truth(path, request: gr.Request):
+        """Keep the uploaded ground truth for re-runs and warn right away if it is malformed."""
+        janitor.hold(getattr(request, "session_hash", None), "truth", path)
+        try:
+            with janitor.using([path]):
+                backend.load_truth(path)
+        except UserError as e:
+            gr.Warning(str(e))
 
     def on_video(path, request: gr.Request):
         """The page now shows this video: keep it for re-runs, let the previous upload go."""
@@ -347,6 +384,8 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop",
                     concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
+    c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
+                      show_progress="hidden")
     c["video"].change(on_video, inputs=[c["video"]], outputs=None, api_visibility="private",
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
     demo.unload(on_unload)

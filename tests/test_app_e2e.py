@@ -25,8 +25,9 @@ def _text(panel_html: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", panel_html))
 
 
-def _compare(backend: Backend, preset: str, frames: int, max_new: int):
-    """Launch, call /compare once, close; returns the outputs tuple."""
+def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tuple = ()):
+    """Launch, call /compare once, close; returns the outputs tuple (``extra``: arguments after the
+    heatmap mode: temperature, nucleus, seed, subtitles, subtitle mode, ground truth, keep text)."""
     from gradio_client import Client, handle_file
 
     from app.ui import build_demo
@@ -40,7 +41,7 @@ def _compare(backend: Backend, preset: str, frames: int, max_new: int):
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         return client.predict(handle_file(str(video)), "Please provide a detailed description of the video.",
                               preset, "", "specvlm", 0.9, 0.4, "dynamic", 5, 4, 16, frames, max_new,
-                              "Pruning stages", api_name="/compare")
+                              "Pruning stages", *extra, api_name="/compare")
     finally:
         demo.close()
 
@@ -98,3 +99,24 @@ def test_speculative_run_leaves_an_inspection_record():
     assert steps and sum(len(s.token_ids) for s in rec.steps) == 16
     tree = step_tree(rec, steps[0].step)
     assert tree.nodes and sum(n.accepted for n in tree.nodes) == steps[0].accept_length
+
+
+def test_e2e_subtitles_and_ground_truth_reach_the_engine(tmp_path):
+    """/compare takes the .srt, who sees it, a ground-truth .json and the keep-text box as its last arguments."""
+    import json
+
+    from gradio_client import handle_file
+    srt = tmp_path / "clip.srt"
+    srt.write_text("1\n00:00:00,000 --> 00:00:01,000\nHello\n")
+    truth = tmp_path / "clip.json"
+    truth.write_text(json.dumps(dict(width=32, height=32, fps=2.0, text=dict(start_frame=0, end_frame=4,
+                                                                             box=[0, 0, 16, 8]))))
+    eng = FakeEngine(step_s=0.001)
+    out = _compare(Backend(eng), "Fake tiny (CPU)", 4, 12,
+                   (0.0, 1.0, 0, handle_file(str(srt)), "draft", handle_file(str(truth)), True))
+    status, summary = out[0], out[5]
+    assert status.startswith("**Done.**") and "shown to the draft only" in status, status
+    assert "kept 4 on-screen-text tokens" in status and "kept **4** on-screen-text tokens" in summary
+    van_kw, spec_kw = eng.stream_kwargs
+    assert van_kw["subtitle_mode"] == spec_kw["subtitle_mode"] == "draft" and len(van_kw["subtitles"]) == 1
+    assert "truth" not in van_kw and spec_kw["truth"]["text"]["box"] == [0, 0, 16, 8]

@@ -20,6 +20,7 @@ FAKE_WORDS = ["the", " video", " shows", " a", " red", " ball", " moving", " lef
 GRID = (2, 4, 4)  # frame groups, rows, cols -> V = 32 video tokens
 STAGE1 = [0, 5, 10]
 STAGE2 = [3, 17, 30]
+FORCED = [20, 21, 24, 25]  # "on-screen text" tokens the fake reports as forced when given a ground truth
 
 
 class FakeVideoError(ValueError):
@@ -49,6 +50,7 @@ class FakeEngine:
         self.loads = 0
         self.stop_polls = 0
         self.streams: list[str] = []
+        self.stream_kwargs: list[dict] = []  # per stream call: subtitles / subtitle_mode / truth passed
 
     def presets(self):
         mk = lambda n, t, d, cuda: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
@@ -86,12 +88,14 @@ class FakeEngine:
     def tokens(self, n):
         return [(i * 7 + 3) % len(FAKE_WORDS) for i in range(n)]
 
-    def stream(self, pair, clip, prompt, config, should_stop):
+    def stream(self, pair, clip, prompt, config, should_stop, **kw):
+        assert set(kw) <= {"subtitles", "subtitle_mode", "truth"}, kw
         self.streams.append(config.method)
+        self.stream_kwargs.append(dict(kw))
         n = config.max_new_tokens
         spec = config.method != "vanilla"
         ids = list(self.spec_tokens) if (spec and self.spec_tokens is not None) else self.tokens(n)
-        yield prefill_info(spec)
+        yield prefill_info(spec, forced=FORCED if (spec and kw.get("truth")) else None)
         tok = FakeTokenizer()
         t0, i, step = time.perf_counter(), 0, 0
         pattern = [3, 1, 0, 4, 2]
@@ -110,16 +114,19 @@ class FakeEngine:
             step += 1
 
 
-def prefill_info(spec: bool) -> PrefillInfo:
-    """A PrefillInfo over GRID with STAGE1/STAGE2 kept (spec) or no pruning (vanilla)."""
+def prefill_info(spec: bool, forced: list[int] | None = None) -> PrefillInfo:
+    """A PrefillInfo over GRID with STAGE1/STAGE2 kept (spec) or no pruning (vanilla); ``forced``
+    tokens are kept too and reported as forced."""
     g, h, w = GRID
     grid = torch.tensor([[f, r, c] for f in range(g) for r in range(h) for c in range(w)], dtype=torch.int64)
     v = g * h * w
     prune = None
     if spec:
         s1, s2 = torch.tensor(STAGE1), torch.tensor(STAGE2)
-        prune = PruneResult(keep=torch.sort(torch.cat([s1, s2])).values, stage1=s1, stage2=s2,
-                            scores=torch.linspace(0, 1, v), num_video_tokens=v, method="specvlm")
+        f = None if forced is None else torch.tensor(forced, dtype=torch.int64)
+        parts = [s1, s2] + ([f] if f is not None else [])
+        prune = PruneResult(keep=torch.sort(torch.cat(parts)).values, stage1=s1, stage2=s2,
+                            scores=torch.linspace(0, 1, v), num_video_tokens=v, method="specvlm", forced=f)
     return PrefillInfo(num_prompt_tokens=v + 20, num_video_tokens=v, num_draft_prompt_tokens=26, prune=prune,
                        prefill_s=0.01, prune_s=0.001, draft_prefill_s=0.002, token_grid=grid, frames_per_token=2)
 

@@ -270,3 +270,176 @@ def test_sampling_settings_reach_the_decode_config():
     from app.backend import UserError
     with pytest.raises(UserError, match="temperature"):
         backend.build_configs(Settings(preset="x", temperature=9.0))
+
+
+# ---- subtitles and on-screen-text forcing (issue 8) ----------------------------------------
+
+def _truth_file(path, text=True):
+    """A minimal ground-truth .json (what specvlm.synth.write_truth writes, trimmed to what forcing needs)."""
+    import json
+    d = dict(seed=1, width=32, height=32, num_frames=8, fps=2.0, background="flat", objects=[],
+             text=dict(text="HI", start_frame=0, end_frame=8, box=[4, 4, 20, 12]) if text else None)
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def _compare_fn(backend):
+    """The ``/compare`` handler of a page built over ``backend`` (called directly, no server)."""
+    from app.ui import build_demo
+    demo = build_demo(backend, examples=[])
+    fns = {fn.api_name: fn for fn in demo.fns.values()}
+    return fns["compare"], demo.specvlm_components
+
+
+def _call(fn, *args, **kw):
+    """Drive a compare generator to its end; returns its updates keyed by component elem_id."""
+    ups = [{comp.elem_id: v for comp, v in upd.items()}
+           for upd in fn(*args, request=None, progress=lambda *a, **k: None, **kw)]
+    return ups[-1]
+
+
+BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4, "dynamic", 5, 4, 16, 4, 12,
+             "Pruning stages", 0.0, 1.0, 0)
+
+
+def test_compare_inputs_end_with_subtitles_and_truth():
+    compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
+    ids = [c.elem_id for c in compare.inputs]
+    assert ids[-4:] == ["srt", "subtitle-mode", "truth", "keep-text"]
+    assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
+    radio = comps["subtitle_mode"]
+    assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]
+    assert comps["keep_text"].value is False and comps["truth"].file_types == [".json"]
+
+
+def test_compare_passes_subtitles_mode_and_truth_to_the_engine(tmp_path):
+    eng = FakeEngine(step_s=0.0)
+    compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
+    truth = _truth_file(tmp_path / "clip.json")
+    last = _call(compare.fn, *BASE_ARGS, "a.srt", "target", truth, True)
+    van_kw, spec_kw = eng.stream_kwargs
+    assert [c.text for c in van_kw["subtitles"]] == ["Hello there"] and van_kw["subtitle_mode"] == "target"
+    assert "truth" not in van_kw  # vanilla prunes nothing
+    assert spec_kw["subtitles"] == van_kw["subtitles"] and spec_kw["subtitle_mode"] == "target"
+    assert spec_kw["truth"]["text"]["box"] == [4, 4, 20, 12]
+    assert "kept **4** on-screen-text tokens" in last["summary"]
+    assert "kept 4 on-screen-text tokens" in last["status"] and "1 subtitle cue shown to the target" in last["status"]
+
+
+def test_compare_with_fewer_args_keeps_working():
+    """API callers from before issue 8 pass 14 arguments: no subtitles, no forcing."""
+    eng = FakeEngine(step_s=0.0)
+    compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
+    last = _call(compare.fn, *BASE_ARGS[:14])
+    assert last["status"].startswith("**Done.**") and eng.stream_kwargs == [{}, {}]
+
+
+def test_settings_reach_the_engine_through_backend_run(tmp_path):
+    eng = FakeEngine(step_s=0.0)
+    b = Backend(eng, update_interval_s=0.0)
+    ups = list(b.run("clip.mp4", "Describe.", _settings(subtitle_mode="Draft only"), srt="a.srt", session="s"))
+    assert "error" not in ups[-1] and [k["subtitle_mode"] for k in eng.stream_kwargs] == ["draft", "draft"]
+    eng.stream_kwargs.clear()
+    _run(b)  # no .srt, no forcing: the engine is called exactly as before
+    assert eng.stream_kwargs == [{}, {}]
+
+
+@pytest.mark.parametrize("truth, why", [
+    (None, "no ground-truth .json was given"),
+    ("notext", "says the clip has no burned-in text"),
+])
+def test_keep_text_without_usable_truth_still_runs(tmp_path, truth, why):
+    eng = FakeEngine(step_s=0.0)
+    path = _truth_file(tmp_path / "notext.json", text=False) if truth else None
+    ups = list(Backend(eng, update_interval_s=0.0).run("clip.mp4", "Describe.", _settings(keep_text=True),
+                                                       truth=path, session="s"))
+    last = ups[-1]
+    assert "error" not in last and "Outputs identical" in last["summary"]
+    assert "no on-screen-text tokens were forced" in last["status"] and why in last["status"]
+    assert all("truth" not in k for k in eng.stream_kwargs) and "on-screen-text" not in last["summary"]
+
+
+def test_truth_is_ignored_unless_keep_text(tmp_path):
+    eng = FakeEngine(step_s=0.0)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    ups = list(Backend(eng, update_interval_s=0.0).run("clip.mp4", "", _settings(), truth=str(bad)))
+    assert "error" not in ups[-1] and eng.stream_kwargs == [{}, {}]
+
+
+@pytest.mark.parametrize("content, msg", [
+    ("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1"),
+    ("[1, 2]", "expected a JSON object, got list"),
+    ('{"width": 32, "height": 32}', "missing key 'fps'"),
+    ('{"width": 32, "height": 32, "fps": 2}', "missing key 'text'"),
+    ('{"width": 32, "height": 32, "fps": 0, "text": null}', "'fps' must be a positive number"),
+    ('{"width": 32, "height": 32, "fps": 2, "text": {"start_frame": 0, "end_frame": 2}}', "missing key 'text.box'"),
+    ('{"width": 32, "height": 32, "fps": 2, "text": {"start_frame": 0, "end_frame": 2, "box": [1, 2]}}',
+     "'text.box' must be 4 numbers"),
+])
+def test_malformed_truth_gives_a_readable_error_then_the_app_keeps_working(tmp_path, content, msg):
+    eng = FakeEngine(step_s=0.0)
+    b = Backend(eng, update_interval_s=0.0)
+    bad = tmp_path / "truth.json"
+    bad.write_text(content)
+    last = list(b.run("clip.mp4", "", _settings(keep_text=True), truth=str(bad), session="s"))[-1]
+    assert last["status"].startswith("**Error:**") and "'truth.json'" in last["error"] and msg in last["error"]
+    assert eng.streams == [] and eng.loads == 0  # refused before any model work
+    _, last = _run(b)
+    assert "Outputs identical" in last["summary"]
+
+
+def test_malformed_srt_gives_a_readable_error_then_the_app_keeps_working(tmp_path):
+    eng = FakeEngine(step_s=0.0)
+    compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
+    last = _call(compare.fn, *BASE_ARGS, "x.bad.srt", "both", None, False)
+    assert last["status"] == "**Error:** Could not read the subtitle file: line 1: not a cue number"
+    assert eng.streams == []
+    last = _call(compare.fn, *BASE_ARGS, "gone.srt", "both", None, False)
+    assert "'gone.srt' is no longer on the server" in last["status"]
+    last = _call(compare.fn, *BASE_ARGS, "a.srt", "both", None, False)
+    assert last["status"].startswith("**Done.**") and "1 subtitle cue shown to both models" in last["status"]
+
+
+def test_bad_subtitle_mode_is_refused():
+    b = Backend(FakeEngine(step_s=0.0))
+    assert b.check_subtitle_mode("Target only") == "target" and b.check_subtitle_mode("none") == "none"
+    assert b.check_subtitle_mode(None) == "both"
+    _, last = _run(b, subtitle_mode="everyone")
+    assert "subtitles go to 'everyone'" in last["error"]
+
+
+def test_examples_carry_the_ground_truth_sidecar(tmp_path):
+    from app.ui import _example_rows, find_examples
+    folder = tmp_path / "examples"
+    folder.mkdir()
+    for stem in ("a", "b"):
+        (folder / f"{stem}.mp4").write_bytes(b"\x00")
+    (folder / "a.json").write_text("{}")
+    (folder / "b.srt").write_text("")
+    rows = find_examples(folder)
+    assert [r[2:] for r in rows] == [[None, str(folder / "a.json")], [str(folder / "b.srt"), None]]
+    assert _example_rows([["v.mp4", "p", None]]) == [["v.mp4", "p", None, None]]
+    bundled = {Path(r[0]).stem: r for r in find_examples()}
+    if "shapes_text" in bundled:
+        assert bundled["shapes_text"][3].endswith("shapes_text.json")
+
+
+def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
+    """The worker can still be winding down after its end marker was drained: that is not a Stop
+    (it used to set the stop flag, so the speculative run ended at once as "stopped")."""
+    real_thread = threading.Thread
+
+    class LingeringThread(real_thread):
+        def is_alive(self):  # alive until joined, however long the work took
+            return not getattr(self, "joined", False) or super().is_alive()
+
+        def join(self, timeout=None):
+            super().join(timeout)
+            self.joined = True
+
+    monkeypatch.setattr(threading, "Thread", LingeringThread)
+    eng = FakeEngine(step_s=0.0)
+    _, last = _run(Backend(eng, update_interval_s=0.0))
+    assert eng.streams == ["vanilla", "specvlm"] and last["status"].startswith("**Done.**")
+    assert "Outputs identical" in last["summary"]
