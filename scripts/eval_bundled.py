@@ -264,6 +264,7 @@ def eval_video(job: tuple[str, int]) -> dict:
     }
     cov = token_coverage(truth, inputs.vision["video_grid_thw"][0].tolist(), inputs.token_grid.numpy())
     share = {"area": float(cov.mean()), "num_tokens": int(cov.size), "keep": {}}
+    spec_prune = None
     for p in args.pairs:
         pair = pairs[p]
         for m in args.methods:
@@ -281,14 +282,43 @@ def eval_video(job: tuple[str, int]) -> dict:
                 keep = pr.keep.numpy()
                 share["keep"][m] = [float(cov[keep].sum()), int(keep.size)]
                 if m == "specvlm":
+                    spec_prune = pr
                     s1 = pr.stage1.numpy()
                     share["stage1"] = [float(cov[s1].sum()), int(s1.size)]
                     share["stage1_touch"] = int((cov[s1] > 0).sum())
                     share["area_touch"] = float((cov > 0).mean())
     rec["share"] = share
+    if args.text_keep and truth.text is not None and "specvlm" in args.methods:
+        _text_keep(rec, truth, clip, inputs, spec_prune, van, cfg("specvlm"), args, pairs)
     rec["seconds"] = time.perf_counter() - t0
     memo.clear()
     return rec
+
+
+def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs) -> None:
+    """On-screen text awareness (issue 8): which share of the text-covering video tokens each
+    SpecVLM stage kept, and τ of SpecVLM with those tokens forced into the draft's view
+    (``ModelInputs.force_keep``) next to plain SpecVLM on the same clip
+    (keys ``<pair>/specvlm+text`` and ``<pair>/specvlm@text``)."""
+    import dataclasses
+
+    from specvlm.decoding import generate
+    from specvlm.inspect import stage_shares, text_tokens_from_truth
+
+    tt = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
+    if tt.numel() == 0:
+        return
+    rec["text_tokens"] = stage_shares(spec_prune, tt) if spec_prune is not None else {"text_tokens": int(tt.numel())}
+    forced = dataclasses.replace(inputs, force_keep=tt)
+    for p in args.pairs:
+        r = generate(pairs[p], None, args.prompt, cfg, inputs=forced)
+        rec["tau"][f"{p}/specvlm@text"] = list(rec["tau"][f"{p}/specvlm"])
+        rec["identical"][f"{p}/specvlm@text"] = rec["identical"][f"{p}/specvlm"]
+        rec["decode_s"][f"{p}/specvlm@text"] = rec["decode_s"][f"{p}/specvlm"]
+        key = f"{p}/specvlm+text"
+        rec["tau"][key] = [int(sum(r.accept_lengths)), len(r.accept_lengths)]
+        rec["identical"][key] = r.token_ids == van.token_ids
+        rec["decode_s"][key] = r.decode_s
 
 
 # ----------------------------------------------------------------------------- summary
@@ -313,15 +343,29 @@ def summarise(records: list[dict], args) -> dict:
             acc[a] = sum(r["correct"][a] for r in recs) / len(recs)
         acc["mean5"] = float(np.mean([acc[a] for a in ATTRS]))
         acc["min5"] = float(min(acc[a] for a in ATTRS))
-        tau, tptf, mism, speed = {}, {}, {}, {}
+        tau, tptf, mism, speed, nruns = {}, {}, {}, {}, {}
         van_s = sum(r["vanilla_decode_s"] for r in recs)
-        for key in recs[0]["tau"]:
-            acc_sum = sum(r["tau"][key][0] for r in recs)
-            steps = sum(r["tau"][key][1] for r in recs)
+        keys = list(dict.fromkeys(k for r in recs for k in r["tau"]))
+        for key in keys:
+            has = [r for r in recs if key in r["tau"]]
+            acc_sum = sum(r["tau"][key][0] for r in has)
+            steps = sum(r["tau"][key][1] for r in has)
             tau[key] = acc_sum / steps if steps else 0.0
             tptf[key] = (acc_sum + steps) / steps if steps else 0.0
-            mism[key] = sum(not r["identical"][key] for r in recs)
-            speed[key] = _ratio(van_s, sum(r["decode_s"][key] for r in recs))
+            if not key.endswith("@text"):  # a copy of <pair>/specvlm on the text clips
+                mism[key] = sum(not r["identical"][key] for r in has)
+                nruns[key] = len(has)
+            speed[key] = _ratio(sum(r["vanilla_decode_s"] for r in has), sum(r["decode_s"][key] for r in has))
+        text_recs = [r for r in recs if "text_tokens" in r]
+        text_stats = None
+        if text_recs:
+            n_tt = sum(r["text_tokens"]["text_tokens"] for r in text_recs)
+            text_stats = {"clips": len(text_recs), "text_tokens_mean": n_tt / len(text_recs)}
+            for st in ("kept", "stage1", "stage2"):
+                if all(st in r["text_tokens"] for r in text_recs):  # token-weighted share
+                    text_stats[st] = sum(r["text_tokens"][st] * r["text_tokens"]["text_tokens"]
+                                         for r in text_recs) / max(n_tt, 1)
+            text_stats["keep_rate"] = float(np.mean([r["text_tokens"].get("keep_rate", 0.0) for r in text_recs]))
         cov_all = sum(r["share"]["area"] * r["share"]["num_tokens"] for r in recs)
         n_all = sum(r["share"]["num_tokens"] for r in recs)
         area = cov_all / n_all
@@ -342,7 +386,7 @@ def summarise(records: list[dict], args) -> dict:
             "video_tokens_mean": float(np.mean([r["video_tokens"] for r in recs])),
             "frames": sorted({r["frames"] for r in recs}),
             "accuracy": acc,
-            "tau": tau, "tokens_per_target_forward": tptf, "mismatches": mism,
+            "tau": tau, "tokens_per_target_forward": tptf, "mismatches": mism, "runs": nruns,
             "decode_speedup_vs_vanilla": speed,
             "coverage": {
                 "area_share": area, "stage1_share": s1_share, "stage1_ratio": _ratio(s1_share, area),
@@ -351,6 +395,7 @@ def summarise(records: list[dict], args) -> dict:
                 "touch_share_all": touch_all, "touch_share_stage1": touch_s1,
                 "keep_sets": keep,
             },
+            "on_screen_text": text_stats,
             "seconds_per_video": float(np.mean([r["seconds"] for r in recs])),
         }
     return out
@@ -383,7 +428,8 @@ def goals(summary: dict, args) -> dict:
             "detail": f"{s['coverage']['stage1_share']:.1%} vs {s['coverage']['area_share']:.1%} "
                       f"({r:.2f}x)" if r is not None else "no Stage I tokens"}
     total = sum(v for s in summary.values() for v in s["mismatches"].values())
-    runs = sum(s["num_videos"] * len(s["mismatches"]) for s in summary.values())
+    runs = sum(sum(s["runs"].values()) if "runs" in s else s["num_videos"] * len(s["mismatches"])
+               for s in summary.values())
     g["greedy SpecVLM/baselines identical to vanilla on every video"] = {
         "met": total == 0, "detail": f"{total} mismatches in {runs} speculative runs"}
     return g
@@ -438,6 +484,19 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
         L.append(f"| kept set of `{m}` | " + " | ".join(
             (lambda d: f"{_pct(d['share'])} ({d['ratio']:.2f}x)" if d else "n/a")(
                 summary[k]["coverage"]["keep_sets"].get(m)) for k in sets) + " |")
+    if any(summary[k].get("on_screen_text") for k in sets):
+        L += ["", "## On-screen text (clips with burned-in text)", "",
+              "| | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+        ts = {k: summary[k].get("on_screen_text") or {} for k in sets}
+        L.append("| clips / text tokens per clip | " + " | ".join(
+            f"{ts[k].get('clips', 0)} / {ts[k].get('text_tokens_mean', 0):.1f}" for k in sets) + " |")
+        for st, label in (("stage1", "Stage I"), ("stage2", "Stage II"), ("kept", "Stage I + II")):
+            L.append(f"| share of text tokens kept by {label} | " + " | ".join(_pct(ts[k].get(st)) for k in sets) + " |")
+        L.append("| keep rate K/V (a text-blind choice) | " + " | ".join(_pct(ts[k].get("keep_rate")) for k in sets) + " |")
+        for p in args.pairs:
+            L.append(f"| τ {PAIR_NAMES[p].split(' ')[0]}: SpecVLM → SpecVLM + forced text tokens | " + " | ".join(
+                f"{summary[k]['tau'].get(f'{p}/specvlm@text', float('nan')):.2f} → "
+                f"{summary[k]['tau'].get(f'{p}/specvlm+text', float('nan')):.2f}" for k in sets) + " |")
     L += ["", "## Goals (issue 3)", ""]
     for name, v in goal.items():
         mark = {True: "x", False: " ", None: "?"}[v["met"]]
@@ -471,6 +530,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--no-shared-prefill", action="store_true",
                     help="recompute video features and target prefill for every method")
+    ap.add_argument("--no-text-keep", dest="text_keep", action="store_false",
+                    help="skip the on-screen-text runs (SpecVLM with the text-covering tokens forced)")
     ap.add_argument("--out", default=None, help="JSON output (summary + per-video records)")
     ap.add_argument("--md", default=None, help="markdown output (default: --out with .md)")
     ap.add_argument("--resume", action="store_true",
