@@ -135,7 +135,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``python -m specvlm bench``: print the markdown report; write JSON / HTML when asked."""
+    """``python -m specvlm bench``: print the markdown report; write JSON / HTML / SVG when asked."""
     from specvlm import bench
 
     report = bench.report_from_args(args, progress=lambda line: print(line, file=sys.stderr, flush=True))
@@ -144,6 +144,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"\nJSON: {bench.write_json(report, args.out_json)}")
     if args.out_html:
         print(f"HTML: {bench.write_html(report, args.out_html)}")
+    if args.out_svg:
+        from specvlm.svgchart import ChartError
+        try:
+            print(f"SVG: {bench.write_svg(report, args.out_svg)}")
+        except ChartError as e:
+            print(f"SVG not written: {e}", file=sys.stderr)
     return 0
 
 

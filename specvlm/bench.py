@@ -895,6 +895,26 @@ def _figures(report: dict) -> list:
     return figs
 
 
+def write_svg(report: dict, path: str | os.PathLike) -> Path:
+    """Write the length sweep as a static SVG (speedup and τ vs video tokens) for READMEs.
+
+    Raises:
+        specvlm.svgchart.ChartError: the report has no sweep points.
+    """
+    from specvlm.svgchart import sweep_svg
+
+    labels = {}
+    for r in report["results"]:
+        labels.setdefault(r["method"], r["label"])
+    meta = report.get("meta", {})
+    title = (f"{meta.get('pair', '')}; {meta.get('max_new_tokens', '?')} new tokens"
+             f"{' (fixed length)' if meta.get('fixed_length') else ''}, {meta.get('device', '')}")
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(sweep_svg(report["sweep"], labels, title))
+    return p
+
+
 def write_html(report: dict, path: str | os.PathLike) -> Path:
     """A self-contained plotly HTML report: speedup bars, draft/verify time, sweep plots, tables, verdict.
 
@@ -967,6 +987,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     r.add_argument("--out-json", help="write the report as JSON")
     r.add_argument("--out-html", help="write a plotly HTML report")
+    r.add_argument("--out-svg", help="write the length sweep (speedup and τ vs video tokens) as a static SVG")
     add_model_args(b)
     add_decode_args(b)
     b.set_defaults(func=None, bench=True)  # the CLI (specvlm.__main__) runs it: the library never prints

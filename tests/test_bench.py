@@ -173,3 +173,38 @@ def test_preset_fills_only_unset_frames_and_budget():
     b = ns(num_frames=0, max_new_tokens=0)
     bench._apply_preset(b)
     assert (b.num_frames, b.max_new_tokens) == (0, 0)
+
+
+def test_sweep_svg_draws_every_series():
+    import xml.etree.ElementTree as ET
+
+    from specvlm.svgchart import ChartError, sweep_svg
+
+    sweep = {"specvlm": [{"video_tokens": 1024, "speedup": 1.1, "tau": 3.0},
+                         {"video_tokens": 4096, "speedup": 1.6, "tau": 3.2},
+                         {"video_tokens": 16384, "speedup": 2.2, "tau": 3.1}],
+             "vanilla": [{"video_tokens": 1024, "speedup": 1.0, "tau": None},
+                         {"video_tokens": 16384, "speedup": 1.0, "tau": None}]}
+    root = ET.fromstring(sweep_svg(sweep, {"specvlm": "SpecVLM (Std-SD)"}, "title <&>"))
+    lines = [e for e in root.iter("{http://www.w3.org/2000/svg}polyline")]
+    by_name = {}
+    for e in lines:
+        by_name.setdefault(e.get("data-name"), []).append(len(e.get("points").split()))
+    assert by_name == {"SpecVLM (Std-SD)": [3, 3], "vanilla": [2]}   # speedup + τ panels; vanilla has no τ
+    # higher speedup is drawn higher (smaller y) at the same x
+    pts = [tuple(map(float, p.split(","))) for p in lines[0].get("points").split()]
+    assert pts[0][0] < pts[1][0] < pts[2][0] and pts[0][1] > pts[1][1] > pts[2][1]
+    with pytest.raises(ChartError):
+        sweep_svg({"vanilla": [{"video_tokens": 1024, "speedup": None, "tau": None}]})
+
+
+def test_cli_sweep_writes_svg(tmp_path, capsys):
+    from specvlm.__main__ import main
+
+    svg = tmp_path / "sweep.svg"
+    rc = main(["bench", "--preset", "tiny", "--sweep", "32,64", "--synthetic-side", "56", "--methods",
+               "vanilla,specvlm", "--depth", "2", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "4",
+               "--fixed-length", "--out-svg", str(svg)])
+    assert rc == 0
+    text = svg.read_text()
+    assert text.startswith("<svg") and text.count('class="series"') >= 3  # 2 speedup lines + 1 τ line
