@@ -971,6 +971,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--synthetic-tokens", help="generated clips sized for ~N video tokens each, e.g. 4096 or 2048,8192")
     g.add_argument("--sweep", help="length sweep over generated clips, e.g. 1024,2048,4096,8192,16384 (plotted)")
     g.add_argument("--synthetic-side", type=int, default=224, help="generated frame side in px (default %(default)s)")
+    g.add_argument("--synthetic-fps", type=float, default=2.0,
+                   help="frame rate of generated clips (default %(default)s); it sets Qwen2.5-VL's temporal "
+                        "M-RoPE positions (tokens_per_second x seconds), so match what the model was trained on")
     g.add_argument("--dataset", choices=sorted(DATASETS), help="a local copy of a paper benchmark")
     g.add_argument("--data-root", help="folder of the local dataset copy")
     g.add_argument("--num-samples", type=int, default=5, help="seeded subset size (default %(default)s)")
@@ -1044,11 +1047,11 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     if not inputs and not args.synthetic_tokens and not args.sweep:
         args.synthetic_tokens = "4096"
     for i, n in enumerate(parse_int_list(args.synthetic_tokens) if args.synthetic_tokens else []):
-        inputs.append(BenchInput(f"synthetic-{n}", synthetic_clip(pair, n, side=args.synthetic_side, seed=i),
-                                 args.prompt))
+        clip = synthetic_clip(pair, n, side=args.synthetic_side, seed=i, fps=args.synthetic_fps)
+        inputs.append(BenchInput(f"synthetic-{n}", clip, args.prompt))
     for n in parse_int_list(args.sweep) if args.sweep else []:
-        inputs.append(BenchInput(f"sweep-{n}", synthetic_clip(pair, n, side=args.synthetic_side), args.prompt,
-                                 sweep=True))
+        clip = synthetic_clip(pair, n, side=args.synthetic_side, fps=args.synthetic_fps)
+        inputs.append(BenchInput(f"sweep-{n}", clip, args.prompt, sweep=True))
     return inputs
 
 
