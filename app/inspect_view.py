@@ -7,7 +7,7 @@ the target's token where it diverged), :func:`lowest_table`, :func:`accept_color
 (tokens coloured by their step's accepted length), :func:`prune_maps` (Stage I / II
 maps of the frames), and :func:`build_inspect_tab` which lays out the Gradio components
 (upload a run JSON to replay without a model, pick a step by clicking a bar, a row or the
-step box). Not wired into ``app/ui.py`` here.
+step box). ``app/ui.py`` puts it in the "Inspect" tab.
 
 Source: SpecVLM Studio issue 8; DESIGN 4.8-4.9 (trees, acceptance), 4.12 (τ).
 """
