@@ -818,7 +818,7 @@ class Backend:
             progress(0.6, f"Prefill + pruning ({label})")
             yield {"status": f"Prefill, scoring and pruning ({label})…"}
             yield from self._one(spec, dec, pair, clip, prompt, stop, view, extra)
-            self._store_record(view.get("session"), spec, dec, prompt, pair, clip)
+            self._store_record(view.get("session"), spec, dec, prompt, pair, clip, _record_meta(extra))
             notes = "; ".join(n for n in [notes, _forced_note(spec, extra)] if n)
         else:
             spec.stopped = True
@@ -859,13 +859,18 @@ class Backend:
                 extra["truth"] = d
         return extra, notes
 
-    def _store_record(self, session: Any, spec: "_RunState", dec: Any, prompt: str, pair: Any, clip: Any) -> None:
-        """Keep the speculative run's record for :meth:`last_record` (never fails the run)."""
+    def _store_record(self, session: Any, spec: "_RunState", dec: Any, prompt: str, pair: Any, clip: Any,
+                      meta: dict[str, Any] | None = None) -> None:
+        """Keep the speculative run's record for :meth:`last_record` (never fails the run); ``meta``
+        (subtitle mode, forced text) is added to the record's ``meta`` so an export keeps it."""
         make = getattr(self.engine, "make_record", None)
         if make is None or not spec.events:
             return
         try:
-            self._records[session] = make(spec.events, dec, prompt, pair, clip)
+            rec = make(spec.events, dec, prompt, pair, clip)
+            if meta and isinstance(getattr(rec, "meta", None), dict):
+                rec.meta.update(meta)
+            self._records[session] = rec
             while len(self._records) > 32:  # bounded: one per recent session
                 self._records.popitem(last=False)
         except Exception:  # inspection is optional; the comparison already succeeded
@@ -1044,6 +1049,16 @@ class Backend:
     def _final_status(self, runs: list[_RunState], stop: threading.Event, notes: str = "") -> str:
         head = "**Stopped.** Ready for the next run." if stop.is_set() else "**Done.** Ready for the next run."
         return f"{head}  \n*Input notes: {notes}*" if notes else head
+
+
+def _record_meta(extra: dict[str, Any]) -> dict[str, Any]:
+    """JSON-ready run settings that the decode config does not hold (for the Inspect record)."""
+    meta: dict[str, Any] = {}
+    if extra.get("subtitles"):
+        meta.update(subtitle_mode=extra.get("subtitle_mode", "both"), subtitle_cues=len(extra["subtitles"]))
+    if extra.get("truth") is not None:
+        meta["keep_text"] = True
+    return meta
 
 
 def summary_md(van: _RunState, spec: _RunState, dec: Any = None) -> str:

@@ -152,11 +152,13 @@ def test_keep_text_forces_the_text_tokens(engine, clip_files):
 
 
 def test_keep_text_and_subtitles_together(engine, clip_files):
-    last, van, spec, _ = _run(engine, clip_files, srt=clip_files.srt, subtitle_mode="target",
-                              truth=clip_files.truth, keep_text=True)
+    last, van, spec, rec = _run(engine, clip_files, srt=clip_files.srt, subtitle_mode="target",
+                                truth=clip_files.truth, keep_text=True)
     p = _prefill(spec)
     assert p.prune.forced is not None and p.prune.forced.numel() > 0 and p.target_subtitle_tokens > 0
     assert p.draft_subtitle_tokens == 0 and _ids(van) == _ids(spec)
+    # the Inspect record (and so its JSON export) keeps these settings
+    assert {"subtitle_mode": "target", "subtitle_cues": 2, "keep_text": True}.items() <= rec.meta.items()
 
 
 def test_keep_text_unchecked_forces_nothing(engine, clip_files):
