@@ -126,14 +126,14 @@ def build_model(tokenizer, size: ModelSize, seed: int):
 class DataRecipe:
     """Per-batch sampling of clip shapes and tasks."""
 
-    frames: tuple = (8, 16, 16, 16, 16, 16, 24, 32, 32, 64, 96)
-    sides: tuple = (112, 112, 112, 112, 140, 168, 224)
+    frames: tuple = (8, 8, 16, 16, 16, 16, 16, 24, 32, 64, 96)
+    sides: tuple = (112, 112, 112, 112, 112, 140, 168, 224)
     fps: tuple = (1.0, 2.0, 4.0, 6.0, 8.0)   # low fps: temporal M-RoPE positions up to 4T/fps (256)
     token_budget: int = 3000      # ~ (video + text tokens) per batch
     max_batch: int = 24
     min_batch: int = 2
-    p_describe: float = 0.5
-    n_questions: int = 3
+    p_describe: float = 0.35
+    n_questions: int = 4
     curriculum: float = 0.2       # share of the target budget with single-object scenes only
     label_all_text: bool = True   # loss on every text token (the chat, user turns too), not only answers
 
@@ -426,10 +426,10 @@ class VisionProbe(torch.nn.Module):
             w = torch.where(lab > 0, 4.0, 1.0)
             total = total + (F.cross_entropy(logits, lab, reduction="none") * w).sum() / w.sum()
             fg = lab > 0
-            acc[k] = float((logits.argmax(-1)[fg] == lab[fg]).float().mean()) if fg.any() else float("nan")
+            acc[k] = float((logits.detach().argmax(-1)[fg] == lab[fg]).float().mean()) if fg.any() else float("nan")
         rms = feats.float().pow(2).mean(-1).sqrt()
         total = total + (F.relu(rms - self.max_rms) ** 2).mean()
-        acc["rms"] = float(rms.mean())
+        acc["rms"] = float(rms.detach().mean())
         return total, acc
 
 

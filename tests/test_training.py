@@ -113,3 +113,28 @@ def test_lr_schedule_constant_then_decay():
     assert tb.lr_at(0.5, 1.0) == 1.0
     assert tb.lr_at(0.99, 1.0) < 0.1
     assert tb.lr_at(0.001, 1.0) < 1.0
+
+
+def test_vision_probe_loss_and_video_gap(processor):
+    torch.manual_seed(0)
+    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=0, single_object=False)
+    box = tb._capture_video_features(model)
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
+    model(**inputs)
+    feats = box.pop("feats")
+    assert feats.shape[0] == len(batch["aux"]["what"])           # one label per video token, same order
+    probe = tb.VisionProbe(model.config.text_config.hidden_size, max_rms=1e-3)
+    loss, acc = probe.loss(feats, batch["aux"])
+    assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "motion", "rms"}
+    right, wrong = tb.video_gap(model, batch)
+    assert right > 0 and wrong > 0 and model.training
+
+
+def test_smoke_run_writes_both_models(tmp_path, capsys):
+    tb.main(["--smoke", "--work", str(tmp_path), "--diag-every", "2"])
+    out = capsys.readouterr().out
+    assert "right video" in out and "gap" in out
+    for phase in ("target", "draft"):
+        folder = tmp_path / "smoke" / "model" / phase
+        assert (folder / "model.safetensors").exists() and (folder / "loss_curve.png").exists()
