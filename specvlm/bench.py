@@ -907,7 +907,8 @@ def write_svg(report: dict, path: str | os.PathLike) -> Path:
     for r in report["results"]:
         labels.setdefault(r["method"], r["label"])
     meta = report.get("meta", {})
-    title = (f"{meta.get('pair', '')}; {meta.get('max_new_tokens', '?')} new tokens"
+    pair = str(meta.get("pair", "")).replace(str(Path.cwd()) + os.sep, "")  # repo-relative model paths
+    title = (f"{pair}; {meta.get('max_new_tokens', '?')} new tokens"
              f"{' (fixed length)' if meta.get('fixed_length') else ''}, {meta.get('device', '')}")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

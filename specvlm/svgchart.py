@@ -26,10 +26,10 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    out, v = [], start
-    while v <= hi + 1e-9 * step:
-        out.append(round(v, 10))
+    out, v = [round(start, 10)], start
+    while out[-1] < hi - 1e-9 * step:   # the last tick is >= hi, so every point lies inside the panel
         v += step
+        out.append(round(v, 10))
     return out
 
 

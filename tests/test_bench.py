@@ -208,3 +208,11 @@ def test_cli_sweep_writes_svg(tmp_path, capsys):
     assert rc == 0
     text = svg.read_text()
     assert text.startswith("<svg") and text.count('class="series"') >= 3  # 2 speedup lines + 1 τ line
+
+
+def test_chart_ticks_cover_the_data():
+    from specvlm.svgchart import _ticks
+
+    for lo, hi in [(0, 1.71 * 1.1), (0, 5.77 * 1.1), (0, 0.3), (1, 1), (0, 137.0)]:
+        t = _ticks(lo, hi)
+        assert t[0] <= lo and t[-1] >= hi and len(t) >= 2
