@@ -41,8 +41,10 @@ from app import plots
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROMPT = "Please provide a detailed description of the video."
-"""The paper's VideoDetailCaption-style prompt."""
+DEFAULT_PROMPT = "Describe this video in detail."
+"""The CLI's default prompt; the bundled CPU model was trained on it (the paper's VideoDetailCaption wording,
+"Please provide a detailed description of the video, ...", is one of its paraphrases and works too with
+real models)."""
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",

@@ -39,7 +39,7 @@ def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tu
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        return client.predict(handle_file(str(video)), "Please provide a detailed description of the video.",
+        return client.predict(handle_file(str(video)), "Describe this video in detail.",
                               preset, "", "specvlm", 0.9, 0.4, "dynamic", 5, 4, 16, frames, max_new,
                               "Pruning stages", *extra, api_name="/compare")
     finally:

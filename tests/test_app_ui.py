@@ -241,7 +241,7 @@ def test_build_demo_wires_components(tmp_path):
                  "vanilla-text", "spec-text", "vanilla-stats", "spec-stats", "summary", "accept-plot",
                  "time-plot", "heatmap-mode", "heatmaps", "examples"):
         assert name in ids, name
-    assert ids["prompt"].value == "Please provide a detailed description of the video."
+    assert ids["prompt"].value == "Describe this video in detail."
     assert ids["preset"].value == "Fake tiny (CPU)" and ("Fake big (GPU)", "Fake big (GPU)") in ids["preset"].choices
     assert (ids["drop-rate"].value, ids["top-p"].value, ids["tree"].value) == (0.9, 0.4, "dynamic")
     assert (ids["depth"].value, ids["top-k"].value, ids["total-tokens"].value) == (5, 4, 16)
