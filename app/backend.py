@@ -66,6 +66,15 @@ UPDATE_INTERVAL_S = 0.15
 """Minimum time between streamed UI updates while decoding."""
 
 
+def _shown(model: str) -> str:
+    """A model id as shown in the UI: local folders inside the project relative to it, Hub ids as they are."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        path = Path(model)
+        return path.resolve().relative_to(root).as_posix() if path.exists() else model
+    except (ValueError, OSError):
+        return model
+
 class UserError(ValueError):
     """A problem the person can fix (bad file, bad setting, missing model); message is shown as-is."""
 
@@ -474,9 +483,9 @@ class Backend:
             p = self.engine.presets()[name]
         except Exception:
             return ("*Preset details unavailable (engine not installed).*", 16, fallback_tokens)
-        kind = "Self-SD (draft = target weights)" if p.draft is None else f"Std-SD, draft `{p.draft}`"
+        kind = "Self-SD (draft = target weights)" if p.draft is None else f"Std-SD, draft `{_shown(p.draft)}`"
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        return (f"{p.description}  \ntarget `{p.target}` · {kind}{gpu}", int(getattr(p, "num_frames", 16)),
+        return (f"{p.description}  \ntarget `{_shown(p.target)}` · {kind}{gpu}", int(getattr(p, "num_frames", 16)),
                 int(getattr(p, "max_new_tokens", fallback_tokens)))
 
     # ---- validation ------------------------------------------------------------------------

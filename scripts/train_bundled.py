@@ -7,8 +7,10 @@ on clips from ``specvlm.synth`` generated inline: mixed clip lengths
 detailed descriptions and multi-turn single-attribute questions, loss on
 answer tokens only, AdamW at a constant learning rate with a linear decay over
 the last part of the wall-clock budget. The loss covers every text token of the
-chat (``DataRecipe.label_all_text``), plus a per-video-token probe loss on the vision
-features (:class:`VisionProbe`) that makes the vision tower encode what is drawn where.
+chat (``DataRecipe.label_all_text``; shape and motion words weighted ``--attr-weight``), plus a
+per-video-token probe loss on the vision features (:class:`VisionProbe`) that makes the vision
+tower encode what is drawn where, plus a focus loss (``--focus-weight``, :func:`focus_loss`):
+the prompt's text-to-video attention, as Stage I reads it, should fall on object/text tokens.
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the target's vision tower, embeddings, first layer, norm and
@@ -208,7 +210,8 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
         order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
-        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6).
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6); plus ``cover`` (float32: share of
+        the tube's pixels that are object or text pixels, the eval's "object/text pixel" measure).
     """
     T, H, W = truth.num_frames, truth.height, truth.width
     gt, gh, gw = T // temporal, H // merge, W // merge
@@ -223,10 +226,12 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     shape = np.zeros_like(what)
     motion = np.zeros_like(what)
     best = np.full((gt, gh, gw), min_cover, np.float64)
+    union = np.zeros((T, H, W), bool)
     for o in truth.objects:
         b = np.asarray(o.boxes, np.int64)[:, :, None, None]           # (T, 4, 1, 1)
         inside = (ys >= b[:, 1]) & (ys < b[:, 3]) & (xs >= b[:, 0]) & (xs < b[:, 2]) & (b[:, 0] >= 0)
         colour = np.all(frames == np.array(synth.COLOURS[o.colour], np.uint8), axis=-1)
+        union |= inside & colour
         c = share(inside & colour)
         win = c > best
         best = np.where(win, c, best)
@@ -239,7 +244,9 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
         on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
         win = share(on) > min_cover
         what[win], shape[win], motion[win] = _TEXT_CLASS, 0, 0
-    return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1)}
+        union |= on
+    return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1),
+            "cover": share(union).astype(np.float32).reshape(-1)}
 
 
 def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
@@ -289,7 +296,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     batch["labels"] = torch.tensor(labels)
     batch["labels"][batch["attention_mask"] == 0] = IGNORE
     batch["meta"] = (T, H, W, B)
-    batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in AUX_HEADS}
+    batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
     return batch
 
 
@@ -461,6 +468,129 @@ def video_gap(model, batch: dict) -> tuple[float, float]:
     return right, wrong
 
 
+FOCUS_IMPL = "train_focus"
+_FOCUS: dict = {"rows": None, "out": []}
+
+
+def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """SDPA, plus the head-averaged attention of the rows in ``_FOCUS["rows"]`` (training aid).
+
+    ``_FOCUS["rows"]`` = (idx int64 (B, R) query positions, valid bool (B, R), keys_ok bool (B, L));
+    appends float32 (B, L): attention of those rows averaged over heads and valid rows — the
+    quantity Stage I ranks video tokens by (:func:`specvlm.decoding.attention_scores`).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    out = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                 scaling=scaling, **kwargs)
+    rows = _FOCUS["rows"]
+    if rows is not None and query.shape[2] == key.shape[2]:
+        idx, valid, keys_ok = rows
+        B, H, L, D = query.shape
+        R = idx.shape[1]
+        q = query.gather(2, idx[:, None, :, None].expand(B, H, R, D))
+        k = key.repeat_interleave(H // key.shape[1], dim=1) if key.shape[1] != H else key
+        s = (q @ k.transpose(-1, -2)).float() * (scaling if scaling is not None else D ** -0.5)
+        ok = (torch.arange(L)[None, None, :] <= idx[:, :, None]) & keys_ok[:, None, :]
+        p = s.masked_fill(~ok[:, None], float("-inf")).softmax(-1).mean(1)        # (B, R, L)
+        w = valid.float()
+        _FOCUS["out"].append((p * w[..., None]).sum(1) / w.sum(1).clamp(min=1.0)[:, None])
+    return out
+
+
+def _register_focus() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(FOCUS_IMPL, _focus_attention)
+    AttentionMaskInterface.register(FOCUS_IMPL, sdpa_mask)
+
+
+def focus_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, video_id: int,
+               header: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query rows whose attention Stage I ranks video tokens by: the prompt after the video.
+
+    For each row of the batch: positions after the last video token up to the end of the first
+    ``<|im_start|>assistant\n`` header after it (pass B of :func:`specvlm.decoding.prefill_target`).
+
+    Returns:
+        idx int64 (B, R), valid bool (B, R), keys_ok bool (B, L) (non-padding keys).
+    """
+    B, L = input_ids.shape
+    spans = []
+    n = len(header)
+    for b in range(B):
+        ids = input_ids[b].tolist()
+        vid = [i for i, t in enumerate(ids) if t == video_id]
+        start = (vid[-1] + 1) if vid else 0
+        end = start
+        for j in range(start, L - n + 1):
+            if ids[j:j + n] == header:
+                end = j + n
+                break
+        spans.append((start, max(end, start + 1)))
+    R = max(e - s for s, e in spans)
+    idx = torch.zeros(B, R, dtype=torch.long)
+    valid = torch.zeros(B, R, dtype=torch.bool)
+    for b, (s, e) in enumerate(spans):
+        idx[b, :e - s] = torch.arange(s, e)
+        valid[b, :e - s] = True
+    return idx, valid, attention_mask.bool()
+
+
+def focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id: int,
+               cover: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """-log(coverage-weighted share of the video attention on object/text pixels), mean over layers.
+
+    share = sum_i a_i c_i / sum_i a_i over video tokens i, with a_i the attention and c_i the
+    share of token i's pixels that are object or text pixels: the pixel share of attention.
+
+    Args:
+        per_layer: float32 (B, L) per layer from :func:`_focus_attention`.
+        cover: float32 (B * V,) per-video-token coverage (:func:`token_labels` ``cover``).
+
+    Returns:
+        (scalar loss, mean share as a float).
+    """
+    vmask = input_ids == video_id
+    obj = torch.zeros(vmask.shape, dtype=torch.float32)
+    obj[vmask] = cover.float()
+    has = obj.sum(1) > 0
+    losses, shares = [], []
+    for a in per_layer:
+        share = (a * obj).sum(1) / (a * vmask.float()).sum(1).clamp(min=1e-9)
+        losses.append(-torch.log(share[has] + 1e-4).mean())
+        shares.append(float(share[has].detach().mean()))
+    return torch.stack(losses).mean(), float(np.mean(shares))
+
+
+def attribute_token_ids(tokenizer) -> list[int]:
+    """Token ids of the spaced shape and motion words (weighted up by ``--attr-weight``)."""
+    words = list(synth.SHAPES) + ["left", "right", "up", "down", "stays", "still", "bounces"]
+    ids = []
+    for w in words:
+        t = tokenizer(" " + w)["input_ids"]
+        if len(t) == 1:
+            ids.append(t[0])
+    return sorted(set(ids))
+
+
+def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
+                     weight: float) -> torch.Tensor:
+    """Next-token cross-entropy with tokens in ``weighted_ids`` counted ``weight`` times.
+
+    logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Equals the model's own
+    loss when ``weight`` is 1.
+    """
+    tgt = labels[:, 1:]
+    mask = tgt != IGNORE
+    ce = F.cross_entropy(logits[:, :-1][mask].float(), tgt[mask], reduction="none")
+    w = torch.ones_like(ce)
+    if weighted_ids and weight != 1.0:
+        w = torch.where(torch.isin(tgt[mask], torch.tensor(weighted_ids)), weight, 1.0)
+    return (ce * w).sum() / w.sum()
+
+
 def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None):
     """Run (or resume) one phase under a wall-clock budget; returns the trained model."""
     from tqdm import tqdm
@@ -474,6 +604,12 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         _init_draft_from_target(model, teacher)
     probe = VisionProbe(model.config.text_config.hidden_size)
     feats_box = _capture_video_features(model) if phase == "target" else None
+    video_id = model.config.video_token_id
+    header = processor.tokenizer("<|im_start|>assistant\n")["input_ids"]
+    attr_ids = attribute_token_ids(processor.tokenizer)
+    if phase == "target" and args.focus_weight > 0:
+        _register_focus()
+        model.set_attn_implementation({"text_config": FOCUS_IMPL})
     params = list(model.parameters()) + (list(probe.parameters()) if phase == "target" else [])
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     state = work.load()
@@ -488,6 +624,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
         print(f"[{phase}] resumed at step {step}, {elapsed / 60:.1f} min done", flush=True)
     if state is not None and state.get("done") and state["elapsed"] >= minutes * 60.0 - 1.0:
+        model.set_attn_implementation({"text_config": "sdpa"})
         return model, state  # finished; a larger budget continues training (LR back to constant)
     budget = minutes * 60.0
     nparams = sum(p.numel() for p in model.parameters())
@@ -509,10 +646,22 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             if phase == "target":
-                inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
-                loss = model(**inputs).loss
+                inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+                if args.focus_weight > 0:
+                    _FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header)
+                    _FOCUS["out"] = []
+                try:
+                    logits = model(**inputs).logits
+                finally:
+                    _FOCUS["rows"] = None
+                loss = weighted_lm_loss(logits, batch["labels"], attr_ids, args.attr_weight)
                 aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
                 loss = loss + args.aux_weight * aux_loss
+                if args.focus_weight > 0 and _FOCUS["out"]:
+                    f_loss, aux_acc["focus"] = focus_loss(_FOCUS["out"], batch["input_ids"], video_id,
+                                                          batch["aux"]["cover"])
+                    _FOCUS["out"] = []
+                    loss = loss + args.focus_weight * f_loss
             else:
                 loss = _distill_loss(model, teacher, batch, rng, args)
         opt.zero_grad(set_to_none=True)
@@ -539,6 +688,8 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
                        "elapsed": elapsed, "losses": losses, "done": False})
             t_last_ckpt = time.time()
     bar.close()
+    if phase == "target" and args.focus_weight > 0:
+        model.set_attn_implementation({"text_config": "sdpa"})
     state = {"model": model.state_dict(), "probe": probe.state_dict(), "opt": opt.state_dict(), "step": step,
              "elapsed": elapsed, "losses": losses, "done": True, "size": size.__dict__}
     work.save(state)
@@ -590,6 +741,11 @@ def parse_args(argv=None):
     ap.add_argument("--max-steps", type=int, default=None, help="stop a phase after this many steps")
     ap.add_argument("--aux-weight", type=float, default=0.5,
                     help="target: weight of the per-video-token probe loss (0 = off)")
+    ap.add_argument("--focus-weight", type=float, default=0.3,
+                    help="target: weight of the focus loss, -log(share of the prompt's text-to-video attention "
+                         "on object/text tokens) (0 = off)")
+    ap.add_argument("--attr-weight", type=float, default=3.0,
+                    help="target: cross-entropy weight of shape and motion words (1 = plain loss)")
     ap.add_argument("--diag-every", type=int, default=50,
                     help="target: steps between held-out right-vs-shuffled-video loss checks")
     ap.add_argument("--seed", type=int, default=0)

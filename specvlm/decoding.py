@@ -393,6 +393,16 @@ def _subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
     return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
 
 
+def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tensor):
+    """Emitter, picker, decode clock, the prefill's token and its step-0 StepEvent."""
+    em = _Emitter(pair, config)
+    pick = _Picker(config.sampling)
+    t_dec = time.perf_counter()
+    first = pick(last_logits)
+    em.take([first])
+    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
+
+
 def _stream_vanilla(pair, inputs, config, t0, should_stop):
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
@@ -401,12 +411,8 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
         tp = prefill_target(pair, inputs, with_scores=False)
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
-    em = _Emitter(pair, config)
-    pick = _Picker(config.sampling)
-    t_dec = time.perf_counter()
-    first = pick(tp.last_logits)
-    em.take([first])
-    yield StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
+    em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
+    yield event
     pos, root, step = inputs.next_position, first, 0
     R = _rope_dims(inputs)
     while not em.done and not (should_stop and should_stop()):
@@ -438,12 +444,8 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
     yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
                       t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
                       _subtitle_tokens(inputs, "target"), _subtitle_tokens(inputs, "draft"))
-    em = _Emitter(pair, config)
-    pick = _Picker(config.sampling)
-    t_dec = time.perf_counter()
-    first = pick(tp.last_logits)
-    em.take([first])
-    yield StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
+    em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
+    yield event
     runner = DraftRunner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype

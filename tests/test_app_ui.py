@@ -443,3 +443,16 @@ def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
     _, last = _run(Backend(eng, update_interval_s=0.0))
     assert eng.streams == ["vanilla", "specvlm"] and last["status"].startswith("**Done.**")
     assert "Outputs identical" in last["summary"]
+
+
+def test_preset_info_shows_project_paths_relative():
+    from app.backend import _shown
+    from specvlm.models.presets import PRESETS
+    root = Path(__file__).resolve().parents[1]
+    assert _shown(str(root / "assets" / "model" / "target")) == "assets/model/target"
+    assert _shown("Qwen/Qwen2.5-VL-7B-Instruct") == "Qwen/Qwen2.5-VL-7B-Instruct"
+    from app.backend import Engine
+    b = Backend(Engine())
+    bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
+    text, _, _ = b.preset_info(bundled)
+    assert str(root) not in text and "assets/model/target" in text and "assets/model/draft" in text

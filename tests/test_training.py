@@ -80,6 +80,9 @@ def test_token_labels_match_the_drawn_pixels():
     n = len(lab["what"])
     assert n == 4 * 4 * 6 and len(lab["shape"]) == n and len(lab["motion"]) == n
     assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tb._TEXT_CLASS))).all()
+    cover = lab["cover"].reshape(4, 4, 6)
+    assert cover.dtype == np.float32 and (cover >= 0).all() and (cover <= 1).all()
+    assert (cover[what > 0] >= 0.15).all() and cover.max() > 0.5 and (cover == 0).any()
 
 
 def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
@@ -138,3 +141,79 @@ def test_smoke_run_writes_both_models(tmp_path, capsys):
     for phase in ("target", "draft"):
         folder = tmp_path / "smoke" / "model" / phase
         assert (folder / "model.safetensors").exists() and (folder / "loss_curve.png").exists()
+
+
+def test_focus_rows_span_the_prompt_after_the_video(processor):
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=3, single_object=False)
+    tok = processor.tokenizer
+    vid = tok.convert_tokens_to_ids("<|video_pad|>")
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    idx, valid, keys_ok = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+    for b in range(idx.shape[0]):
+        rows = idx[b][valid[b]].tolist()
+        ids = batch["input_ids"][b].tolist()
+        last_vid = max(i for i, t in enumerate(ids) if t == vid)
+        assert rows[0] == last_vid + 1 and rows == list(range(rows[0], rows[-1] + 1))
+        assert ids[rows[-1] - len(header) + 1:rows[-1] + 1] == header   # ends with the assistant header
+        text = tok.decode(ids[rows[0]:rows[-1] + 1])
+        assert "<|video_pad|>" not in text and text.count("<|im_start|>assistant") == 1
+    assert torch.equal(keys_ok, batch["attention_mask"].bool())
+
+
+def test_focus_attention_equals_eager_weights_and_loss_moves_them(processor):
+    torch.manual_seed(0)
+    tb._register_focus()
+    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
+    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=4, single_object=False)
+    tok = processor.tokenizer
+    vid = model.config.video_token_id
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    rows = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+    # reference: eager attention weights, averaged over heads and the same rows
+    model.set_attn_implementation({"text_config": "eager"})
+    with torch.no_grad():
+        ref = model(**inputs, output_attentions=True).attentions
+    model.set_attn_implementation({"text_config": tb.FOCUS_IMPL})
+    tb._FOCUS["rows"], tb._FOCUS["out"] = rows, []
+    try:
+        logits = model(**inputs).logits
+    finally:
+        tb._FOCUS["rows"] = None
+    got = tb._FOCUS["out"]
+    assert len(got) == len(ref) == model.config.text_config.num_hidden_layers
+    idx, valid, _ = rows
+    for a, w in zip(got, ref):
+        for b in range(idx.shape[0]):
+            r = idx[b][valid[b]]
+            torch.testing.assert_close(a[b], w[b].mean(0)[r].mean(0), atol=1e-5, rtol=1e-4)
+    loss, share = tb.focus_loss(got, batch["input_ids"], vid, batch["aux"]["cover"])
+    assert 0.0 < share < 1.0 and float(loss) > 0
+    # plain loss unchanged by the capture, and weight 1 = the model's own loss
+    torch.testing.assert_close(tb.weighted_lm_loss(logits, batch["labels"], [], 1.0),
+                               model(**inputs, labels=batch["labels"]).loss, atol=1e-5, rtol=1e-5)
+    # a few steps on the focus loss alone raise the object share
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    shares = []
+    for _ in range(6):
+        tb._FOCUS["rows"], tb._FOCUS["out"] = rows, []
+        model(**inputs)
+        tb._FOCUS["rows"] = None
+        loss, share = tb.focus_loss(tb._FOCUS["out"], batch["input_ids"], vid, batch["aux"]["cover"])
+        shares.append(share)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert shares[-1] > shares[0] + 0.05
+
+
+def test_attribute_words_are_single_tokens_and_weighted(processor):
+    ids = tb.attribute_token_ids(processor.tokenizer)
+    assert len(ids) >= 6
+    logits = torch.randn(1, 5, len(processor.tokenizer) + 8)
+    labels = torch.tensor([[tb.IGNORE, ids[0], 7, ids[1], tb.IGNORE]])
+    plain = tb.weighted_lm_loss(logits, labels, ids, 1.0)
+    heavy = tb.weighted_lm_loss(logits, labels, ids, 1000.0)
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:], reduction="none", ignore_index=tb.IGNORE)
+    torch.testing.assert_close(plain, ce[[0, 1, 2]].mean())
+    torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
