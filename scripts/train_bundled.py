@@ -10,7 +10,8 @@ the last part of the wall-clock budget. The loss covers every text token of the
 chat (``DataRecipe.label_all_text``; shape and motion words weighted ``--attr-weight``), plus a
 per-video-token probe loss on the vision features (:class:`VisionProbe`) that makes the vision
 tower encode what is drawn where, plus a focus loss (``--focus-weight``, :func:`focus_loss`):
-the prompt's text-to-video attention, as Stage I reads it, should fall on object/text tokens.
+the prompt's text-to-video attention, as Stage I reads it, should fall on object/text tokens; and a
+routing loss (``--route-weight``, :func:`routing_loss`): the caption words that name an object attend to it.
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the target's vision tower, embeddings, first layer, norm and
@@ -210,7 +211,8 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
         order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
-        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6); plus ``cover`` (float32: share of
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6), ``obj`` (0 none, k + 1 = ``truth.objects[k]``);
+        plus ``cover`` (float32: share of
         the tube's pixels that are object or text pixels, the eval's "object/text pixel" measure).
     """
     T, H, W = truth.num_frames, truth.height, truth.width
@@ -225,9 +227,10 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     what = np.zeros((gt, gh, gw), np.int64)
     shape = np.zeros_like(what)
     motion = np.zeros_like(what)
+    obj = np.zeros_like(what)
     best = np.full((gt, gh, gw), min_cover, np.float64)
     union = np.zeros((T, H, W), bool)
-    for o in truth.objects:
+    for k, o in enumerate(truth.objects):
         b = np.asarray(o.boxes, np.int64)[:, :, None, None]           # (T, 4, 1, 1)
         inside = (ys >= b[:, 1]) & (ys < b[:, 3]) & (xs >= b[:, 0]) & (xs < b[:, 2]) & (b[:, 0] >= 0)
         colour = np.all(frames == np.array(synth.COLOURS[o.colour], np.uint8), axis=-1)
@@ -238,15 +241,59 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
         what[win] = _COLOUR_IDX[o.colour]
         shape[win] = synth.SHAPES.index(o.shape) + 1
         motion[win] = synth.MOTIONS.index(o.motion) + 1
+        obj[win] = k + 1
     if truth.text is not None:
         x0, y0, x1, y1 = truth.text.box
         on = np.zeros((T, H, W), bool)
         on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
         win = share(on) > min_cover
-        what[win], shape[win], motion[win] = _TEXT_CLASS, 0, 0
+        what[win], shape[win], motion[win], obj[win] = _TEXT_CLASS, 0, 0, 0
         union |= on
     return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1),
+            "obj": obj.reshape(-1),
             "cover": share(union).astype(np.float32).reshape(-1)}
+
+
+def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[torch.Tensor, ...]:
+    """Query rows that name one object, and which object: for the attention-routing loss.
+
+    Every ``<colour> <shape>`` word pair after the video (captions: "red circle moves ...";
+    questions: "Which direction does the red circle move?") gives the colour position (it
+    predicts the shape), the shape position (it predicts the motion verb) and, when the next
+    word is ``moves``, that position too (it predicts the direction).
+
+    Returns:
+        idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``.
+    """
+    colour = {tokenizer(" " + c)["input_ids"][0]: c for c in synth.COLOURS}
+    shape = {tokenizer(" " + s)["input_ids"][0]: s for s in synth.SHAPES}
+    moves = tokenizer(" moves")["input_ids"][0]
+    video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    rows: list[list[tuple[int, int]]] = []
+    for ids, truth in zip(input_ids.tolist(), truths):
+        vid = [i for i, t in enumerate(ids) if t == video_id]
+        start = vid[-1] + 1 if vid else 0
+        found = []
+        for j in range(start, len(ids) - 1):
+            c, sh = colour.get(ids[j]), shape.get(ids[j + 1])
+            if c is None or sh is None:
+                continue
+            k = next((k for k, o in enumerate(truth.objects) if o.colour == c and o.shape == sh), None)
+            if k is None:
+                continue
+            found += [(j, k), (j + 1, k)]
+            if j + 2 < len(ids) and ids[j + 2] == moves:
+                found.append((j + 2, k))
+        rows.append(found)
+    R = max(1, max(len(r) for r in rows))
+    B = len(rows)
+    idx = torch.zeros(B, R, dtype=torch.long)
+    valid = torch.zeros(B, R, dtype=torch.bool)
+    obj = torch.zeros(B, R, dtype=torch.long)
+    for b, found in enumerate(rows):
+        for r, (j, k) in enumerate(found):
+            idx[b, r], valid[b, r], obj[b, r] = j, True, k
+    return idx, valid, obj
 
 
 def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
@@ -276,7 +323,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     tok = processor.tokenizer
     header = tok("<|im_start|>assistant\n")["input_ids"]
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    videos, texts, metas, aux = [], [], [], []
+    videos, texts, metas, aux, truths = [], [], [], [], []
     for _ in range(B):
         spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps,
                                num_objects=1 if single_object else None)
@@ -285,6 +332,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         texts.append(processor.apply_chat_template(msgs, tokenize=False))
         videos.append(frames)
         aux.append(token_labels(truth, frames))
+        truths.append(truth)
         metas.append({"fps": fps, "total_num_frames": T, "frames_indices": list(range(T))})
     batch = processor(text=texts, videos=videos, video_metadata=metas, padding=True, return_tensors="pt")
     if recipe.label_all_text:
@@ -297,6 +345,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     batch["labels"][batch["attention_mask"] == 0] = IGNORE
     batch["meta"] = (T, H, W, B)
     batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
+    batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok)
     return batch
 
 
@@ -469,7 +518,7 @@ def video_gap(model, batch: dict) -> tuple[float, float]:
 
 
 FOCUS_IMPL = "train_focus"
-_FOCUS: dict = {"rows": None, "out": []}
+_FOCUS: dict = {"rows": None, "out": [], "attr_rows": None, "out_attr": []}
 
 
 def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -486,16 +535,23 @@ def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     rows = _FOCUS["rows"]
     if rows is not None and query.shape[2] == key.shape[2]:
         idx, valid, keys_ok = rows
-        B, H, L, D = query.shape
-        R = idx.shape[1]
-        q = query.gather(2, idx[:, None, :, None].expand(B, H, R, D))
-        k = key.repeat_interleave(H // key.shape[1], dim=1) if key.shape[1] != H else key
-        s = (q @ k.transpose(-1, -2)).float() * (scaling if scaling is not None else D ** -0.5)
-        ok = (torch.arange(L)[None, None, :] <= idx[:, :, None]) & keys_ok[:, None, :]
-        p = s.masked_fill(~ok[:, None], float("-inf")).softmax(-1).mean(1)        # (B, R, L)
+        p = _row_attention(query, key, idx, keys_ok, scaling)                    # (B, R, L)
         w = valid.float()
         _FOCUS["out"].append((p * w[..., None]).sum(1) / w.sum(1).clamp(min=1.0)[:, None])
+        if _FOCUS.get("attr_rows") is not None:
+            _FOCUS["out_attr"].append(_row_attention(query, key, _FOCUS["attr_rows"], keys_ok, scaling))
     return out
+
+
+def _row_attention(query, key, idx, keys_ok, scaling) -> torch.Tensor:
+    """Head-averaged causal attention probabilities of query rows ``idx`` (B, R) -> float32 (B, R, L)."""
+    B, H, L, D = query.shape
+    R = idx.shape[1]
+    q = query.gather(2, idx[:, None, :, None].expand(B, H, R, D))
+    k = key.repeat_interleave(H // key.shape[1], dim=1) if key.shape[1] != H else key
+    s = (q @ k.transpose(-1, -2)).float() * (scaling if scaling is not None else D ** -0.5)
+    ok = (torch.arange(L)[None, None, :] <= idx[:, :, None]) & keys_ok[:, None, :]
+    return s.masked_fill(~ok[:, None], float("-inf")).softmax(-1).mean(1)
 
 
 def _register_focus() -> None:
@@ -561,6 +617,33 @@ def focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id:
         share = (a * obj).sum(1) / (a * vmask.float()).sum(1).clamp(min=1e-9)
         losses.append(-torch.log(share[has] + 1e-4).mean())
         shares.append(float(share[has].detach().mean()))
+    return torch.stack(losses).mean(), float(np.mean(shares))
+
+
+def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id: int, obj_labels: torch.Tensor,
+                 valid: torch.Tensor, obj: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """-log(share of a row's video attention on the tokens of the object it names), mean over rows, layers.
+
+    Args:
+        per_layer: float32 (B, R, L) per layer (:func:`_row_attention` of :func:`attribute_rows`).
+        obj_labels: int64 (B * V,) per-video-token object (:func:`token_labels` ``obj``).
+        valid, obj: from :func:`attribute_rows`.
+
+    Returns:
+        (scalar loss, mean share); (0, nan) without rows.
+    """
+    if not bool(valid.any()):
+        return per_layer[0].new_zeros(()), float("nan")
+    vmask = input_ids == video_id
+    lab = torch.zeros(vmask.shape, dtype=torch.long)
+    lab[vmask] = obj_labels
+    target = (lab[:, None, :] == (obj + 1)[:, :, None]) & vmask[:, None, :]     # (B, R, L)
+    losses, shares = [], []
+    for a in per_layer:
+        share = (a * target).sum(-1) / (a * vmask[:, None, :]).sum(-1).clamp(min=1e-9)
+        ok = valid & target.any(-1)
+        losses.append(-torch.log(share[ok] + 1e-4).mean())
+        shares.append(float(share[ok].detach().mean()))
     return torch.stack(losses).mean(), float(np.mean(shares))
 
 
@@ -649,11 +732,13 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
                 inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
                 if args.focus_weight > 0:
                     _FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header)
-                    _FOCUS["out"] = []
+                    _FOCUS["out"], _FOCUS["out_attr"] = [], []
+                    if args.route_weight > 0:
+                        _FOCUS["attr_rows"] = batch["aux"]["attr"][0]
                 try:
                     logits = model(**inputs).logits
                 finally:
-                    _FOCUS["rows"] = None
+                    _FOCUS["rows"] = _FOCUS["attr_rows"] = None
                 loss = weighted_lm_loss(logits, batch["labels"], attr_ids, args.attr_weight)
                 aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
                 loss = loss + args.aux_weight * aux_loss
@@ -662,6 +747,12 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
                                                           batch["aux"]["cover"])
                     _FOCUS["out"] = []
                     loss = loss + args.focus_weight * f_loss
+                if args.route_weight > 0 and _FOCUS["out_attr"]:
+                    _, valid_a, obj_a = batch["aux"]["attr"]
+                    r_loss, aux_acc["route"] = routing_loss(_FOCUS["out_attr"], batch["input_ids"], video_id,
+                                                            batch["aux"]["obj"], valid_a, obj_a)
+                    _FOCUS["out_attr"] = []
+                    loss = loss + args.route_weight * r_loss
             else:
                 loss = _distill_loss(model, teacher, batch, rng, args)
         opt.zero_grad(set_to_none=True)
@@ -744,6 +835,9 @@ def parse_args(argv=None):
     ap.add_argument("--focus-weight", type=float, default=0.3,
                     help="target: weight of the focus loss, -log(share of the prompt's text-to-video attention "
                          "on object/text tokens) (0 = off)")
+    ap.add_argument("--route-weight", type=float, default=0.3,
+                    help="target: weight of the routing loss: a caption word naming an object (its colour and "
+                         "shape words) should attend to that object's video tokens (0 = off; needs --focus-weight > 0)")
     ap.add_argument("--attr-weight", type=float, default=3.0,
                     help="target: cross-entropy weight of shape and motion words (1 = plain loss)")
     ap.add_argument("--diag-every", type=int, default=50,

@@ -217,3 +217,49 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
     ce = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:], reduction="none", ignore_index=tb.IGNORE)
     torch.testing.assert_close(plain, ce[[0, 1, 2]].mean())
     torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
+
+
+def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):
+    from specvlm import synth
+    tok = processor.tokenizer
+    recipe = dataclasses.replace(tb.SMOKE_RECIPE, p_describe=1.0)
+    batch = tb.make_batch(processor, recipe, seed=0, step=5, single_object=False)
+    idx, valid, obj = batch["aux"]["attr"]
+    assert valid.any()
+    colours = {tok(" " + c)["input_ids"][0] for c in synth.COLOURS}
+    shapes = {tok(" " + s)["input_ids"][0] for s in synth.SHAPES}
+    for b in range(idx.shape[0]):
+        ids = batch["input_ids"][b]
+        rows = idx[b][valid[b]].tolist()
+        for j in rows:
+            assert int(ids[j]) in colours | shapes | {tok(" moves")["input_ids"][0]}
+        # every object clause of the caption is covered by its colour position
+        n_clauses = sum(int(ids[j]) in colours and int(ids[j + 1]) in shapes for j in range(len(ids) - 1))
+        assert sum(int(ids[j]) in colours for j in rows) == n_clauses
+    # object labels: the named object's tokens exist in the video for most rows
+    vid = tok.convert_tokens_to_ids("<|video_pad|>")
+    labels = batch["aux"]["obj"].view(idx.shape[0], -1)
+    hits = [bool((labels[b] == int(obj[b, r]) + 1).any()) for b in range(idx.shape[0])
+            for r in range(idx.shape[1]) if valid[b, r]]
+    assert np.mean(hits) > 0.7
+    # the routing loss raises the share of the named object's tokens in a few steps
+    torch.manual_seed(0)
+    tb._register_focus()
+    model = tb.build_model(tok, tb.TINY_SIZE, seed=0)
+    model.set_attn_implementation({"text_config": tb.FOCUS_IMPL})
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    shares = []
+    for _ in range(6):
+        tb._FOCUS["rows"] = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+        tb._FOCUS["attr_rows"], tb._FOCUS["out"], tb._FOCUS["out_attr"] = idx, [], []
+        model(**inputs)
+        tb._FOCUS["rows"] = tb._FOCUS["attr_rows"] = None
+        assert len(tb._FOCUS["out_attr"]) == model.config.text_config.num_hidden_layers
+        loss, share = tb.routing_loss(tb._FOCUS["out_attr"], batch["input_ids"], vid, batch["aux"]["obj"], valid, obj)
+        shares.append(share)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert 0.0 < shares[0] < 1.0 and shares[-1] > shares[0] + 0.05
