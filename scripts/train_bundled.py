@@ -3,11 +3,10 @@
 
 Phase 1 trains the TARGET (Qwen2_5_VLForConditionalGeneration, from scratch)
 on clips from ``specvlm.synth`` generated inline: mixed clip lengths
-(8-64 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
-detailed descriptions and multi-turn single-attribute questions, loss on
-answer tokens only, AdamW at a constant learning rate with a linear decay over
-the last part of the wall-clock budget. The loss covers every text token of the
-chat (``DataRecipe.label_all_text``; shape and motion words weighted ``--attr-weight``), plus a
+(8-96 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
+detailed descriptions and multi-turn single-attribute questions, AdamW at a
+constant learning rate with a linear decay over the last part of the wall-clock
+budget. The loss covers every text token of the chat (``DataRecipe.label_all_text``; shape and motion words weighted ``--attr-weight``), plus a
 per-video-token probe loss on the vision features (:class:`VisionProbe`) that makes the vision
 tower encode what is drawn where, plus a focus loss (``--focus-weight``, :func:`focus_loss`):
 the prompt's text-to-video attention, as Stage I reads it, should fall on object/text tokens; and a
@@ -15,8 +14,8 @@ routing loss (``--route-weight``, :func:`routing_loss`): the caption words that 
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the target's vision tower, embeddings, first layer, norm and
-head, and distilled from the frozen target: KL(target || draft) on answer
-positions plus cross-entropy. Half the draft batches keep only 10-30% of the
+head, and distilled from the frozen target: KL(target || draft) plus
+cross-entropy on every labelled text position. Half the draft batches keep only 10-30% of the
 video tokens (uniform + random, original M-RoPE positions), as the draft sees
 them under SpecVLM pruning.
 
@@ -797,7 +796,7 @@ def _init_draft_from_target(draft, target) -> None:
 
 
 def _distill_loss(draft, teacher, batch: dict, rng, args):
-    """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on answer positions."""
+    """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on every labelled position."""
     labels = batch["labels"]
     with torch.no_grad():
         inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux")}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
@@ -86,8 +87,10 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
+    """VideoConfig from the arguments (``pair`` None: validation only, before any model is loaded)."""
     n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
-    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=pair.frames_per_token == 2)
+    even = pair is not None and pair.frames_per_token == 2
+    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=even)
 
 
 def result_json(res) -> dict:
@@ -110,8 +113,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specvlm.metrics import first_divergence
     from specvlm.video import load_video
 
-    pair, preset = load_from_args(args)
+    # settings and the video path first: a typo must not cost a model download and load
+    preset = resolve_models(args)[2]
     cfg = decode_config(args, args.method, preset)
+    video_config(args, None, preset)
+    if not os.path.isfile(args.video):
+        raise ValueError(f"--video {args.video}: no such file; check the path.")
+    pair, preset = load_from_args(args)
     clip = load_video(args.video, video_config(args, pair, preset))
     res = generate(pair, clip, args.prompt, cfg)
     out = result_json(res)
@@ -189,8 +197,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_flag_names(str(exc))}", file=sys.stderr)
         return 2
+
+
+_FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top_p": "--top-p",
+          "num_frames": "--num-frames", "max_new_tokens": "--max-new-tokens", "total_tokens": "--total-tokens",
+          "top_k": "--top-k", "depth": "--depth", "temperature": "--temperature", "fps": "--fps"}
+
+
+def _flag_names(message: str) -> str:
+    """Name settings in an error message by their command-line flags (``drop_rate=`` -> ``--drop-rate=``)."""
+    import re
+
+    return re.sub(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")=",
+                  lambda m: _FLAGS[m.group(1)] + "=", message)
 
 
 if __name__ == "__main__":

@@ -94,13 +94,32 @@ def _clean(content: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _split_absorbed(content: str) -> tuple[str, str]:
+    """Split off a garbled block that the lenient parser merged into a cue's text.
+
+    ``srt.parse(ignore_errors=True)`` appends a block whose timing line does not parse
+    (e.g. ``2`` / ``garbage --> nonsense`` / ``text``) to the previous cue. Such text is
+    recognised by a line holding ``-->``; it and a block number just before it are cut.
+
+    Returns:
+        (the cue's own text, the cut-off text or "").
+    """
+    lines = content.split("\n")
+    for i, line in enumerate(lines):
+        if "-->" in line:
+            cut = i - 1 if i > 0 and lines[i - 1].strip().isdigit() else i
+            return "\n".join(lines[:cut]), "\n".join(lines[cut:])
+    return content, ""
+
+
 def parse_srt(data: bytes | str, *, name: str = "<subtitles>") -> list[Cue]:
     """Parse SubRip text into cues sorted by (start, end).
 
     Tolerates a UTF-8 BOM, UTF-16 with BOM, cp1252/latin-1 bytes, CRLF, ``.``
     before the milliseconds, missing hours and unordered or overlapping cues
     (overlaps are kept). Garbled blocks between valid cues are skipped and
-    logged; cues with no text or with end <= start are dropped.
+    logged (also those the lenient parser would merge into the previous cue's text);
+    cues with no text or with end <= start are dropped.
 
     Args:
         data: file bytes (encoding detected) or already-decoded text.
@@ -126,7 +145,10 @@ def parse_srt(data: bytes | str, *, name: str = "<subtitles>") -> list[Cue]:
         raise SubtitleError(f"{name}: could not be parsed as SubRip ({e}); check the file is a .srt.") from e
     cues = []
     for sub in subs:
-        start, end, body = sub.start.total_seconds(), sub.end.total_seconds(), _clean(sub.content)
+        content, garbled = _split_absorbed(sub.content)
+        if garbled:
+            logger.warning("%s: skipping a garbled block after cue %s: %r", name, sub.index, garbled[:80])
+        start, end, body = sub.start.total_seconds(), sub.end.total_seconds(), _clean(content)
         if not body or end <= start or start < 0:
             logger.warning("%s: skipping cue %s (%.3f -> %.3f s, %d chars)", name, sub.index, start, end, len(body))
             continue

@@ -74,9 +74,15 @@ def test_cli_errors_are_readable(checkpoints, tmp_path):
     assert "error:" in r.stderr and "notes.txt" in r.stderr
     r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
                 "--drop-rate", "1.5")
-    assert r.returncode == 2 and "drop_rate" in r.stderr
+    assert r.returncode == 2 and "--drop-rate=1.5" in r.stderr      # named by its flag
     r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr
+    # settings and the video path are checked before any model is loaded
+    r = run_cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path / "nope.mp4"))
+    assert r.returncode == 2 and "nope.mp4: no such file" in r.stderr and "loading" not in r.stderr
+    r = run_cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]),
+                "--num-frames", "0")
+    assert r.returncode == 2 and "--num-frames=0" in r.stderr and "loading" not in r.stderr
 
 
 def test_cli_help():
@@ -92,8 +98,8 @@ def test_cli_bad_device_and_zero_budget_are_readable(checkpoints, tmp_path):
         r = run_cli(*base, "--device", "cuda")
         assert r.returncode == 2 and "CUDA is not available" in r.stderr and "Traceback" not in r.stderr
     r = run_cli(*base, "--max-new-tokens", "0")
-    assert r.returncode == 2 and "max_new_tokens" in r.stderr
+    assert r.returncode == 2 and "--max-new-tokens=0" in r.stderr
     r = run_cli(*base, "--num-frames", "0")
-    assert r.returncode == 2 and "num_frames" in r.stderr
+    assert r.returncode == 2 and "--num-frames=0" in r.stderr
     r = run_cli("generate", "--model", str(tmp_path / "nope" / "model"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr

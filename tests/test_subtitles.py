@@ -133,3 +133,13 @@ def test_cues_for_frames_edge_cases():
     assert cues_for_frames(CUES, [0.5]) == ["one two lines"]  # first frame covers the lead-in from 0 s
     with pytest.raises(ValueError):
         cues_for_frames(CUES, [0.0], frames_per_group=0)
+
+
+def test_garbled_block_is_not_merged_into_the_previous_cue(caplog):
+    text = ("1\n00:00:01,000 --> 00:00:02,000\nHello\n\n"
+            "2\nthis is garbage --> nonsense\nWorld\n\n"
+            "3\n00:00:05,000 --> 00:00:06,000\nBye\n")
+    with caplog.at_level("WARNING"):
+        cues = parse_srt(text)
+    assert [c.text for c in cues] == ["Hello", "Bye"]
+    assert "garbled" in caplog.text
