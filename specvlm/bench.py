@@ -983,7 +983,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--preset", choices=sorted(PAPER_SETTINGS) + list(TINY_PRESETS),
                    help="paper settings (models, frames, r, λ, 256 tokens) or an in-process tiny pair")
     r.add_argument("--methods", default="all", help="comma list from: " + ", ".join(DEFAULT_METHODS)
-                   + f" (any pruning method, '{SELF}' = Self-SD); default all")
+                   + f" (or any other pruning method: {', '.join(m for m in PRUNE_METHODS if m not in DEFAULT_METHODS)};"
+                   + f" suffix '{SELF}' = Self-SD); default all")
     r.add_argument("--repeats", type=int, default=3, help="measured interleaved rounds (default %(default)s)")
     r.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default %(default)s)")
     r.add_argument("--fixed-length", action="store_true", help="ignore EOS: every run generates --max-new-tokens "
