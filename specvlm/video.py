@@ -135,8 +135,8 @@ def _open_container(path: str) -> Any:
         return av.open(path, mode="r", metadata_errors="replace")
     except av.error.InvalidDataError as e:
         raise VideoFormatError(
-            f"{path}: not a recognised video container (FFmpeg: {e.strerror}); "
-            f"use a video file such as MP4/H.264, or {_REENCODE_HINT}."
+            f"{path}: not a recognised video container, or a truncated/corrupt file (FFmpeg: {e.strerror}); "
+            f"use a complete video file such as MP4/H.264, or {_REENCODE_HINT}."
         ) from e
     except PermissionError as e:
         raise VideoError(f"{path}: permission denied; check the file's permissions.") from e
