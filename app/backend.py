@@ -75,6 +75,7 @@ def _shown(model: str) -> str:
     except (ValueError, OSError):
         return model
 
+
 class UserError(ValueError):
     """A problem the person can fix (bad file, bad setting, missing model); message is shown as-is."""
 

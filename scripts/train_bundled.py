@@ -253,6 +253,12 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
             "cover": share(union).astype(np.float32).reshape(-1)}
 
 
+def _after_video(ids: list[int], video_id: int) -> int:
+    """Index just after the last video placeholder (0 when there is none)."""
+    last = max((i for i, t in enumerate(ids) if t == video_id), default=-1)
+    return last + 1
+
+
 def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[torch.Tensor, ...]:
     """Query rows that name one object, and which object: for the attention-routing loss.
 
@@ -270,8 +276,7 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
     video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
     rows: list[list[tuple[int, int]]] = []
     for ids, truth in zip(input_ids.tolist(), truths):
-        vid = [i for i, t in enumerate(ids) if t == video_id]
-        start = vid[-1] + 1 if vid else 0
+        start = _after_video(ids, video_id)
         found = []
         for j in range(start, len(ids) - 1):
             c, sh = colour.get(ids[j]), shape.get(ids[j + 1])
@@ -576,8 +581,7 @@ def focus_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, video_id: 
     n = len(header)
     for b in range(B):
         ids = input_ids[b].tolist()
-        vid = [i for i, t in enumerate(ids) if t == video_id]
-        start = (vid[-1] + 1) if vid else 0
+        start = _after_video(ids, video_id)
         end = start
         for j in range(start, L - n + 1):
             if ids[j:j + n] == header:

@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 
 from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
@@ -208,8 +209,6 @@ _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top
 
 def _flag_names(message: str) -> str:
     """Name settings in an error message by their command-line flags (``drop_rate=`` -> ``--drop-rate=``)."""
-    import re
-
     return re.sub(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")=",
                   lambda m: _FLAGS[m.group(1)] + "=", message)
 
