@@ -3,7 +3,7 @@
 
 Phase 1 trains the TARGET (Qwen2_5_VLForConditionalGeneration, from scratch)
 on clips from ``specvlm.synth`` generated inline: mixed clip lengths
-(8-96 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
+(8-128 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
 detailed descriptions and multi-turn single-attribute questions, AdamW at a
 constant learning rate with a linear decay over the last part of the wall-clock
 budget. The loss covers every text token of the chat (``DataRecipe.label_all_text``; shape and motion words weighted ``--attr-weight``), plus a
@@ -128,7 +128,7 @@ def build_model(tokenizer, size: ModelSize, seed: int):
 class DataRecipe:
     """Per-batch sampling of clip shapes and tasks."""
 
-    frames: tuple = (8, 8, 16, 16, 16, 16, 16, 24, 32, 64, 96)
+    frames: tuple = (8, 8, 16, 16, 16, 16, 24, 32, 64, 96, 128)
     sides: tuple = (112, 112, 112, 112, 112, 140, 168, 224)
     fps: tuple = (1.0, 2.0, 4.0, 6.0, 8.0)   # low fps: temporal M-RoPE positions up to 4T/fps (256)
     token_budget: int = 3000      # ~ (video + text tokens) per batch
@@ -189,9 +189,12 @@ def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -
     return msgs
 
 
-AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "motion": 1 + len(synth.MOTIONS)}
+TEXT_VALUES = tuple(str(d) for d in range(10)) + tuple(synth.WORDS)   # every on-screen text the generator draws
+AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "motion": 1 + len(synth.MOTIONS),
+             "glyph": 1 + len(TEXT_VALUES)}
 _COLOUR_IDX = {c: i + 1 for i, c in enumerate(synth.COLOURS)}
 _TEXT_CLASS = len(synth.COLOURS) + 1
+TEXT_OBJ = 15   # ``obj`` label of burned-in text tokens (objects are 1..3)
 
 
 def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
@@ -210,7 +213,8 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
         order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
-        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6), ``obj`` (0 none, k + 1 = ``truth.objects[k]``);
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6), ``obj`` (0 none, k + 1 = ``truth.objects[k]``,
+        :data:`TEXT_OBJ` = the text), ``glyph`` (0 none, 1 + index in :data:`TEXT_VALUES` on text tokens);
         plus ``cover`` (float32: share of
         the tube's pixels that are object or text pixels, the eval's "object/text pixel" measure).
     """
@@ -227,6 +231,7 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     shape = np.zeros_like(what)
     motion = np.zeros_like(what)
     obj = np.zeros_like(what)
+    glyph = np.zeros_like(what)
     best = np.full((gt, gh, gw), min_cover, np.float64)
     union = np.zeros((T, H, W), bool)
     for k, o in enumerate(truth.objects):
@@ -246,10 +251,11 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
         on = np.zeros((T, H, W), bool)
         on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
         win = share(on) > min_cover
-        what[win], shape[win], motion[win], obj[win] = _TEXT_CLASS, 0, 0, 0
+        what[win], shape[win], motion[win], obj[win] = _TEXT_CLASS, 0, 0, TEXT_OBJ
+        glyph[win] = 1 + TEXT_VALUES.index(truth.text.text)
         union |= on
     return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1),
-            "obj": obj.reshape(-1),
+            "obj": obj.reshape(-1), "glyph": glyph.reshape(-1),
             "cover": share(union).astype(np.float32).reshape(-1)}
 
 
@@ -265,10 +271,13 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
     Every ``<colour> <shape>`` word pair after the video (captions: "red circle moves ...";
     questions: "Which direction does the red circle move?") gives the colour position (it
     predicts the shape), the shape position (it predicts the motion verb) and, when the next
-    word is ``moves``, that position too (it predicts the direction).
+    word is ``moves``, that position too (it predicts the direction). Every position whose next
+    token is the on-screen text's value ("text 7.", or the answer to "What text appears?")
+    names the text: its object is ``TEXT_OBJ - 1``, so ``obj + 1`` matches the text tokens' label.
 
     Returns:
-        idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``.
+        idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``
+        (``TEXT_OBJ - 1`` for a text row).
     """
     colour = {tokenizer(" " + c)["input_ids"][0]: c for c in synth.COLOURS}
     shape = {tokenizer(" " + s)["input_ids"][0]: s for s in synth.SHAPES}
@@ -278,6 +287,9 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
     for ids, truth in zip(input_ids.tolist(), truths):
         start = _after_video(ids, video_id)
         found = []
+        if truth.text is not None:
+            value = set(_single_ids(tokenizer, truth.text.text))
+            found += [(j, TEXT_OBJ - 1) for j in range(start, len(ids) - 1) if ids[j + 1] in value]
         for j in range(start, len(ids) - 1):
             c, sh = colour.get(ids[j]), shape.get(ids[j + 1])
             if c is None or sh is None:
@@ -298,6 +310,16 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
         for r, (j, k) in enumerate(found):
             idx[b, r], valid[b, r], obj[b, r] = j, True, k
     return idx, valid, obj
+
+
+def _single_ids(tokenizer, word: str) -> list[int]:
+    """Ids of ``word`` and `` word`` where each is a single token."""
+    out = []
+    for w in (word, " " + word):
+        t = tokenizer(w)["input_ids"]
+        if len(t) == 1:
+            out.append(t[0])
+    return out
 
 
 def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
@@ -651,13 +673,10 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
 
 
 def attribute_token_ids(tokenizer) -> list[int]:
-    """Token ids of the spaced shape and motion words (weighted up by ``--attr-weight``)."""
+    """Token ids of the shape and motion words and the on-screen text values (weighted up by ``--attr-weight``)."""
     words = list(synth.SHAPES) + ["left", "right", "up", "down", "stays", "still", "bounces"]
-    ids = []
-    for w in words:
-        t = tokenizer(" " + w)["input_ids"]
-        if len(t) == 1:
-            ids.append(t[0])
+    ids = [i for w in words for i in _single_ids(tokenizer, w)[-1:]]        # the spaced form
+    ids += [i for v in TEXT_VALUES for i in _single_ids(tokenizer, v)]      # spaced (captions) and bare (answers)
     return sorted(set(ids))
 
 

@@ -15,6 +15,7 @@ import sys
 
 from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
                             VideoConfig)
+from specvlm.prompting import SUBTITLE_MODES
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -35,8 +36,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     """Pruning, tree and budget options with the paper's defaults."""
     d = DecodeConfig()
     g = p.add_argument_group("decoding")
-    g.add_argument("--num-frames", type=int, default=None, help="frames sampled uniformly (default: preset's)")
-    g.add_argument("--fps", type=float, default=None, help="sample at this rate instead of a count")
+    frames = g.add_mutually_exclusive_group()
+    frames.add_argument("--num-frames", type=int, default=None, help="frames sampled uniformly (default: preset's)")
+    frames.add_argument("--fps", type=float, default=None, help="sample at this rate (frames/s) instead of a count")
     g.add_argument("--drop-rate", type=float, default=d.prune.drop_rate, help="r: share of video tokens the "
                    "draft does not see (default %(default)s)")
     g.add_argument("--top-p", type=float, default=d.prune.top_p, help="λ: Stage I cumulative attention share "
@@ -100,6 +102,9 @@ def result_json(res) -> dict:
     return {
         "text": res.text, "token_ids": res.token_ids, "method": res.method,
         "num_video_tokens": res.num_video_tokens, "num_kept": res.num_kept,
+        "num_prompt_tokens": res.prefill.num_prompt_tokens,
+        "target_subtitle_tokens": res.prefill.target_subtitle_tokens,
+        "draft_subtitle_tokens": res.prefill.draft_subtitle_tokens,
         "tau": res.tau, "tokens_per_target_forward": res.tokens_per_target_forward,
         "decode_s": res.decode_s, "total_s": res.total_s, "tokens_per_s": res.tokens_per_s,
         "prefill_s": res.prefill.prefill_s, "draft_s": res.draft_s, "verify_s": res.verify_s,
@@ -107,6 +112,25 @@ def result_json(res) -> dict:
         "stage1": pr.stage1.tolist() if pr is not None else [],
         "stage2": pr.stage2.tolist() if pr is not None else [],
     }
+
+
+def subtitle_args(args: argparse.Namespace) -> dict:
+    """Keyword arguments for :func:`specvlm.decoding.generate` from ``--srt`` / ``--subtitle-mode``.
+
+    Raises:
+        specvlm.subtitles.SubtitleError (a ValueError): unreadable or malformed .srt (the message names it).
+        ValueError: ``--subtitle-mode`` without ``--srt``.
+    """
+    if not args.srt:
+        if args.subtitle_mode != "both":
+            raise ValueError("--subtitle-mode needs --srt FILE (the subtitles to show).")
+        return {}
+    from specvlm.subtitles import load_srt
+
+    cues = load_srt(args.srt)
+    if not cues:
+        raise ValueError(f"--srt {args.srt}: the file has no subtitle cues; drop --srt or fix the file.")
+    return {"subtitles": cues, "subtitle_mode": args.subtitle_mode}
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -120,12 +144,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     video_config(args, None, preset)
     if not os.path.isfile(args.video):
         raise ValueError(f"--video {args.video}: no such file; check the path.")
+    extra = subtitle_args(args)
     pair, preset = load_from_args(args)
     clip = load_video(args.video, video_config(args, pair, preset))
-    res = generate(pair, clip, args.prompt, cfg)
+    for note in clip.notes:
+        print(f"note: {note}", file=sys.stderr)
+    res = generate(pair, clip, args.prompt, cfg, **extra)
     out = result_json(res)
+    out["notes"] = list(clip.notes)
     if args.compare and cfg.speculative:
-        van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset))
+        van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset), **extra)
         out["vanilla"] = result_json(van)
         out["identical"] = van.token_ids == res.token_ids
         out["first_divergence"] = first_divergence(van.token_ids, res.token_ids)
@@ -177,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "random = SD-Rand); default %(default)s")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--compare", action="store_true", help="also run vanilla; report speedup and identity")
+    g.add_argument("--srt", help="SubRip subtitles of the video; the cues go into the prompt as a transcript")
+    g.add_argument("--subtitle-mode", choices=SUBTITLE_MODES, default="both",
+                   help="who sees the --srt transcript: both models, only the target, only the draft (the "
+                        "output is then that of the prompt without subtitles), or none (ignored); default %(default)s")
     add_model_args(g)
     add_decode_args(g)
     g.set_defaults(func=cmd_generate)

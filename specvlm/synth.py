@@ -404,11 +404,14 @@ def describe(truth: SceneTruth) -> str:
     """Detailed description, e.g. ``"two objects. red circle moves left to right. blue square
     stays still, appears later. text 7. plain background."``
 
-    Object clauses follow ``truth.objects`` order; lower-case words only, one sentence per fact.
+    Object clauses come in a canonical order (colour in :data:`COLOURS` key order, then shape in
+    :data:`SHAPES` order), whatever order the generator drew them in: a model writing the
+    caption then never has to remember which objects it already named, only find the next
+    colour present. Lower-case words only, one sentence per fact.
     """
     n = len(truth.objects)
     parts = [f"{_count_word(n)} object{'s' if n != 1 else ''}."]
-    for o in truth.objects:
+    for o in sorted(truth.objects, key=lambda o: (list(COLOURS).index(o.colour), SHAPES.index(o.shape))):
         clause = f"{o.name} {_MOTION_PHRASE[o.motion]}"
         extra = [w for w, f in (("appears later", o.enters), ("leaves early", o.leaves)) if f]
         parts.append(clause + (", " + ", ".join(extra) if extra else "") + ".")

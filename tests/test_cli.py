@@ -85,6 +85,38 @@ def test_cli_errors_are_readable(checkpoints, tmp_path):
     assert r.returncode == 2 and "--num-frames=0" in r.stderr and "loading" not in r.stderr
 
 
+def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_path):
+    srt = tmp_path / "clip.srt"
+    srt.write_text("1\n00:00:00,000 --> 00:00:01,000\nA red ball rolls.\n\n"
+                   "2\n00:00:01,000 --> 00:00:02,000\nIt stops.\n")
+    base = ["generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+            "--prompt", "describe this video", "--num-frames", "8", "--max-new-tokens", "12", "--no-eos", "--json"]
+    plain = json.loads(run_cli(*base).stdout)
+    r = run_cli(*base, "--srt", str(srt), "--compare")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert plain["target_subtitle_tokens"] == 0
+    assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == out["target_subtitle_tokens"]
+    assert out["num_prompt_tokens"] == plain["num_prompt_tokens"] + out["target_subtitle_tokens"]
+    assert out["identical"] is True                        # lossless with the transcript too
+    # target only: the draft's prompt skips the transcript
+    out = json.loads(run_cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
+    assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == 0
+    # a malformed file names itself; --subtitle-mode alone is refused; both frame settings are refused
+    bad = tmp_path / "bad.srt"
+    bad.write_bytes(b"\x00\x01\x02binary")
+    r = run_cli(*base, "--srt", str(bad))
+    assert r.returncode == 2 and "bad.srt" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(*base, "--subtitle-mode", "draft")
+    assert r.returncode == 2 and "--srt" in r.stderr
+    r = run_cli(*base, "--fps", "2")
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr
+    # asking for more frames than the clip has (16) is said, not silent
+    r = run_cli(*[a if a != "8" else "40" for a in base])
+    assert r.returncode == 0 and "note: the video has only 16 frame(s)" in r.stderr
+    assert json.loads(r.stdout)["notes"]
+
+
 def test_cli_help():
     r = run_cli("generate", "--help")
     assert r.returncode == 0 and "--drop-rate" in r.stdout and "--tree" in r.stdout

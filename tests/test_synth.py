@@ -77,8 +77,10 @@ def test_caption_mentions_every_attribute_and_parses_back():
             assert o.colour in cap and o.shape in cap
         parsed = synth.parse_caption(cap)
         assert parsed["count"] == len(truth.objects)
+        canonical = sorted(truth.objects, key=lambda o: (list(synth.COLOURS).index(o.colour),
+                                                         synth.SHAPES.index(o.shape)))
         assert [(p["colour"], p["shape"], p["motion"]) for p in parsed["objects"]] == [
-            (o.colour, o.shape, o.motion) for o in truth.objects]
+            (o.colour, o.shape, o.motion) for o in canonical]     # canonical order, not drawing order
         assert parsed["text"] == (truth.text.text if truth.text else "")
 
 

@@ -129,7 +129,7 @@ def test_vision_probe_loss_and_video_gap(processor):
     assert feats.shape[0] == len(batch["aux"]["what"])           # one label per video token, same order
     probe = tb.VisionProbe(model.config.text_config.hidden_size, max_rms=1e-3)
     loss, acc = probe.loss(feats, batch["aux"])
-    assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "motion", "rms"}
+    assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "motion", "glyph", "rms"}
     right, wrong = tb.video_gap(model, batch)
     assert right > 0 and wrong > 0 and model.training
 
@@ -231,11 +231,15 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
     for b in range(idx.shape[0]):
         ids = batch["input_ids"][b]
         rows = idx[b][valid[b]].tolist()
-        for j in rows:
-            assert int(ids[j]) in colours | shapes | {tok(" moves")["input_ids"][0]}
+        for j, o in zip(rows, obj[b][valid[b]].tolist()):
+            if o == tb.TEXT_OBJ - 1:   # names the on-screen text: the next token is its value
+                assert tok.decode([int(ids[j + 1])]).strip() in tb.TEXT_VALUES
+            else:
+                assert int(ids[j]) in colours | shapes | {tok(" moves")["input_ids"][0]}
         # every object clause of the caption is covered by its colour position
         n_clauses = sum(int(ids[j]) in colours and int(ids[j + 1]) in shapes for j in range(len(ids) - 1))
         assert sum(int(ids[j]) in colours for j in rows) == n_clauses
+    assert (obj[valid] == tb.TEXT_OBJ - 1).any()      # some clip of this batch shows text
     # object labels: the named object's tokens exist in the video for most rows
     vid = tok.convert_tokens_to_ids("<|video_pad|>")
     labels = batch["aux"]["obj"].view(idx.shape[0], -1)
