@@ -569,7 +569,7 @@ class Backend:
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
-            raise UserError(f"Could not read the video: {e}") from e
+            raise UserError(f"Could not read the video: {_upload_name(e, path)}") from e
         dur = float(getattr(info, "duration", 0.0) or 0.0)
         if dur > self.limits.max_duration_s:
             raise UserError(f"The video {name!r} is {_duration(dur)} long; this server accepts up to "
@@ -672,7 +672,7 @@ class Backend:
         try:
             return list(self.engine.load_srt(path))
         except ValueError as e:  # SubtitleError
-            raise UserError(f"Could not read the subtitle file: {e}") from e
+            raise UserError(f"Could not read the subtitle file: {_upload_name(e, path)}") from e
 
     def load_truth(self, path: str | None) -> dict[str, Any] | None:
         """The ground truth of a generated clip (``specvlm.synth.write_truth``'s JSON), or None without a file.
@@ -898,7 +898,7 @@ class Backend:
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
-            raise UserError(f"Could not read the video: {e}") from e
+            raise UserError(f"Could not read the video: {_upload_name(e, path)}") from e
 
     def active_workers(self) -> list[threading.Thread]:
         """Decode worker threads still alive (empty when nothing runs; tests check Stop with it)."""
@@ -1164,6 +1164,12 @@ def _truth_problem(d: Any) -> str:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in box)):
         return f"'text.box' must be 4 numbers [x0, y0, x1, y1], got {box!r}"
     return ""
+
+
+def _upload_name(error: Exception, path: str) -> str:
+    """The error's message with the server-side path of an upload (a temp folder) shortened to the file's name."""
+    text = str(error)
+    return text.replace(str(path), Path(path).name) if path else text
 
 
 def _check_upload(path: str, what: str, max_mb: float) -> str:

@@ -104,6 +104,7 @@ def test_not_a_video_gives_one_message_before_any_model_work(tmp_path, make, wor
     last = _run(Backend(eng), path)
     assert last["status"].startswith("**Error:** Could not read the video:"), last["status"]
     assert Path(path).name in last["error"] and words in last["error"]
+    assert str(tmp_path) not in last["error"]   # the upload's name, not the server's temp folder
     assert eng.fake.loads == 0  # probed first: no model was loaded for a bad file
 
 
