@@ -69,6 +69,22 @@ def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
     return rows
 
 
+REAL_WORLD_PROMPT = "Describe this video in detail."
+
+
+def real_world_examples() -> list[list[Any]]:
+    """A real-world example row: gradio's bundled ``world.mp4`` (30 s, 480x270, shipped inside the
+    gradio package and found through its public ``gradio.media.get_video``), or none if this gradio
+    has no such file. The bundled shapes model gives a shapes-style caption on it (see the model
+    card); with a real preset on a GPU it is a real description."""
+    try:
+        from gradio.media import get_video
+
+        return [[get_video("world.mp4"), REAL_WORLD_PROMPT, None, None]]
+    except (ImportError, ValueError, OSError):
+        return []
+
+
 def _example_rows(examples: list[list[Any]]) -> list[list[Any]]:
     """Rows padded with None to :data:`EXAMPLE_COLUMNS` (older 3-column rows have no ground truth)."""
     n = len(EXAMPLE_COLUMNS)
@@ -90,7 +106,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     Args:
         backend: a :class:`Backend` (or an object with the same methods).
         examples: example rows ``[video, prompt, srt, truth]`` (``truth`` may be left out);
-            default :func:`find_examples`.
+            default :func:`find_examples` plus :func:`real_world_examples`.
         cache_ttl_s: Gradio deletes files it cached (gallery images, leftovers) older than this,
             checking every quarter of it (None: never). Uploads are removed earlier, as soon as no
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
@@ -102,7 +118,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
         ``demo.specvlm_janitor`` is the upload janitor.
     """
-    examples = _example_rows(find_examples() if examples is None else examples)
+    examples = _example_rows(find_examples() + real_world_examples() if examples is None else examples)
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)

@@ -425,6 +425,16 @@ def test_examples_carry_the_ground_truth_sidecar(tmp_path):
         assert bundled["shapes_text"][3].endswith("shapes_text.json")
 
 
+def test_a_real_world_example_is_offered():
+    from app.ui import real_world_examples
+    from specvlm.video import probe_video
+
+    rows = real_world_examples()
+    assert len(rows) == 1 and Path(rows[0][0]).name == "world.mp4"
+    info = probe_video(rows[0][0])
+    assert info.has_video and info.duration > 10 and info.width >= 320   # a real clip the reader can open
+
+
 def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
     """The worker can still be winding down after its end marker was drained: that is not a Stop
     (it used to set the stop flag, so the speculative run ended at once as "stopped")."""
