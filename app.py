@@ -25,7 +25,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="port (default 7860)")
     p.add_argument("--share", action="store_true", help="create a public gradio.live link")
     p.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0 (default: CUDA if available)")
-    p.add_argument("--dtype", default=None, help="model dtype, e.g. float32 or bfloat16 (default: engine's choice)")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     g = p.add_argument_group("limits (per request)")
     g.add_argument("--max-upload-mb", type=float, default=float(_env("SPECVLM_MAX_UPLOAD_MB", "200")),
                    help="largest video upload in MB (env SPECVLM_MAX_UPLOAD_MB, default 200)")
@@ -46,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="delete Gradio's cached files (gallery images) older than this "
                         "(env SPECVLM_CACHE_TTL_S, default 3600; 0 = keep)")
     args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port {args.port} is out of range: use 0-65535 (0 = any free port)")
+    if args.device is not None:
+        from specvlm.models import ModelLoadError, check_device
+        try:
+            check_device(args.device)
+        except ModelLoadError as e:
+            p.error(f"--device: {e}")
     for name in ("max_upload_mb", "max_duration_s", "max_prompt_chars", "max_frames", "max_new_tokens",
                  "video_timeout_s", "max_queue"):
         if getattr(args, name) <= 0:
@@ -71,9 +80,13 @@ def main(argv: list[str] | None = None) -> None:
     limits = limits_from_args(args)
     demo = build_demo(Backend(device=args.device, dtype=args.dtype, limits=limits),
                       cache_ttl_s=args.cache_ttl_s or None)
-    demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
-        server_name=args.host, server_port=args.port, share=args.share,
-        max_file_size=int(limits.max_upload_mb * MB))
+    try:
+        demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
+            server_name=args.host, server_port=args.port, share=args.share,
+            max_file_size=int(limits.max_upload_mb * MB))
+    except OSError as e:  # the port is taken, or the host cannot be bound
+        raise SystemExit(f"app.py: error: cannot listen on {args.host}:{args.port} ({e.strerror or 'in use'}); "
+                         "pick another --port (or GRADIO_SERVER_PORT), or stop what uses it.") from None
 
 
 if __name__ == "__main__":

@@ -37,7 +37,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     d = DecodeConfig()
     g = p.add_argument_group("decoding")
     frames = g.add_mutually_exclusive_group()
-    frames.add_argument("--num-frames", type=int, default=None, help="frames sampled uniformly (default: preset's)")
+    frames.add_argument("--num-frames", type=int, default=None,
+                        help="frames sampled uniformly (default: the model preset's: 32 for the bundled pair, 128 "
+                             "for Qwen2.5-VL, 64 for LLaVA-OneVision; 16 for other --model)")
     frames.add_argument("--fps", type=float, default=None, help="sample at this rate (frames/s) instead of a count")
     g.add_argument("--drop-rate", type=float, default=d.prune.drop_rate, help="r: share of video tokens the "
                    "draft does not see (default %(default)s)")
@@ -48,7 +50,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
     g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
                    help="nodes kept in a dynamic tree (default %(default)s)")
-    g.add_argument("--max-new-tokens", type=int, default=None, help="generation budget (default: preset's)")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
     g.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature; 0 = greedy (default). Speculative sampling keeps the target "
@@ -62,11 +65,26 @@ def resolve_models(args: argparse.Namespace):
     """(target, draft, preset) from the arguments and the default preset."""
     from specvlm.models.presets import default_preset
 
+    if args.self_sd and args.draft:
+        raise ValueError(f"--self-sd and --draft {args.draft} contradict each other: give one of them.")
     preset = default_preset()
     if args.model:
-        return args.model, args.draft, None
+        # a --model that is a preset's target (e.g. the bundled one) keeps that preset's frame/token defaults
+        return args.model, args.draft, preset_of(args.model)
     draft = None if args.self_sd else (args.draft or preset.draft)
     return preset.target, draft, preset
+
+
+def preset_of(model: str):
+    """The preset whose target is ``model`` (same Hub id, or the same local folder), else None."""
+    from specvlm.models.presets import PRESETS
+
+    def same(a: str, b: str) -> bool:
+        if a == b:
+            return True
+        return os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
+
+    return next((p for p in PRESETS.values() if same(model, p.target)), None)
 
 
 def load_from_args(args: argparse.Namespace):
@@ -122,28 +140,38 @@ def subtitle_args(args: argparse.Namespace) -> dict:
         ValueError: ``--subtitle-mode`` without ``--srt``.
     """
     if not args.srt:
-        if args.subtitle_mode != "both":
-            raise ValueError("--subtitle-mode needs --srt FILE (the subtitles to show).")
+        if args.subtitle_mode not in ("both", "none"):
+            raise ValueError(f"--subtitle-mode {args.subtitle_mode} needs --srt FILE (the subtitles to show).")
         return {}
     from specvlm.subtitles import load_srt
 
-    cues = load_srt(args.srt)
+    try:
+        cues = load_srt(args.srt)
+    except ValueError as e:
+        raise ValueError(f"--srt: {e}") from e
     if not cues:
-        raise ValueError(f"--srt {args.srt}: the file has no subtitle cues; drop --srt or fix the file.")
+        print(f"note: --srt {args.srt} has no subtitle cues, so no transcript was added", file=sys.stderr)
+        return {}
     return {"subtitles": cues, "subtitle_mode": args.subtitle_mode}
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specvlm.decoding import generate
     from specvlm.metrics import first_divergence
-    from specvlm.video import load_video
+    from specvlm.video import load_video, probe_video
 
     # settings and the video path first: a typo must not cost a model download and load
     preset = resolve_models(args)[2]
     cfg = decode_config(args, args.method, preset)
     video_config(args, None, preset)
+    if os.path.isdir(args.video):
+        raise ValueError(f"--video {args.video} is a folder: give a video file.")
     if not os.path.isfile(args.video):
         raise ValueError(f"--video {args.video}: no such file; check the path.")
+    if not args.prompt.strip():
+        raise ValueError("--prompt is empty: type a question or instruction about the video "
+                         "(or leave --prompt out for \"Describe this video in detail.\").")
+    probe_video(args.video)   # a file that is no video fails here, before any model is loaded
     extra = subtitle_args(args)
     pair, preset = load_from_args(args)
     clip = load_video(args.video, video_config(args, pair, preset))
@@ -151,7 +179,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     res = generate(pair, clip, args.prompt, cfg, **extra)
     out = result_json(res)
-    out["notes"] = list(clip.notes)
+    notes = list(clip.notes)
+    if extra.get("subtitle_mode", "none") != "none" and not (res.prefill.target_subtitle_tokens
+                                                             or res.prefill.draft_subtitle_tokens):
+        notes.append(f"no --srt cue overlaps the sampled frames (0-{clip.timestamps[-1]:.1f} s), "
+                     "so no transcript was added")
+        print(f"note: {notes[-1]}", file=sys.stderr)
+    if args.compare and not cfg.speculative:
+        notes.append("--compare needs a speculative --method; vanilla ran alone")
+        print(f"note: {notes[-1]}", file=sys.stderr)
+    out["notes"] = notes
     if args.compare and cfg.speculative:
         van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset), **extra)
         out["vanilla"] = result_json(van)
@@ -166,8 +203,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
     if "vanilla" in out:
-        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup {out['speedup']:.2f}x; "
-              f"identical: {out['identical']}", file=sys.stderr)
+        same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
+        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup {out['speedup']:.2f}x "
+              f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}",
+              file=sys.stderr)
     return 0
 
 
@@ -203,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--method", choices=DECODE_METHODS, default="specvlm",
                    help="vanilla, or a speculative method named by its draft pruning (none = SD-Tree, "
                         "random = SD-Rand); default %(default)s")
+    g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log progress to stderr (also accepted before the sub-command)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--compare", action="store_true", help="also run vanilla; report speedup and identity")
     g.add_argument("--srt", help="SubRip subtitles of the video; the cues go into the prompt as a transcript")
@@ -227,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         args.func = cmd_bench
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # no "Loading weights" bars on every run; -v shows them
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     try:
         return args.func(args)
     except ValueError as exc:

@@ -712,6 +712,9 @@ def _sampling_notes(info: VideoInfo, dec: _Decoded, config: VideoConfig) -> list
         notes.append(f"the video has only {dec.total_frames} frame(s) (asked for {what}); using all of them")
     if config.even_frames and len(set(dec.indices.tolist())) < len(dec.indices):
         notes.append("single frame duplicated to 2 (even_frames)")
+    elif config.even_frames and len(dec.indices) < min(asked, config.max_frames, dec.total_frames):
+        notes.append(f"{len(dec.indices) + 1} frames rounded down to {len(dec.indices)}: this model reads "
+                     "frames in pairs (temporal patch 2)")
     return notes
 
 

@@ -118,6 +118,9 @@ def test_verdict_pass_and_fail_lines():
     assert lossless["status"] == "FAIL" and "token 7" in lossless["detail"]
     only_vanilla = bench.verdict(_fake({"vanilla": rows["vanilla"]}, tokens=1024))
     assert all(v["status"] == "SKIP" for v in only_vanilla)
+    rows["vanilla"]["peak_memory_delta_mb"] = 0.0      # the sampler saw no growth: no verdict either way
+    mem = [v for v in bench.verdict(_fake(rows)) if v["goal"].startswith("Self-SD peak memory")][0]
+    assert mem["status"] == "SKIP" and "not measurable" in mem["detail"]
     assert "goal stated at 16384" in only_vanilla[1]["goal"]
 
 
@@ -125,7 +128,7 @@ def test_method_parsing():
     assert bench.parse_methods("specvlm,hf")[:1] == ("vanilla",)
     assert bench.parse_methods("all") == bench.DEFAULT_METHODS
     assert "frame:self" in bench.parse_methods("frame:self")
-    for bad in ("fast", "vanilla:self", "hf:self"):
+    for bad in ("fast", "vanilla:self", "hf:self", "", " , "):
         with pytest.raises(bench.BenchError):
             bench.parse_methods(bad)
     with pytest.raises(bench.BenchError):

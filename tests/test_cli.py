@@ -83,6 +83,15 @@ def test_cli_errors_are_readable(checkpoints, tmp_path):
     r = run_cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]),
                 "--num-frames", "0")
     assert r.returncode == 2 and "--num-frames=0" in r.stderr and "loading" not in r.stderr
+    # a file that is no video, a folder, an empty prompt, contradicting flags: refused before any model loads
+    r = run_cli("generate", "-v", "--model", str(checkpoints["qwen"]), "--video", str(bad))
+    assert r.returncode == 2 and "notes.txt" in r.stderr and "loading" not in r.stderr.lower()
+    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path))
+    assert r.returncode == 2 and "is a folder" in r.stderr
+    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]), "--prompt", " ")
+    assert r.returncode == 2 and "--prompt is empty" in r.stderr
+    r = run_cli("generate", "--self-sd", "--draft", "x", "--video", str(checkpoints["video"]))
+    assert r.returncode == 2 and "contradict" in r.stderr
 
 
 def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_path):
@@ -111,6 +120,18 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     assert r.returncode == 2 and "--srt" in r.stderr
     r = run_cli(*base, "--fps", "2")
     assert r.returncode == 2 and "not allowed with argument" in r.stderr
+    # cues outside the sampled frames, or an empty file: said, not silent
+    late = tmp_path / "late.srt"
+    late.write_text("1\n01:00:00,000 --> 01:00:02,000\nmuch later\n")
+    r = run_cli(*base, "--srt", str(late))
+    assert r.returncode == 0 and "no --srt cue overlaps the sampled frames" in r.stderr
+    assert json.loads(r.stdout)["target_subtitle_tokens"] == 0
+    empty = tmp_path / "empty.srt"
+    empty.write_text("")
+    r = run_cli(*base, "--srt", str(empty))
+    assert r.returncode == 0 and "has no subtitle cues" in r.stderr
+    r = run_cli(*base, "--srt", str(tmp_path / "missing.srt"))
+    assert r.returncode == 2 and "--srt: " in r.stderr and "missing.srt" in r.stderr
     # asking for more frames than the clip has (16) is said, not silent
     r = run_cli(*[a if a != "8" else "40" for a in base])
     assert r.returncode == 0 and "note: the video has only 16 frame(s)" in r.stderr

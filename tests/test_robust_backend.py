@@ -225,6 +225,36 @@ def test_app_py_flags_and_env(monkeypatch):
         mod.parse_args(["--max-duration-s", "0"])
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--device", "tpu"], "--device: device 'tpu' is not a valid torch device"),
+    (["--dtype", "float8"], "invalid choice: 'float8'"),
+    (["--port", "99999"], "--port 99999 is out of range"),
+], ids=["device", "dtype", "port"])
+def test_app_py_refuses_bad_startup_flags(flags, words, capsys):
+    """A bad --device/--dtype/--port stops the app at startup (exit 2, one line), not at the first Run."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("app_main", Path(__file__).resolve().parent.parent / "app.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as exc:
+        mod.parse_args(flags)
+    assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_app_py_port_in_use_is_one_line():
+    import socket
+    import subprocess
+    import sys as _sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = subprocess.run([_sys.executable, "app.py", "--port", str(port)], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
+
+
 # ---- prompt and settings -----------------------------------------------------------------
 
 def test_empty_prompt_uses_the_default_and_says_so(clip):

@@ -136,8 +136,12 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     return table[dtype]
 
 
-def _check_device(device: str) -> None:
-    """Refuse devices this machine does not have, with a readable message."""
+def check_device(device: str) -> None:
+    """Refuse devices this machine does not have, with a readable message.
+
+    Raises:
+        ModelLoadError: not a torch device string, or CUDA asked for without CUDA.
+    """
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} was asked for but CUDA is not available on this machine: "
                              "use --device cpu.")
@@ -203,7 +207,7 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
         ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    _check_device(device)
+    check_device(device)
     dt = _resolve_dtype(dtype, device)
     log.info("loading target %s (%s, %s)", target, device, dt)
     t_model, t_proc = _load_one(target, device, dt, device_map)
