@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import queue
+import statistics
 import threading
 import time
 import traceback
@@ -815,6 +816,7 @@ class Backend:
         van, spec = _RunState("Vanilla", decode), _RunState(label, decode)
         runs += [van, spec]
         view.update(clip=clip, pair=pair, dec=dec, mode=heatmap_mode)
+        input_notes = _subtitle_overlap(extra, clip, input_notes)
         notes = "; ".join(n for n in [prompt_note.rstrip("."), *(getattr(clip, "notes", []) or []), *input_notes]
                           if n)
         view["notes"] = notes
@@ -1164,6 +1166,23 @@ def _truth_problem(d: Any) -> str:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in box)):
         return f"'text.box' must be 4 numbers [x0, y0, x1, y1], got {box!r}"
     return ""
+
+
+def _subtitle_overlap(extra: dict[str, Any], clip: Any, notes: list[str]) -> list[str]:
+    """Replace the "N cues shown to ..." note when no cue starts before the sampled clip ends
+    (a transcript of another video, or an offset file): the prompt then gets no transcript."""
+    cues = extra.get("subtitles")
+    ts = getattr(clip, "timestamps", None)
+    if not cues or ts is None or not len(ts):
+        return notes
+    times = [float(t) for t in ts]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    end = times[-1] + (statistics.median(gaps) if gaps else 0.0)
+    if any(float(getattr(c, "start_s", 0.0)) < end for c in cues):
+        return notes
+    return [n for n in notes if "subtitle cue" not in n] + [
+        f"no subtitle cue overlaps the video's sampled frames (0-{end:.1f} s; the first cue starts at "
+        f"{min(float(c.start_s) for c in cues):.1f} s), so no transcript was added"]
 
 
 def _upload_name(error: Exception, path: str) -> str:

@@ -83,6 +83,8 @@ class FakeEngine:
     def load_srt(self, path):
         if str(path).endswith(".bad.srt"):
             raise ValueError("line 1: not a cue number")
+        if str(path).endswith(".late.srt"):   # a transcript that starts after the clip ends
+            return [SimpleNamespace(start_s=3600.0, end_s=3602.0, text="much later")]
         return [SimpleNamespace(start_s=1.0, end_s=2.5, text="Hello there")]
 
     def tokens(self, n):

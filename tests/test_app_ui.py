@@ -115,7 +115,7 @@ def test_tokens_html_colours_and_escapes():
 def _video_files(tmp_path, monkeypatch):
     """The fake engine decodes nothing, but the backend checks that the upload exists."""
     monkeypatch.chdir(tmp_path)
-    for name in ("clip.mp4", "broken.bad", "a.srt", "x.bad.srt"):
+    for name in ("clip.mp4", "broken.bad", "a.srt", "x.bad.srt", "b.late.srt"):
         (tmp_path / name).write_bytes(b"\x00" * 16)
 
 
@@ -399,6 +399,9 @@ def test_malformed_srt_gives_a_readable_error_then_the_app_keeps_working(tmp_pat
     assert "'gone.srt' is no longer on the server" in last["status"]
     last = _call(compare.fn, *BASE_ARGS, "a.srt", "both", None, False)
     assert last["status"].startswith("**Done.**") and "1 subtitle cue shown to both models" in last["status"]
+    last = _call(compare.fn, *BASE_ARGS, "b.late.srt", "both", None, False)
+    assert last["status"].startswith("**Done.**") and "subtitle cue shown" not in last["status"]
+    assert "no subtitle cue overlaps the video's sampled frames" in last["status"]
 
 
 def test_bad_subtitle_mode_is_refused():
