@@ -92,6 +92,8 @@ def test_accept_length_figure_traces():
     assert np.allclose(line.y, [3, 2, 4 / 3, 2])
     assert list(bar.customdata)[3] == "&lt;h&gt;" and "customdata" in bar.hovertemplate
     assert "τ = 2.00" in fig.layout.title.text
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"   # no 0.5-step ticks
+    assert plots.accept_length_figure([2] * 40).layout.xaxis.dtick == 4
     assert len(plots.accept_length_figure([]).data) == 0
 
 
