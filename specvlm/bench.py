@@ -382,7 +382,8 @@ def processor_inputs(pair: Any, clip: VideoClip, inputs: Any) -> dict:
         frames = np.concatenate([frames] + [frames[-1:]] * (k - len(frames) % k), axis=0)
     meta = {"fps": float(clip.sample_fps) or 1.0, "total_num_frames": len(frames),
             "frames_indices": list(range(len(frames)))}
-    styles = ({"video_metadata": [meta], "do_sample_frames": False}, {})
+    styles = ({"video_metadata": [meta], "do_sample_frames": False, "cap_pixels_per_frame": False},
+              {"video_metadata": [meta], "do_sample_frames": False}, {})
     for kw in styles:
         try:
             enc = pair.processor(text=[inputs.prompt_text], videos=[frames], return_tensors="pt", **kw)

@@ -54,8 +54,10 @@ class Qwen25VLAdapter:
         meta = {"fps": fps, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
         block = subtitle_block_for(clip, subtitles, subtitle_mode, self.frames_per_token)
         text = processor.apply_chat_template(message_for(prompt, block), tokenize=False, add_generation_prompt=True)
+        # cap_pixels_per_frame=False: keep the frames as sampled (specvlm.video already caps each frame's
+        # area at VideoConfig.max_pixels); also silences transformers' notice about the coming default
         enc = processor(text=[text], videos=[frames], video_metadata=[meta], do_sample_frames=False,
-                        return_tensors="pt")
+                        cap_pixels_per_frame=False, return_tensors="pt")
         ids = enc["input_ids"]
         vid_id = model.config.video_token_id
         video_index = (ids[0] == vid_id).nonzero().flatten()
