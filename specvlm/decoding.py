@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -351,7 +351,7 @@ def _rope_dims(inputs: ModelInputs) -> int:
 def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None, *,
            inputs: ModelInputs | None = None, should_stop: Callable[[], bool] | None = None,
            record_trees: bool = False, subtitles: list | None = None,
-           subtitle_mode: str = "both") -> Iterator[PrefillInfo | StepEvent]:
+           subtitle_mode: str = "both", force_keep: torch.Tensor | None = None) -> Iterator[PrefillInfo | StepEvent]:
     """Decode one request, streaming events.
 
     Args:
@@ -365,6 +365,10 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
         subtitles: cues put in the prompt as a timestamped transcript (ignored with ``inputs``).
         subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``
             (:mod:`specvlm.prompting`).
+        force_keep: int (F,) video-token indices (raster order of the video placeholders) the draft
+            must always keep, e.g. the tokens covering on-screen text (:func:`specvlm.inspect.text_tokens_from_truth`);
+            they take part of the keep budget (:func:`specvlm.pruning.select_video_tokens`). Overrides
+            ``inputs.force_keep``; ignored by vanilla.
 
     Yields:
         One PrefillInfo, then StepEvents (step 0 = the prefill token).
@@ -381,6 +385,8 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
                                               subtitle_mode=subtitle_mode)
             else:
                 inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+        if force_keep is not None:
+            inputs = replace(inputs, force_keep=torch.as_tensor(force_keep, dtype=torch.long).reshape(-1))
         if config.speculative:
             yield from _stream_speculative(pair, inputs, config, t0, should_stop, record_trees)
         else:

@@ -124,3 +124,19 @@ def test_forcing_text_tokens_is_lossless_and_reported(qwen_tiny, text_clip):
     k = plain.num_kept
     assert sh["kept"] == pytest.approx(min(1.0, k / text.numel()))
     assert sh["forced"] == pytest.approx(sh["kept"])
+
+
+def test_stream_force_keep_argument_matches_prepared_inputs(qwen_tiny, text_clip):
+    """``generate(..., force_keep=...)`` (API users) keeps the same set as inputs carrying ``force_keep``."""
+    clip, truth = text_clip
+    pair = pair_from_models(*qwen_tiny)
+    prompt = "what text appears?"
+    cfg = DecodeConfig(method="specvlm", max_new_tokens=8, stop_at_eos=False)
+    inp = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+    text = text_tokens_from_truth(truth, clip.timestamps, inp.token_grid, inp.frames_per_token)
+    via_arg = generate(pair, clip, prompt, cfg, force_keep=text.tolist())
+    inp.force_keep = text
+    via_inputs = generate(pair, None, prompt, cfg, inputs=inp)
+    assert torch.equal(via_arg.prefill.prune.forced, via_inputs.prefill.prune.forced)
+    assert torch.equal(via_arg.prefill.prune.keep, via_inputs.prefill.prune.keep)
+    assert via_arg.token_ids == via_inputs.token_ids
