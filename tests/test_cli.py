@@ -156,3 +156,18 @@ def test_cli_bad_device_and_zero_budget_are_readable(checkpoints, tmp_path):
     assert r.returncode == 2 and "--num-frames=0" in r.stderr
     r = run_cli("generate", "--model", str(tmp_path / "nope" / "model"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_a_model_that_is_a_preset_target_keeps_the_preset_defaults(tmp_path):
+    import argparse
+
+    from specvlm.__main__ import preset_of, resolve_models
+    from specvlm.models.presets import BUNDLED_TARGET, PRESETS
+
+    args = argparse.Namespace(model=str(BUNDLED_TARGET), draft=None, self_sd=False)
+    target, draft, preset = resolve_models(args)
+    assert target == str(BUNDLED_TARGET) and draft is None            # Self-SD unless --draft is given
+    assert preset is not None and preset.num_frames == 32 and preset.max_new_tokens == 128
+    assert preset_of("Qwen/Qwen2.5-VL-7B-Instruct").num_frames == 128
+    assert preset_of(str(tmp_path)) is None and preset_of("someone/other-model") is None
+    assert all(preset_of(p.target) is not None for p in PRESETS.values())
