@@ -190,7 +190,9 @@ def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -
 
 
 TEXT_VALUES = tuple(str(d) for d in range(10)) + tuple(synth.WORDS)   # every on-screen text the generator draws
-AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "motion": 1 + len(synth.MOTIONS),
+STEPS = ("still", "right", "left", "down", "up")
+"""Local motion of an object between the two frames of one temporal patch (the ``step`` probe)."""
+AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "step": 1 + len(STEPS),
              "glyph": 1 + len(TEXT_VALUES)}
 _COLOUR_IDX = {c: i + 1 for i, c in enumerate(synth.COLOURS)}
 _TEXT_CLASS = len(synth.COLOURS) + 1
@@ -213,7 +215,10 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
         order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
-        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6), ``obj`` (0 none, k + 1 = ``truth.objects[k]``,
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6: the object's whole-clip motion),
+        ``step`` (0 none, 1 + index in :data:`STEPS`: where the object's box moved between the
+        token's two frames; what a Conv3d patch over those frames can see, unlike ``motion``:
+        a bounce is locally an up or a down, a slow mover often a still), ``obj`` (0 none, k + 1 = ``truth.objects[k]``,
         :data:`TEXT_OBJ` = the text), ``glyph`` (0 none, 1 + index in :data:`TEXT_VALUES` on text tokens);
         plus ``cover`` (float32: share of
         the tube's pixels that are object or text pixels, the eval's "object/text pixel" measure).
@@ -230,6 +235,7 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     what = np.zeros((gt, gh, gw), np.int64)
     shape = np.zeros_like(what)
     motion = np.zeros_like(what)
+    step = np.zeros_like(what)
     obj = np.zeros_like(what)
     glyph = np.zeros_like(what)
     best = np.full((gt, gh, gw), min_cover, np.float64)
@@ -245,18 +251,30 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
         what[win] = _COLOUR_IDX[o.colour]
         shape[win] = synth.SHAPES.index(o.shape) + 1
         motion[win] = synth.MOTIONS.index(o.motion) + 1
+        step[win] = np.broadcast_to(_local_steps(o.boxes, gt, temporal)[:, None, None], win.shape)[win]
         obj[win] = k + 1
     if truth.text is not None:
         x0, y0, x1, y1 = truth.text.box
         on = np.zeros((T, H, W), bool)
         on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
         win = share(on) > min_cover
-        what[win], shape[win], motion[win], obj[win] = _TEXT_CLASS, 0, 0, TEXT_OBJ
+        what[win], shape[win], motion[win], step[win], obj[win] = _TEXT_CLASS, 0, 0, 0, TEXT_OBJ
         glyph[win] = 1 + TEXT_VALUES.index(truth.text.text)
         union |= on
     return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1),
+            "step": step.reshape(-1),
             "obj": obj.reshape(-1), "glyph": glyph.reshape(-1),
             "cover": share(union).astype(np.float32).reshape(-1)}
+
+
+def _local_steps(boxes, gt: int, temporal: int = 2) -> np.ndarray:
+    """int64 (gt,) :data:`STEPS` label + 1 per temporal patch: the box's move from the patch's first
+    to its last frame (0 where the object is not visible in both)."""
+    b = np.asarray(boxes, np.int64)[:gt * temporal:temporal], np.asarray(boxes, np.int64)[temporal - 1:gt * temporal:temporal]
+    first, last = b
+    dx, dy = last[:, 0] - first[:, 0], last[:, 1] - first[:, 1]
+    lab = np.where(dx > 0, 2, np.where(dx < 0, 3, np.where(dy > 0, 4, np.where(dy < 0, 5, 1))))
+    return np.where((first[:, 0] >= 0) & (last[:, 0] >= 0), lab, 0).astype(np.int64)
 
 
 def _after_video(ids: list[int], video_id: int) -> int:
@@ -487,7 +505,7 @@ def _draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.G
 class VisionProbe(torch.nn.Module):
     """Linear probes on the video features (training aid only; never saved with the model).
 
-    Dense per-token supervision (what covers the token: colour or text, its shape and motion;
+    Dense per-token supervision (what covers the token: colour or text, its shape and local motion step;
     labels from :func:`token_labels`) makes the vision tower encode what is drawn where, so the
     language model has something to read, and keeps the feature scale bounded
     (``norm_penalty``: squared excess of the per-token RMS over ``max_rms``).
@@ -673,8 +691,8 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
 
 
 def attribute_token_ids(tokenizer) -> list[int]:
-    """Token ids of the shape and motion words and the on-screen text values (weighted up by ``--attr-weight``)."""
-    words = list(synth.SHAPES) + ["left", "right", "up", "down", "stays", "still", "bounces"]
+    """Token ids of the shape and motion words (``moves`` too: it decides moving vs bouncing vs still) and the on-screen text values (weighted up by ``--attr-weight``)."""
+    words = list(synth.SHAPES) + ["moves", "left", "right", "up", "down", "stays", "still", "bounces"]
     ids = [i for w in words for i in _single_ids(tokenizer, w)[-1:]]        # the spaced form
     ids += [i for v in TEXT_VALUES for i in _single_ids(tokenizer, v)]      # spaced (captions) and bare (answers)
     return sorted(set(ids))

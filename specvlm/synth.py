@@ -383,16 +383,25 @@ DESCRIBE_PROMPTS = (
 
 _MOTION_PHRASE = {
     "static": "stays still",
-    "left to right": "moves left to right",
-    "right to left": "moves right to left",
+    "left to right": "moves right",
+    "right to left": "moves left",
     "up": "moves up",
     "down": "moves down",
     "bouncing": "bounces",
 }
 
 
+_OLD_MOTION_PHRASE = {"moves left to right": "left to right", "moves right to left": "right to left"}
+"""Phrases of earlier caption grammars (read by :func:`parse_caption`, never written)."""
+
+
 def motion_phrase(motion: str) -> str:
-    """Caption phrase of a motion, e.g. ``"left to right"`` -> ``"moves left to right"``."""
+    """Caption phrase of a motion, e.g. ``"left to right"`` -> ``"moves right"``.
+
+    The direction is one word (where the object goes), so the model never has to copy an earlier
+    word to finish the phrase ("left to ..." -> "right"); captions of the session-4 weights used
+    "moves left to right" / "moves right to left", which :func:`parse_caption` still reads.
+    """
     return _MOTION_PHRASE[motion]
 
 
@@ -401,7 +410,7 @@ def _count_word(n: int) -> str:
 
 
 def describe(truth: SceneTruth) -> str:
-    """Detailed description, e.g. ``"two objects. red circle moves left to right. blue square
+    """Detailed description, e.g. ``"two objects. red circle moves right. blue square
     stays still, appears later. text 7. plain background."``
 
     Object clauses come in a canonical order (colour in :data:`COLOURS` key order, then shape in
@@ -434,8 +443,7 @@ def questions(truth: SceneTruth, rng: np.random.Generator) -> list[tuple[str, st
             qa.append((f"What colour is the {o.shape}?", f"{o.colour}."))
         if colours.count(o.colour) == 1:
             qa.append((f"What shape is the {o.colour} object?", f"{o.shape}."))
-        motion = {"static": "it stays still.", "bouncing": "it bounces."}.get(o.motion, f"{o.motion}.")
-        qa.append((f"Which direction does the {o.name} move?", motion))
+        qa.append((f"Which direction does the {o.name} move?", f"it {_MOTION_PHRASE[o.motion]}."))
     qa.append(("What text appears?", f"{truth.text.text}." if truth.text else "no text."))
     qa.append(("Is there any text on screen?", "yes." if truth.text else "no."))
     rng.shuffle(qa)
@@ -450,7 +458,9 @@ def parse_caption(text: str) -> dict:
         shape, motion; unknown parts None), ``text`` (str, "" for "no text", or None).
     """
     out: dict = {"count": None, "objects": [], "text": None}
-    inv_motion = {v: k for k, v in _MOTION_PHRASE.items()}
+    # longest phrase first: the older "moves right to left" contains the newer "moves right"
+    inv_motion = {**_OLD_MOTION_PHRASE, **{v: k for k, v in _MOTION_PHRASE.items()}}
+    inv_motion = dict(sorted(inv_motion.items(), key=lambda kv: -len(kv[0])))
     for sent in (s.strip() for s in text.lower().split(".")):
         words = sent.split()
         if not words:

@@ -84,6 +84,15 @@ def test_caption_mentions_every_attribute_and_parses_back():
         assert parsed["text"] == (truth.text.text if truth.text else "")
 
 
+def test_caption_direction_is_one_word_and_old_phrases_still_parse():
+    assert synth.motion_phrase("left to right") == "moves right"
+    assert synth.motion_phrase("right to left") == "moves left"
+    old = synth.parse_caption("two objects. red circle moves left to right. blue square moves right to left.")
+    new = synth.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
+    for got in (old, new):
+        assert [o["motion"] for o in got["objects"]] == ["left to right", "right to left"]
+
+
 def test_questions_are_answerable():
     _, truth = synth.generate(3, _spec(num_objects=2, text_prob=1.0))
     qa = dict(synth.questions(truth, np.random.default_rng(0)))

@@ -85,6 +85,34 @@ def test_token_labels_match_the_drawn_pixels():
     assert (cover[what > 0] >= 0.15).all() and cover.max() > 0.5 and (cover == 0).any()
 
 
+def test_step_labels_follow_each_patch_move():
+    from specvlm import synth
+    for seed in range(12):
+        frames, truth = synth.generate(seed, synth.SceneSpec(num_frames=16, height=112, width=112,
+                                                             num_objects=1, text_prob=0.0))
+        o = truth.objects[0]
+        steps = tb._local_steps(o.boxes, 8)
+        b = np.asarray(o.boxes)
+        for g, lab in enumerate(steps):
+            (x0, y0), (x1, y1) = b[2 * g, :2], b[2 * g + 1, :2]
+            if x0 < 0 or x1 < 0:
+                assert lab == 0
+                continue
+            want = "right" if x1 > x0 else "left" if x1 < x0 else "down" if y1 > y0 else "up" if y1 < y0 else "still"
+            assert tb.STEPS[lab - 1] == want
+        vis = steps[steps > 0]
+        if o.motion == "static":
+            assert (vis == 1).all()
+        elif o.motion == "left to right":
+            assert set(vis.tolist()) <= {1, 2} and (vis == 2).any()
+        elif o.motion == "up":
+            assert set(vis.tolist()) <= {1, 5} and (vis == 5).any()
+        lab = tb.token_labels(truth, frames)
+        on = lab["obj"] == 1
+        per_token = np.repeat(steps, len(on) // len(steps))           # raster order: time is the outer axis
+        assert (lab["step"][on] == per_token[on]).all() and (lab["step"][~on] == 0).all()
+
+
 def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
     torch.manual_seed(0)
     model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
@@ -129,7 +157,7 @@ def test_vision_probe_loss_and_video_gap(processor):
     assert feats.shape[0] == len(batch["aux"]["what"])           # one label per video token, same order
     probe = tb.VisionProbe(model.config.text_config.hidden_size, max_rms=1e-3)
     loss, acc = probe.loss(feats, batch["aux"])
-    assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "motion", "glyph", "rms"}
+    assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "step", "glyph", "rms"}
     right, wrong = tb.video_gap(model, batch)
     assert right > 0 and wrong > 0 and model.training
 
