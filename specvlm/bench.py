@@ -612,6 +612,66 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
     return rec
 
 
+def _cpuinfo() -> tuple[str | None, float | None]:
+    """(CPU model name, current MHz of the first core) from /proc/cpuinfo; (platform.processor(), None)
+    where there is none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or None, None
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:40] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    mhz = fields.get("cpu MHz")
+    return fields.get("model name") or platform.processor() or None, float(mhz) if mhz else None
+
+
+def machine_info(device: torch.device | str = "cpu", seconds: float = 0.2) -> dict:
+    """What the machine is and how fast it is right now, so reports from different machines compare.
+
+    Session machines of one kind differ (the same bench clip ran 3.5x slower on a 2.0 GHz vCPU pair
+    than on a 2.6 GHz one, with the same speedup ratios), so every report carries two quick
+    calibration figures measured on the CPU just before the run: fp32 matmul throughput (a 512 x 512
+    ``torch.mm``, best of repeated calls, 2 n^3 FLOP each) and memory copy bandwidth (a 64 MiB
+    ``Tensor.copy_``, bytes read + written). About ``seconds`` each.
+
+    Returns:
+        dict: ``cpu_model`` (str or None), ``cpu_mhz`` (float or None), ``torch_threads`` (int),
+        ``matmul_gflops`` (GFLOP/s), ``copy_gb_per_s`` (GB/s, 1e9 bytes); ``gpu`` (name or None).
+    """
+    model, mhz = _cpuinfo()
+    dev = torch.device(device)
+
+    def best(fn: Callable[[], Any]) -> float:
+        fn()
+        t_end, fastest = time.perf_counter() + seconds, float("inf")
+        while time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            fn()
+            fastest = min(fastest, time.perf_counter() - t0)
+        return fastest
+
+    n = 512
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    src, dst = torch.empty(16 * 2**20), torch.empty(16 * 2**20)
+    return {
+        "cpu_model": model, "cpu_mhz": mhz, "torch_threads": torch.get_num_threads(),
+        "matmul_gflops": round(2 * n**3 / best(lambda: torch.mm(a, b)) / 1e9, 1),
+        "copy_gb_per_s": round(2 * src.numel() * 4 / best(lambda: dst.copy_(src)) / 1e9, 1),
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+    }
+
+
+def _machine_line(m: dict) -> str:
+    mi = m.get("machine")
+    if not mi:
+        return ""
+    mhz = f" @ {mi['cpu_mhz']:.0f} MHz" if mi.get("cpu_mhz") else ""
+    gpu = f", GPU {mi['gpu']}" if mi.get("gpu") else ""
+    return (f"Machine: {mi.get('cpu_model') or 'unknown CPU'}{mhz}, {m.get('cpu_count')} CPUs, "
+            f"{mi['torch_threads']} torch threads{gpu}; right before the run: fp32 matmul "
+            f"{mi['matmul_gflops']} GFLOP/s, memory copy {mi['copy_gb_per_s']} GB/s")
+
+
 def _meta(pair: Any, settings: BenchSettings) -> dict:
     import transformers
 
@@ -628,7 +688,7 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
-        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION, "machine": machine_info(dev),
         "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
         "peak_memory": "CUDA: max_memory_allocated after a reset; CPU: resident set sampled every 10 ms; "
                        "delta = peak - value at the start of the run",
@@ -847,6 +907,8 @@ def format_report(report: dict) -> str:
     m = report["meta"]
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
            f"{' (fixed length)' if m['fixed_length'] else ''}, {m['repeats']} round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
+    if _machine_line(m):
+        out += [_machine_line(m), ""]
     for inp in report["inputs"]:
         out += [f"### {inp['name']}: {inp['num_video_tokens']} video tokens, {inp['num_frames']} frames, "
                 f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]

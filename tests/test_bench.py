@@ -59,11 +59,14 @@ def test_every_method_has_every_field(report, tmp_path):
         assert rows[m]["status"] == "ok" or rows[m]["error"], m
     assert rows["prompt-lookup"]["note"] == "prompt_lookup_num_tokens=10"
     assert data["meta"]["fixed_length"] is True and "streamer" in data["meta"]["hf_timing"]
+    mi = data["meta"]["machine"]    # calibration figures, so reports from different machines compare
+    assert mi["matmul_gflops"] > 0 and mi["copy_gb_per_s"] > 0 and mi["torch_threads"] >= 1 and mi["gpu"] is None
 
 
 def test_report_outputs(report, tmp_path):
     text = bench.format_report(report)
     assert "| SpecVLM (Std-SD) |" in text and "### Verdict" in text
+    assert "Machine: " in text and "GFLOP/s" in text
     assert "every speculative run token-identical to vanilla" in text
     statuses = {v["goal"].split(" at ")[0]: v["status"] for v in report["verdict"]}
     assert statuses["every speculative run token-identical to vanilla"] == "PASS"
