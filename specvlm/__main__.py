@@ -175,8 +175,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     extra = subtitle_args(args)
     pair, preset = load_from_args(args)
     clip = load_video(args.video, video_config(args, pair, preset))
+    asked = args.num_frames is not None or args.fps is not None
     for note in clip.notes:
-        print(f"note: {note}", file=sys.stderr)
+        # a clip shorter than the preset's default frame count is not news unless the user asked for more
+        if asked or not note.startswith("the video has only"):
+            print(f"note: {note}", file=sys.stderr)
     res = generate(pair, clip, args.prompt, cfg, **extra)
     out = result_json(res)
     notes = list(clip.notes)

@@ -9,6 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,6 +137,16 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     r = run_cli(*[a if a != "8" else "40" for a in base])
     assert r.returncode == 0 and "note: the video has only 16 frame(s)" in r.stderr
     assert json.loads(r.stdout)["notes"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-CUDA default preset (bundled pair) is what runs here")
+def test_clip_shorter_than_the_preset_default_is_not_a_stderr_note():
+    # the README's first example: 16-frame clip, bundled preset default 32 frames, nothing asked
+    r = run_cli("generate", "--video", str(ROOT / "assets/videos/shapes_short.mp4"), "--max-new-tokens", "4",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    assert "has only" not in r.stderr                                       # not news: nothing was asked
+    assert any("has only 16 frame(s)" in n for n in json.loads(r.stdout)["notes"])   # still on record
 
 
 def test_cli_help():
