@@ -91,7 +91,8 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
     Returns:
         dict: colour/shape/motion/enter_leave -> [correct, total] over the true objects
         (predicted objects matched by the assignment with the most correct attributes;
-        a missing prediction counts as wrong); count/text/text_presence/exact -> 0 or 1.
+        a missing prediction counts as wrong); count/text/text_presence/exact -> 0 or 1;
+        ``motion_pairs``: [true motion, predicted motion or None] per true object under that assignment.
     """
     p = synth.parse_caption(pred_text)
     true = list(truth.objects)
@@ -105,11 +106,11 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
         return (int(q["colour"] == t.colour), int(q["shape"] == t.shape), int(q["motion"] == t.motion),
                 int(q["enters"] == t.enters and q["leaves"] == t.leaves))
 
-    best, best_sum = (0, 0, 0, 0), -1
+    best, best_sum, best_perm = (0, 0, 0, 0), -1, ()
     for perm in itertools.permutations(range(len(slots)), n):
         tot = [sum(x) for x in zip(*(hits(t, slots[j]) for t, j in zip(true, perm)))] or [0, 0, 0, 0]
         if sum(tot[:3]) * 10 + tot[3] > best_sum:
-            best_sum, best = sum(tot[:3]) * 10 + tot[3], tuple(tot)
+            best_sum, best, best_perm = sum(tot[:3]) * 10 + tot[3], tuple(tot), perm
     true_text = truth.text.text if truth.text is not None else ""
     return {
         "colour": [best[0], n], "shape": [best[1], n], "motion": [best[2], n], "enter_leave": [best[3], n],
@@ -117,6 +118,8 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
         "text": int(p["text"] is not None and p["text"] == true_text),
         "text_presence": int(p["text"] is not None and (p["text"] != "") == (true_text != "")),
         "exact": int(pred_text.strip() == synth.describe(truth)),
+        "motion_pairs": [[t.motion, slots[j]["motion"] if slots[j] is not None else None]
+                         for t, j in zip(true, best_perm)],
     }
 
 
@@ -327,6 +330,17 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def motion_confusion(records: list[dict]) -> dict[str, dict[str, int]]:
+    """True motion -> {predicted motion (``"missing"`` when the object was not named): count}, from the
+    ``motion_pairs`` of :func:`score_caption` (records without them are skipped)."""
+    conf: dict[str, dict[str, int]] = {}
+    for r in records:
+        for true, pred in r["correct"].get("motion_pairs", []):
+            row = conf.setdefault(true, {})
+            row[pred or "missing"] = row.get(pred or "missing", 0) + 1
+    return conf
+
+
 def summarise(records: list[dict], args) -> dict:
     """Aggregate per-video records into accuracy, τ, identity and coverage summaries per set."""
     out: dict = {}
@@ -396,6 +410,7 @@ def summarise(records: list[dict], args) -> dict:
                 "keep_sets": keep,
             },
             "on_screen_text": text_stats,
+            "motion_confusion": motion_confusion(recs),
             "seconds_per_video": float(np.mean([r["seconds"] for r in recs])),
         }
     return out
@@ -454,6 +469,16 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
         label = {"mean5": "**mean of the 5**", "min5": "lowest of the 5", "enter_leave": "(appears/leaves)",
                  "text_presence": "(text present or not)", "exact": "(exact caption)"}.get(a, a)
         L.append(f"| {label} | " + " | ".join(_pct(summary[k]["accuracy"][a]) for k in sets) + " |")
+    for k in sets:
+        conf = summary[k].get("motion_confusion") or {}
+        if not conf:
+            continue
+        cols_m = list(synth.MOTIONS) + ["missing"]
+        L += ["", f"Motion confusion, {k} (rows: true motion; columns: what the caption said)", "",
+              "| true → said | " + " | ".join(cols_m) + " |", "|---|" + "---|" * len(cols_m)]
+        for t in synth.MOTIONS:
+            row = conf.get(t, {})
+            L.append(f"| {t} | " + " | ".join(str(row.get(c, 0)) for c in cols_m) + " |")
     L += ["", "## Mean accepted length τ at r = %.2f (bonus token excluded; pooled over verify steps)" % args.drop_rate,
           ""]
     cols = [(k, p) for p in args.pairs for k in sets]

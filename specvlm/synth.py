@@ -458,9 +458,9 @@ def parse_caption(text: str) -> dict:
         shape, motion; unknown parts None), ``text`` (str, "" for "no text", or None).
     """
     out: dict = {"count": None, "objects": [], "text": None}
-    # longest phrase first: the older "moves right to left" contains the newer "moves right"
+    # the whole phrase after "<colour> <shape>" must be one the grammar writes (or wrote): a garbled
+    # "moves left to left" is no motion, not "moves left"
     inv_motion = {**_OLD_MOTION_PHRASE, **{v: k for k, v in _MOTION_PHRASE.items()}}
-    inv_motion = dict(sorted(inv_motion.items(), key=lambda kv: -len(kv[0])))
     for sent in (s.strip() for s in text.lower().split(".")):
         words = sent.split()
         if not words:
@@ -473,7 +473,7 @@ def parse_caption(text: str) -> dict:
             out["text"] = ""
         elif words[0] in COLOURS or (len(words) > 1 and words[1] in SHAPES):
             head = sent.split(",")[0]
-            motion = next((m for p, m in inv_motion.items() if p in head), None)
+            motion = inv_motion.get(" ".join(head.split()[2:]))
             out["objects"].append({
                 "colour": words[0] if words[0] in COLOURS else None,
                 "shape": words[1] if len(words) > 1 and words[1] in SHAPES else None,

@@ -91,6 +91,8 @@ def test_caption_direction_is_one_word_and_old_phrases_still_parse():
     new = synth.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
     for got in (old, new):
         assert [o["motion"] for o in got["objects"]] == ["left to right", "right to left"]
+    garbled = synth.parse_caption("one object. red circle moves left to left.")   # what the old weights say
+    assert garbled["objects"][0]["motion"] is None
 
 
 def test_questions_are_answerable():

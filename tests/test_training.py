@@ -295,3 +295,26 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
         loss.backward()
         opt.step()
     assert 0.0 < shares[0] < 1.0 and shares[-1] > shares[0] + 0.05
+
+
+def test_eval_scores_motion_per_object_and_tabulates_confusion():
+    import eval_bundled as ev
+    from specvlm import synth
+    truth = None
+    for seed in range(50):
+        _, t = synth.generate(seed, synth.SceneSpec(num_objects=2, text_prob=0.0))
+        if len({o.motion for o in t.objects}) == 2:
+            truth = t
+            break
+    a, b = sorted(truth.objects, key=lambda o: (list(synth.COLOURS).index(o.colour), synth.SHAPES.index(o.shape)))
+    wrong = next(m for m in synth.MOTIONS if m not in (a.motion, b.motion))
+    # the second object named with a wrong motion, the first exactly right
+    pred = (f"two objects. {a.colour} {a.shape} {synth.motion_phrase(a.motion)}. "
+            f"{b.colour} {b.shape} {synth.motion_phrase(wrong)}. no text. plain background.")
+    sc = ev.score_caption(pred, truth)
+    assert sc["motion"] == [1, 2]
+    assert sorted(map(tuple, sc["motion_pairs"])) == sorted([(a.motion, a.motion), (b.motion, wrong)])
+    missing = ev.score_caption(f"one object. {a.colour} {a.shape} {synth.motion_phrase(a.motion)}.", truth)
+    assert [b.motion, None] in missing["motion_pairs"]
+    conf = ev.motion_confusion([{"correct": sc}, {"correct": missing}, {"correct": {}}])
+    assert conf[a.motion][a.motion] == 2 and conf[b.motion] == {wrong: 1, "missing": 1}
