@@ -253,7 +253,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
         c["method"] = gr.Dropdown(list(_methods()), value=d.method, label="Pruning method (right panel)",
                                   elem_id="method")
-        c["drop_rate"] = gr.Slider(0.0, 0.99, value=d.drop_rate, step=0.01, label="Drop rate r",
+        c["drop_rate"] = gr.Slider(0.0, 0.999, value=d.drop_rate, step=0.001, label="Drop rate r",
                                    info="share of video tokens the draft does not see", elem_id="drop-rate")
         c["top_p"] = gr.Slider(0.0, 1.0, value=d.top_p, step=0.05, label="λ (Stage I attention share)",
                                elem_id="top-p")

@@ -246,6 +246,7 @@ def test_build_demo_wires_components(tmp_path):
     assert ids["prompt"].value == "Describe this video in detail."
     assert ids["preset"].value == "Fake tiny (CPU)" and ("Fake big (GPU)", "Fake big (GPU)") in ids["preset"].choices
     assert (ids["drop-rate"].value, ids["top-p"].value, ids["tree"].value) == (0.9, 0.4, "dynamic")
+    assert ids["drop-rate"].maximum == 0.999 and ids["drop-rate"].step == 0.001   # the same range as the CLI
     assert (ids["depth"].value, ids["top-k"].value, ids["total-tokens"].value) == (5, 4, 16)
     assert ids["max-new-tokens"].value == 128 and ids["method"].value == "specvlm"
     fns = {fn.api_name: fn for fn in demo.fns.values()}
