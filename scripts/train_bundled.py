@@ -270,8 +270,8 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
 def _local_steps(boxes, gt: int, temporal: int = 2) -> np.ndarray:
     """int64 (gt,) :data:`STEPS` label + 1 per temporal patch: the box's move from the patch's first
     to its last frame (0 where the object is not visible in both)."""
-    b = np.asarray(boxes, np.int64)[:gt * temporal:temporal], np.asarray(boxes, np.int64)[temporal - 1:gt * temporal:temporal]
-    first, last = b
+    b = np.asarray(boxes, np.int64)
+    first, last = b[:gt * temporal:temporal], b[temporal - 1:gt * temporal:temporal]
     dx, dy = last[:, 0] - first[:, 0], last[:, 1] - first[:, 1]
     lab = np.where(dx > 0, 2, np.where(dx < 0, 3, np.where(dy > 0, 4, np.where(dy < 0, 5, 1))))
     return np.where((first[:, 0] >= 0) & (last[:, 0] >= 0), lab, 0).astype(np.int64)

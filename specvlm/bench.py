@@ -688,7 +688,7 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
-        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION, "machine": machine_info(dev),
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
         "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
         "peak_memory": "CUDA: max_memory_allocated after a reset; CPU: resident set sampled every 10 ms; "
                        "delta = peak - value at the start of the run",
@@ -719,6 +719,7 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
     settings.validate()
     if not inputs:
         raise BenchError("no inputs: give --video, --synthetic-tokens, --sweep or --dataset.")
+    machine = machine_info(pair.device)   # calibrated before the runs, on an otherwise idle process
     results, meta_inputs = [], []
     for inp in inputs:
         rows = bench_input(pair, inp, settings, progress)
@@ -727,7 +728,7 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
         meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
                             "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
                             "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
-    report = {"meta": _meta(pair, settings), "inputs": meta_inputs, "results": results}
+    report = {"meta": {**_meta(pair, settings), "machine": machine}, "inputs": meta_inputs, "results": results}
     report["sweep"] = sweep_series(report)
     report["verdict"] = verdict(report)
     return report
@@ -907,8 +908,9 @@ def format_report(report: dict) -> str:
     m = report["meta"]
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
            f"{' (fixed length)' if m['fixed_length'] else ''}, {m['repeats']} round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
-    if _machine_line(m):
-        out += [_machine_line(m), ""]
+    machine = _machine_line(m)
+    if machine:
+        out += [machine, ""]
     for inp in report["inputs"]:
         out += [f"### {inp['name']}: {inp['num_video_tokens']} video tokens, {inp['num_frames']} frames, "
                 f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]
