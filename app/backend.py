@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import queue
-import statistics
 import threading
 import time
 import traceback
@@ -1169,20 +1168,15 @@ def _truth_problem(d: Any) -> str:
 
 
 def _subtitle_overlap(extra: dict[str, Any], clip: Any, notes: list[str]) -> list[str]:
-    """Replace the "N cues shown to ..." note when no cue starts before the sampled clip ends
+    """Replace the "N cues shown to ..." note when no cue overlaps the sampled frames
     (a transcript of another video, or an offset file): the prompt then gets no transcript."""
-    cues = extra.get("subtitles")
+    from specvlm.prompting import no_transcript_note
+
     ts = getattr(clip, "timestamps", None)
-    if not cues or ts is None or not len(ts):
+    missed = no_transcript_note(extra.get("subtitles"), ts) if ts is not None else None
+    if not missed:
         return notes
-    times = [float(t) for t in ts]
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    end = times[-1] + (statistics.median(gaps) if gaps else 0.0)
-    if any(float(getattr(c, "start_s", 0.0)) < end for c in cues):
-        return notes
-    return [n for n in notes if "subtitle cue" not in n] + [
-        f"no subtitle cue overlaps the video's sampled frames (0-{end:.1f} s; the first cue starts at "
-        f"{min(float(c.start_s) for c in cues):.1f} s), so no transcript was added"]
+    return [n for n in notes if "subtitle cue" not in n] + [missed]
 
 
 def _upload_name(error: Exception, path: str) -> str:

@@ -15,7 +15,7 @@ import sys
 
 from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
                             VideoConfig)
-from specvlm.prompting import SUBTITLE_MODES
+from specvlm.prompting import SUBTITLE_MODES, no_transcript_note
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -183,10 +183,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     res = generate(pair, clip, args.prompt, cfg, **extra)
     out = result_json(res)
     notes = list(clip.notes)
-    if extra.get("subtitle_mode", "none") != "none" and not (res.prefill.target_subtitle_tokens
-                                                             or res.prefill.draft_subtitle_tokens):
-        notes.append(f"no --srt cue overlaps the sampled frames (0-{clip.timestamps[-1]:.1f} s), "
-                     "so no transcript was added")
+    missed = no_transcript_note(extra.get("subtitles"), clip.timestamps) \
+        if extra.get("subtitle_mode", "none") != "none" else None
+    if missed:
+        notes.append(missed.replace("no subtitle cue", "no --srt cue", 1))
         print(f"note: {notes[-1]}", file=sys.stderr)
     if args.compare and not cfg.speculative:
         notes.append("--compare needs a speculative --method; vanilla ran alone")

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.subtitles import Cue, cues_for_frames
+from specvlm.subtitles import Cue, frame_spans, cues_for_frames
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,29 @@ def subtitle_lines(cues: Sequence[Cue], timestamps: Sequence[float] | np.ndarray
         else:
             lines.append(SubtitleLine(g, g, ts, ts, text))
     return lines
+
+
+def no_transcript_note(cues: Sequence[Cue] | None, timestamps: Sequence[float] | np.ndarray) -> str | None:
+    """Why a non-empty subtitle file added no transcript, or None when it adds one (or has no cues).
+
+    The prompt gets a transcript line only for cues overlapping a sampled frame's time span
+    (:func:`specvlm.subtitles.cues_for_frames`); a file for another video, or one offset past the
+    sampled clip, overlaps none. Used by the CLI and the app so both say the same thing.
+
+    Args:
+        cues: the parsed cues (any order), or None.
+        timestamps: float (T,) sampled-frame times (s).
+
+    Returns:
+        a one-line note naming the sampled span (s) and the first cue's start (s), or None.
+    """
+    t = np.asarray(timestamps, dtype=np.float64).reshape(-1)
+    if not cues or t.size == 0 or subtitle_lines(cues, t):
+        return None
+    end = float(frame_spans(t)[1][-1])
+    first = min(float(c.start_s) for c in cues)
+    return (f"no subtitle cue overlaps the video's sampled frames (0-{end:.1f} s; the first cue starts at "
+            f"{first:.1f} s), so no transcript was added")
 
 
 def subtitle_block(cues: Sequence[Cue] | None, timestamps: Sequence[float] | np.ndarray,

@@ -196,8 +196,16 @@ def cues_at(cues: Sequence[Cue], t_s: float) -> list[Cue]:
     return sorted((c for c in cues if c.start_s <= t_s < c.end_s), key=lambda c: (c.start_s, c.end_s))
 
 
-def _frame_spans(timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Frame i stands for [t_i, t_{i+1}); the first starts at min(0, t_0), the last lasts one median gap."""
+def frame_spans(timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Time span each sampled frame stands for: [t_i, t_{i+1}); the first starts at min(0, t_0), the
+    last lasts one median frame gap.
+
+    Args:
+        timestamps: float (T,) frame times (s), T >= 1, non-decreasing.
+
+    Returns:
+        (starts, ends): float64 (T,) each, in seconds.
+    """
     t = np.asarray(timestamps, dtype=np.float64)
     gap = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
     starts = t.copy()
@@ -240,7 +248,7 @@ def cues_for_frames(
     t = np.asarray(timestamps, dtype=np.float64).reshape(-1)
     if t.size == 0:
         return []
-    starts, ends = _frame_spans(t)
+    starts, ends = frame_spans(t)
     ordered = sorted(cues, key=lambda c: (c.start_s, c.end_s))
     out = []
     for g in range(0, len(t), frames_per_group):

@@ -125,7 +125,7 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     late = tmp_path / "late.srt"
     late.write_text("1\n01:00:00,000 --> 01:00:02,000\nmuch later\n")
     r = run_cli(*base, "--srt", str(late))
-    assert r.returncode == 0 and "no --srt cue overlaps the sampled frames" in r.stderr
+    assert r.returncode == 0 and "no --srt cue overlaps the video's sampled frames (0-2.1 s; the first cue starts at 3600.0 s)" in r.stderr
     assert json.loads(r.stdout)["target_subtitle_tokens"] == 0
     empty = tmp_path / "empty.srt"
     empty.write_text("")

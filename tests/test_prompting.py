@@ -163,3 +163,16 @@ def test_self_sd_draft_seeing_everything_accepts_full_paths_with_subtitles(pairs
     cfg = DecodeConfig(method="none", max_new_tokens=25, stop_at_eos=False, tree=TreeConfig(shape="chain", depth=4))
     res = generate(pair, make_clip(), PROMPT, cfg, subtitles=CUES, subtitle_mode="both")
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
+
+
+def test_no_transcript_note_only_when_no_cue_overlaps_a_sampled_frame():
+    from specvlm.prompting import no_transcript_note
+    from specvlm.subtitles import Cue
+
+    ts = [0.0, 0.5, 1.0, 1.5]  # frames stand for 0-2.0 s (the last lasts one 0.5 s gap)
+    late = [Cue(2.1, 3.0, "after the clip"), Cue(5.0, 6.0, "later still")]
+    note = no_transcript_note(late, ts)
+    assert note == ("no subtitle cue overlaps the video's sampled frames (0-2.0 s; the first cue starts at "
+                    "2.1 s), so no transcript was added")
+    assert no_transcript_note([Cue(1.9, 3.0, "in the last frame's span")], ts) is None
+    assert no_transcript_note([], ts) is None and no_transcript_note(None, ts) is None
