@@ -297,7 +297,8 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
         idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``
         (``TEXT_OBJ - 1`` for a text row).
     """
-    colour = {tokenizer(" " + c)["input_ids"][0]: c for c in synth.COLOURS}
+    # bare and spaced forms: a caption starts with its first object's colour ("red circle ...")
+    colour = {i: c for c in synth.COLOURS for i in _single_ids(tokenizer, c)}
     shape = {tokenizer(" " + s)["input_ids"][0]: s for s in synth.SHAPES}
     moves = tokenizer(" moves")["input_ids"][0]
     video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")

@@ -410,20 +410,24 @@ def _count_word(n: int) -> str:
 
 
 def describe(truth: SceneTruth) -> str:
-    """Detailed description, e.g. ``"two objects. red circle moves right. blue square
-    stays still, appears later. text 7. plain background."``
+    """Detailed description, e.g. ``"red circle moves right. blue square stays still, appears
+    later. two objects. text 7. plain background."``
 
     Object clauses come in a canonical order (colour in :data:`COLOURS` key order, then shape in
     :data:`SHAPES` order), whatever order the generator drew them in: a model writing the
     caption then never has to remember which objects it already named, only find the next
-    colour present. Lower-case words only, one sentence per fact.
+    colour present. The count comes after the clauses, so a model counts what it has just
+    listed instead of committing to a number first (weights trained with the count first
+    guessed it and then named objects twice to reach it); :func:`parse_caption` reads either
+    order. Lower-case words only, one sentence per fact.
     """
     n = len(truth.objects)
-    parts = [f"{_count_word(n)} object{'s' if n != 1 else ''}."]
+    parts = []
     for o in sorted(truth.objects, key=lambda o: (list(COLOURS).index(o.colour), SHAPES.index(o.shape))):
         clause = f"{o.name} {_MOTION_PHRASE[o.motion]}"
         extra = [w for w, f in (("appears later", o.enters), ("leaves early", o.leaves)) if f]
         parts.append(clause + (", " + ", ".join(extra) if extra else "") + ".")
+    parts.append(f"{_count_word(n)} object{'s' if n != 1 else ''}.")
     parts.append(f"text {truth.text.text}." if truth.text else "no text.")
     parts.append(f"{truth.background} background.")
     return " ".join(parts)

@@ -95,6 +95,18 @@ def test_caption_direction_is_one_word_and_old_phrases_still_parse():
     assert garbled["objects"][0]["motion"] is None
 
 
+def test_count_follows_the_object_clauses_and_both_orders_parse():
+    for seed in range(20):
+        _, truth = synth.generate(seed, _spec())
+        sents = [x.strip() for x in synth.describe(truth).split(".") if x.strip()]
+        n = len(truth.objects)
+        assert sents[n].endswith("object" if n == 1 else "objects")          # right after the n clauses
+        assert all(sents[k].split()[0] in synth.COLOURS for k in range(n))
+    first = synth.parse_caption("two objects. red circle moves right. blue square stays still. no text.")
+    last = synth.parse_caption("red circle moves right. blue square stays still. two objects. no text.")
+    assert first == last and first["count"] == 2 and len(first["objects"]) == 2
+
+
 def test_questions_are_answerable():
     _, truth = synth.generate(3, _spec(num_objects=2, text_prob=1.0))
     qa = dict(synth.questions(truth, np.random.default_rng(0)))

@@ -254,7 +254,7 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
     batch = tb.make_batch(processor, recipe, seed=0, step=5, single_object=False)
     idx, valid, obj = batch["aux"]["attr"]
     assert valid.any()
-    colours = {tok(" " + c)["input_ids"][0] for c in synth.COLOURS}
+    colours = {i for c in synth.COLOURS for i in tb._single_ids(tok, c)}   # a caption starts with a bare colour
     shapes = {tok(" " + s)["input_ids"][0] for s in synth.SHAPES}
     for b in range(idx.shape[0]):
         ids = batch["input_ids"][b]
