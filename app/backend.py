@@ -165,6 +165,8 @@ class Settings:
         method: pruning method of the speculative run (``specvlm`` or a baseline).
         drop_rate: r.  top_p: λ.
         tree_shape, depth, top_k, total_tokens: the draft tree.
+        min_prob: stop drafting deeper below this cumulative draft probability (0 = off;
+            ``TreeConfig.min_prob``).
         num_frames: frames sampled from the video.
         max_new_tokens: generation budget per run.
         temperature: sampling temperature (0 = greedy).  top_p_sampling: nucleus mass.  seed: sampling seed.
@@ -183,6 +185,7 @@ class Settings:
     depth: int = 5
     top_k: int = 4
     total_tokens: int = 16
+    min_prob: float = 0.0
     num_frames: int = 16
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -506,7 +509,8 @@ class Backend:
             prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
                                 top_p=_as_float("λ", s.top_p))
             tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
-                              total_tokens=ints["total_tokens"])
+                              total_tokens=ints["total_tokens"],
+                              min_prob=_as_float("early-stop probability", s.min_prob))
             sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
                                       top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
                                       seed=_as_int("seed", s.seed))

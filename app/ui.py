@@ -36,7 +36,7 @@ GPU_QUEUE = "gpu"
 TREE_SHAPES = ("dynamic", "static", "chain")
 COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
                   "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
-                  "srt", "subtitle_mode", "truth", "keep_text")
+                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob")
 """Components passed to ``/compare``, in order (new ones are appended, so API callers that pass
 fewer arguments keep working)."""
 FALLBACK_METHODS = ("specvlm", "none", "random", "uniform", "window-front", "window-middle",
@@ -263,6 +263,9 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["top_k"] = gr.Slider(1, 16, value=d.top_k, step=1, label="Top-k", elem_id="top-k")
             c["total"] = gr.Slider(1, 128, value=d.total_tokens, step=1, label="Total tokens",
                                    elem_id="total-tokens")
+        c["min_prob"] = gr.Slider(0.0, 0.95, value=d.min_prob, step=0.05, label="Early stop (draft probability)",
+                                  info="stop drafting deeper once the best path's cumulative draft probability "
+                                       "is below this; 0 = off; the output never changes", elem_id="min-prob")
         limits = getattr(backend, "limits", None)
         max_frames = limits.max_frames if limits else 256
         max_new = limits.max_new_tokens if limits else 1024
@@ -320,7 +323,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
 
     def compare(video_path, prompt_text, preset_name, custom_model, method_name, r, lam, tree_shape,
                 depth_v, top_k_v, total_v, frames_v, max_new_v, mode, temperature=0.0, top_p_sampling=1.0,
-                seed=0, srt_path=None, subtitle_mode="both", truth_path=None, keep_text=False,
+                seed=0, srt_path=None, subtitle_mode="both", truth_path=None, keep_text=False, min_prob=0.0,
                 request: gr.Request = None, progress=gr.Progress()):
         """Run vanilla then speculative decoding and stream both panels."""
         settings = Settings(preset=preset_name, custom_model=custom_model or "", method=method_name,
@@ -328,7 +331,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                             total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v,
                             temperature=temperature, top_p_sampling=top_p_sampling,
                             seed=0 if seed is None else seed, subtitle_mode=subtitle_mode or "both",
-                            keep_text=bool(keep_text))
+                            keep_text=bool(keep_text), min_prob=0.0 if min_prob is None else min_prob)
         session = getattr(request, "session_hash", None)
         with janitor.using([video_path, srt_path, truth_path]), request_scratch(scratch_dir) as tmp:
             for upd in backend.run(video_path, prompt_text, settings, srt=srt_path or None,

@@ -50,6 +50,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
     g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
                    help="nodes kept in a dynamic tree (default %(default)s)")
+    g.add_argument("--min-prob", type=float, default=d.tree.min_prob,
+                   help="stop drafting deeper once the best path's cumulative draft probability is below this "
+                        "(0 = off, default %(default)s; dynamic and chain trees; output unchanged)")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
@@ -102,7 +105,8 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
         method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
         prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
                           top_p=args.top_p, seed=args.seed),
-        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens),
+        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
+                        min_prob=args.min_prob),
         sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
     )
 
@@ -284,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
 _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top_p": "--top-p",
           "num_frames": "--num-frames", "max_new_tokens": "--max-new-tokens", "total_tokens": "--total-tokens",
-          "top_k": "--top-k", "depth": "--depth", "temperature": "--temperature", "fps": "--fps"}
+          "top_k": "--top-k", "depth": "--depth", "min_prob": "--min-prob", "temperature": "--temperature", "fps": "--fps"}
 
 
 def _flag_names(message: str) -> str:

@@ -76,6 +76,14 @@ class TreeConfig:
         top_k: children per expanded node and frontier width for ``dynamic`` (1..16).
         total_tokens: drafted nodes kept after reranking for ``dynamic`` (1..128).
         static_preset: name of a static tree in :data:`specvlm.tree.STATIC_TREES`.
+        min_prob: stop drafting deeper once the best frontier node's cumulative draft
+            probability (product of the draft's probabilities along its path, i.e. its estimated
+            chance of being accepted) falls below this, in [0, 1); 0 = always draft ``depth``
+            levels. Saves draft forwards and verify slots that would rarely be accepted; never
+            changes the output (any tree is verified exactly). ``dynamic`` and ``chain`` only.
+            Source: the confidence stop of dynamic speculation lookahead (Mamou et al. 2024,
+            arXiv 2405.04304; transformers' ``assistant_confidence_threshold``), applied to the
+            cumulative path probability that EAGLE-2 ranks nodes by.
 
     Raises:
         ConfigError: unknown shape or out-of-range value.
@@ -86,6 +94,7 @@ class TreeConfig:
     top_k: int = 4
     total_tokens: int = 16
     static_preset: str = "official-25"
+    min_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if self.shape not in TREE_SHAPES:
@@ -93,6 +102,9 @@ class TreeConfig:
         _check_range("depth", int(self.depth), 1, 16)
         _check_range("top_k", int(self.top_k), 1, 16)
         _check_range("total_tokens", int(self.total_tokens), 1, 128)
+        m = self.min_prob
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m < 1.0):
+            raise ConfigError(f"min_prob={m!r} is out of range: use a value in [0, 1) (0 = off).")
 
 
 _MAX_SEED = 2**63 - 1

@@ -22,6 +22,7 @@ Replacement"); Holtzman et al. 2020 (nucleus sampling); DESIGN 4.8-4.11.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -405,7 +406,7 @@ def _support(q: torch.Tensor) -> torch.Tensor:
 
 def build_sampled_tree(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int,
                        generator: torch.Generator, cfg: SamplingConfig,
-                       total_tokens: int | None = None) -> SampledTree:
+                       total_tokens: int | None = None, min_prob: float = 0.0) -> SampledTree:
     """Dynamic (EAGLE-2-like) draft tree with children sampled without replacement.
 
     Level 1: the root's children, min(top_k, support, total_tokens) draws without replacement
@@ -432,6 +433,9 @@ def build_sampled_tree(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k:
         generator: the request's generator.
         cfg: the draft's sampling config (usually the target's; any q keeps exactness).
         total_tokens: node budget (None = depth * top_k).
+        min_prob: stop before a level whose best frontier node has a cumulative draft
+            probability below this (0 = never). The decision uses only nodes already drawn, like
+            the child counts, so exactness is kept.
 
     Returns:
         SampledTree: tree (scores = cumulative log q) and the recorded draft rows.
@@ -448,6 +452,8 @@ def build_sampled_tree(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k:
         if budget <= 0 or not level:
             break
         frontier = sorted(level, key=lambda i: (-b.scores[i], i))[:top_k]
+        if min_prob > 0 and b.scores[frontier[0]] < math.log(min_prob):
+            break
         q = process_logits(feed(frontier, b.view()), cfg)
         k = min(top_k, q.shape[-1])
         top_q = q.topk(k, dim=-1).values.clamp_min(0).log().cpu()
@@ -524,18 +530,20 @@ def build_sampled(root_logp: torch.Tensor, feed: FeedFn, config: TreeConfig, cfg
 
     chain -> :func:`build_sampled_tree` with top_k = 1; static -> :func:`build_sampled_static`
     on ``STATIC_TREES[config.static_preset]``; dynamic -> :func:`build_sampled_tree` with
-    ``config.depth``, ``config.top_k``, ``config.total_tokens``.
+    ``config.depth``, ``config.top_k``, ``config.total_tokens``; all but static stop early at
+    ``config.min_prob``.
 
     Raises:
         ValueError: unknown static preset.
     """
     if config.shape == "chain":
-        return build_sampled_tree(root_logp, feed, config.depth, 1, generator, cfg, config.depth)
+        return build_sampled_tree(root_logp, feed, config.depth, 1, generator, cfg, config.depth, config.min_prob)
     if config.shape == "static":
         if config.static_preset not in STATIC_TREES:
             raise ValueError(f"static tree {config.static_preset!r} is unknown: use one of {', '.join(STATIC_TREES)}.")
         return build_sampled_static(root_logp, feed, STATIC_TREES[config.static_preset], generator, cfg)
-    return build_sampled_tree(root_logp, feed, config.depth, config.top_k, generator, cfg, config.total_tokens)
+    return build_sampled_tree(root_logp, feed, config.depth, config.top_k, generator, cfg, config.total_tokens,
+                              config.min_prob)
 
 
 def sampled_accept(st: SampledTree, target_logits: torch.Tensor, cfg: SamplingConfig,

@@ -13,6 +13,7 @@ static trees; SpecVLM (arXiv 2508.16201) Sec. 3.3; DESIGN 4.8-4.9.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -185,7 +186,8 @@ def _view(nodes: list) -> DraftTree:
     return DraftTree(torch.tensor(t), torch.tensor(p), torch.tensor(d), torch.tensor(s, dtype=torch.float32))
 
 
-def build_dynamic(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int, total_tokens: int) -> DraftTree:
+def build_dynamic(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int, total_tokens: int,
+                  min_prob: float = 0.0) -> DraftTree:
     """EAGLE-2 dynamic tree.
 
     Level 1 = the root's top-k children. At each further level the frontier (at most
@@ -200,16 +202,21 @@ def build_dynamic(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int,
         depth: levels (max drafted tokens on a path).
         top_k: children per node and frontier width.
         total_tokens: nodes kept after reranking.
+        min_prob: stop before a level whose best frontier node has a cumulative draft
+            probability below this (0 = never stop early; see ``TreeConfig.min_prob``).
 
     Returns:
         DraftTree with at most ``total_tokens`` nodes (ancestors of kept nodes always kept).
 
-    Source: EAGLE-2 (Li et al. 2024), Sec. 4.1-4.2.
+    Source: EAGLE-2 (Li et al. 2024), Sec. 4.1-4.2; early stop: Mamou et al. 2024 (arXiv 2405.04304).
     """
+    min_logp = math.log(min_prob) if min_prob > 0 else -math.inf
     nodes: list = []
     lp, tok = (t.cpu() for t in root_logp.float().topk(min(top_k, root_logp.numel())))
     frontier = [_add(nodes, int(t), -1, 1, float(s)) for s, t in zip(lp.tolist(), tok.tolist())]
     for d in range(2, depth + 1):
+        if max(nodes[i][3] for i in frontier) < min_logp:
+            break
         logp = feed(frontier, _view(nodes)).float()
         base = torch.tensor([nodes[i][3] for i in frontier])[:, None]
         k = min(top_k, logp.shape[-1])
@@ -277,9 +284,9 @@ def build_tree(root_logp: torch.Tensor, feed: FeedFn, config: TreeConfig) -> Dra
         ValueError: unknown static preset.
     """
     if config.shape == "chain":
-        return build_dynamic(root_logp, feed, config.depth, 1, config.depth)
+        return build_dynamic(root_logp, feed, config.depth, 1, config.depth, config.min_prob)
     if config.shape == "static":
         if config.static_preset not in STATIC_TREES:
             raise ValueError(f"static tree {config.static_preset!r} is unknown: use one of {', '.join(STATIC_TREES)}.")
         return build_static(root_logp, feed, STATIC_TREES[config.static_preset])
-    return build_dynamic(root_logp, feed, config.depth, config.top_k, config.total_tokens)
+    return build_dynamic(root_logp, feed, config.depth, config.top_k, config.total_tokens, config.min_prob)

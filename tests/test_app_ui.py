@@ -275,6 +275,14 @@ def test_sampling_settings_reach_the_decode_config():
         backend.build_configs(Settings(preset="x", temperature=9.0))
 
 
+def test_early_stop_setting_reaches_the_tree_config():
+    from app.backend import Backend, Settings
+
+    dec, _ = Backend().build_configs(Settings(preset="x", tree_shape="chain", depth=12, min_prob=0.5))
+    assert dec.tree.shape == "chain" and dec.tree.depth == 12 and dec.tree.min_prob == 0.5
+    assert Backend().build_configs(Settings(preset="x"))[0].tree.min_prob == 0.0
+
+
 # ---- subtitles and on-screen-text forcing (issue 8) ----------------------------------------
 
 def _truth_file(path, text=True):
@@ -305,14 +313,15 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
              "Pruning stages", 0.0, 1.0, 0)
 
 
-def test_compare_inputs_end_with_subtitles_and_truth():
+def test_compare_inputs_end_with_subtitles_truth_and_early_stop():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-4:] == ["srt", "subtitle-mode", "truth", "keep-text"]
+    assert ids[-5:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob"]
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]
     assert comps["keep_text"].value is False and comps["truth"].file_types == [".json"]
+    assert comps["min_prob"].value == 0.0 and comps["min_prob"].maximum < 1.0
 
 
 def test_compare_passes_subtitles_mode_and_truth_to_the_engine(tmp_path):

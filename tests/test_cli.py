@@ -76,6 +76,9 @@ def test_cli_errors_are_readable(checkpoints, tmp_path):
     r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
                 "--drop-rate", "1.5")
     assert r.returncode == 2 and "--drop-rate=1.5" in r.stderr      # named by its flag
+    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+                "--min-prob", "1")
+    assert r.returncode == 2 and "--min-prob=1.0 is out of range" in r.stderr
     r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr
     # settings and the video path are checked before any model is loaded

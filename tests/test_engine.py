@@ -186,3 +186,18 @@ def test_streamed_text_deltas_join_to_the_full_text(pairs, fam):
     events = list(stream(pair, make_clip(), PROMPT, _cfg("specvlm", n=40)))
     ids = [t for e in events[1:] for t in e.token_ids]
     assert "".join(e.text for e in events[1:]) == pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+@pytest.mark.parametrize("shape", ["dynamic", "chain"])
+def test_early_stop_min_prob_is_lossless_and_drafts_less(pairs, vanilla, fam, shape):
+    """TreeConfig.min_prob shrinks the drafted trees but never changes a token (Std-SD and Self-SD)."""
+    for mode in ("std", "self"):
+        full = [e for e in stream(pairs[(fam, mode)], make_clip(), PROMPT, _cfg("specvlm", shape, depth=6))
+                if not isinstance(e, PrefillInfo)][1:]
+        cut = [e for e in stream(pairs[(fam, mode)], make_clip(), PROMPT,
+                                 _cfg("specvlm", shape, depth=6, min_prob=0.5)) if not isinstance(e, PrefillInfo)][1:]
+        assert [t for e in cut for t in e.token_ids] == vanilla[fam].token_ids[1:], mode
+        n_full = sum(e.tree_size for e in full) / len(full)
+        n_cut = sum(e.tree_size for e in cut) / len(cut)
+        assert 1 <= n_cut < n_full, (mode, n_cut, n_full)

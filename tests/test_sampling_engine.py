@@ -52,3 +52,19 @@ def test_self_sd_without_pruning_accepts_most_samples(pair):
     """Draft == target distribution (no pruning, Self-SD): every drafted chain token is accepted."""
     res = generate(pair, make_clip(), PROMPT, cfg("none", "chain", t=1.0, n=40))
     assert res.tau > 3.5
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "chain"])
+def test_sampling_with_early_stop(pair, shape):
+    """min_prob keeps sampling reproducible and, at temperature -> 0, equal to greedy."""
+    clip = make_clip()
+    stop = DecodeConfig(method="specvlm", max_new_tokens=24, stop_at_eos=False,
+                        tree=TreeConfig(shape=shape, depth=6, min_prob=0.5),
+                        sampling=SamplingConfig(temperature=1.0, seed=3))
+    a, b = generate(pair, clip, PROMPT, stop).token_ids, generate(pair, clip, PROMPT, stop).token_ids
+    assert a == b and len(a) == 24
+    greedy = generate(pair, clip, PROMPT, cfg("vanilla", t=0.0)).token_ids
+    cold = DecodeConfig(method="specvlm", max_new_tokens=24, stop_at_eos=False,
+                        tree=TreeConfig(shape=shape, depth=6, min_prob=0.5),
+                        sampling=SamplingConfig(temperature=1e-4, seed=0))
+    assert generate(pair, clip, PROMPT, cold).token_ids == greedy

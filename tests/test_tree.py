@@ -118,3 +118,31 @@ def test_static_tree_rejects_orphans():
     feed, _ = fake_feed()
     with pytest.raises(ValueError):
         build_static(root_logp(), feed, [(0,), (1, 0)])
+
+
+def test_min_prob_stops_before_unlikely_levels():
+    """The early stop feeds no level whose best frontier path is below min_prob, and keeps the rest."""
+    feed, calls = fake_feed()
+    full = build_dynamic(root_logp(), feed, 6, 1, 6)
+    probs = full.scores.exp().tolist()              # chain: cumulative draft probability per depth
+    thr = (probs[1] + probs[2]) / 2                 # between depth 2 and depth 3
+    feed2, calls2 = fake_feed()
+    cut = build_dynamic(root_logp(), feed2, 6, 1, 6, min_prob=thr)
+    # depth 3 is drafted (its parent at depth 2 is above thr), depth 4 is not (its parent is below)
+    assert cut.size == 3 and cut.tokens.tolist() == full.tokens[:3].tolist()
+    assert len(calls2) == 2 and len(calls) == 5
+    # min_prob = 0 is exactly the old behaviour; a threshold above every path keeps level 1 only
+    assert build_dynamic(root_logp(), fake_feed()[0], 6, 1, 6, min_prob=0.0).tokens.tolist() == full.tokens.tolist()
+    feed3, calls3 = fake_feed()
+    one = build_dynamic(root_logp(), feed3, 5, 4, 16, min_prob=0.999)
+    assert one.size == 4 and calls3 == []
+
+
+def test_min_prob_through_tree_config():
+    feed, calls = fake_feed()
+    tree = build_tree(root_logp(), feed, TreeConfig(shape="chain", depth=8, min_prob=0.999))
+    assert tree.size == 1 and calls == []
+    with pytest.raises(ValueError, match="min_prob"):
+        TreeConfig(min_prob=1.0)
+    with pytest.raises(ValueError, match="min_prob"):
+        TreeConfig(min_prob=-0.1)
