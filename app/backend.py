@@ -510,7 +510,7 @@ class Backend:
                                 top_p=_as_float("λ", s.top_p))
             tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
                               total_tokens=ints["total_tokens"],
-                              min_prob=_as_float("early-stop probability", s.min_prob))
+                              min_prob=_as_float("early stop (min draft probability)", s.min_prob))
             sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
                                       top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
                                       seed=_as_int("seed", s.seed))

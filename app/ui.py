@@ -263,9 +263,10 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["top_k"] = gr.Slider(1, 16, value=d.top_k, step=1, label="Top-k", elem_id="top-k")
             c["total"] = gr.Slider(1, 128, value=d.total_tokens, step=1, label="Total tokens",
                                    elem_id="total-tokens")
-        c["min_prob"] = gr.Slider(0.0, 0.95, value=d.min_prob, step=0.05, label="Early stop (draft probability)",
-                                  info="stop drafting deeper once the best path's cumulative draft probability "
-                                       "is below this; 0 = off; the output never changes", elem_id="min-prob")
+        c["min_prob"] = gr.Slider(0.0, 0.95, value=d.min_prob, step=0.05, label="Early stop (min draft probability)",
+                                  info="dynamic and chain trees: stop drafting deeper once the best path's cumulative "
+                                       "draft probability is below this; 0 = off. Greedy output stays identical",
+                                  elem_id="min-prob")
         limits = getattr(backend, "limits", None)
         max_frames = limits.max_frames if limits else 256
         max_new = limits.max_new_tokens if limits else 1024

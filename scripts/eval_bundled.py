@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specvlm import synth  # noqa: E402
+from specvlm.config import ConfigError, TreeConfig  # noqa: E402
 
 ATTRS = ("colour", "shape", "motion", "count", "text")
 BASELINES = ("random", "uniform", "window-middle", "frame", "attention")
@@ -256,7 +257,8 @@ def eval_video(job: tuple[str, int]) -> dict:
     def cfg(method: str) -> DecodeConfig:
         return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens,
                             prune=PruneConfig(method=method if method != "vanilla" else "specvlm",
-                                              drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed))
+                                              drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed),
+                            tree=args.tree_config)
 
     van = generate(std, None, args.prompt, cfg("vanilla"), inputs=inputs)
     rec: dict = {
@@ -462,7 +464,8 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
         f"**{k}**: {summary[k]['num_videos']} clips, {'/'.join(map(str, summary[k]['frames']))} frames, "
         f"{summary[k]['video_tokens_mean']:.0f} video tokens on average" for k in sets) + ".")
     L.append(f"Seeds from {args.seed_base:,} (training < {TRAIN_SEED_LIMIT:,}); prompt \"{args.prompt}\"; "
-             f"greedy, max {args.max_new_tokens} new tokens; r = {args.drop_rate}, λ = {args.top_p}.")
+             f"greedy, max {args.max_new_tokens} new tokens; r = {args.drop_rate}, λ = {args.top_p}; "
+             f"draft tree: {_tree_text(args)}.")
     L += ["", "## Attribute accuracy (greedy detailed description)", "",
           "| attribute | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
     for a in ATTRS + ("mean5", "min5", "enter_leave", "text_presence", "exact"):
@@ -531,6 +534,16 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
     return "\n".join(L)
 
 
+def _tree_text(args) -> str:
+    t = getattr(args, "tree", "dynamic")
+    if t == "chain":
+        return f"chain, depth {args.depth}"
+    if t == "static":
+        return "static (official-25)"
+    return f"dynamic, depth {getattr(args, 'depth', 5)}, top-k {getattr(args, 'top_k', 4)}, " \
+           f"{getattr(args, 'total_tokens', 16)} nodes"
+
+
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
@@ -549,6 +562,12 @@ def parse_args(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=64, help="captions are <= ~40 tokens")
     ap.add_argument("--drop-rate", type=float, default=0.9, help="r")
     ap.add_argument("--top-p", type=float, default=0.4, help="λ")
+    ap.add_argument("--tree", choices=("dynamic", "static", "chain"), default=TreeConfig.shape,
+                    help="draft tree shape (default %(default)s)")
+    ap.add_argument("--depth", type=int, default=TreeConfig.depth,
+                    help="draft tree depth (default %(default)s; τ can never exceed it)")
+    ap.add_argument("--top-k", type=int, default=TreeConfig.top_k, help="dynamic tree: children per node")
+    ap.add_argument("--total-tokens", type=int, default=TreeConfig.total_tokens, help="dynamic tree: nodes kept")
     ap.add_argument("--seed-base", type=int, default=10**9, help="first held-out scene seed (>= 10**8)")
     ap.add_argument("--seed", type=int, default=0, help="torch seed and the `random` method's seed")
     ap.add_argument("--workers", type=int, default=1, help="processes (each loads the models)")
@@ -565,6 +584,11 @@ def parse_args(argv=None):
     args.sets = [s for s in args.sets.split(",") if s]
     args.methods = [m for m in args.methods.split(",") if m]
     args.pairs = [p for p in args.pairs.split(",") if p]
+    try:
+        args.tree_config = TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k,
+                                      total_tokens=args.total_tokens)
+    except ConfigError as exc:
+        ap.error(str(exc))
     if any(s not in ("short", "long") for s in args.sets):
         ap.error("--sets takes short and/or long")
     if any(p not in PAIRS for p in args.pairs):
@@ -589,7 +613,8 @@ def main(argv=None) -> int:
     records: list[dict] = []
     partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
     fingerprint = json.dumps({k: v for k, v in vars(args).items()
-                              if k not in ("out", "md", "resume", "workers", "num_videos")}, sort_keys=True)
+                              if k not in ("out", "md", "resume", "workers", "num_videos", "tree_config")},
+                             sort_keys=True)
     if partial is not None and args.resume and partial.exists():
         lines = partial.read_text().splitlines()
         if lines and lines[0] == fingerprint:
@@ -646,7 +671,7 @@ def main(argv=None) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "md", "resume")}
+        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "md", "resume", "tree_config")}
         for k in ("target", "draft"):
             p = Path(cfg[k]).resolve()
             cfg[k] = str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)

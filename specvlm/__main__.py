@@ -51,8 +51,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
                    help="nodes kept in a dynamic tree (default %(default)s)")
     g.add_argument("--min-prob", type=float, default=d.tree.min_prob,
-                   help="stop drafting deeper once the best path's cumulative draft probability is below this "
-                        "(0 = off, default %(default)s; dynamic and chain trees; output unchanged)")
+                   help="early stop, in [0, 1): stop drafting deeper once the best path's cumulative draft "
+                        "probability is below this (0 = off, default %(default)s). Dynamic and chain trees only "
+                        "(static trees ignore it). Greedy output stays identical; sampling keeps the same "
+                        "distribution, but a seed's text may change")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
@@ -194,6 +196,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"note: {notes[-1]}", file=sys.stderr)
     if args.compare and not cfg.speculative:
         notes.append("--compare needs a speculative --method; vanilla ran alone")
+        print(f"note: {notes[-1]}", file=sys.stderr)
+    if cfg.speculative and cfg.tree.shape == "static" and cfg.tree.min_prob > 0:
+        notes.append("--min-prob has no effect on a static tree (its shape is fixed); use --tree chain or dynamic")
         print(f"note: {notes[-1]}", file=sys.stderr)
     out["notes"] = notes
     if args.compare and cfg.speculative:

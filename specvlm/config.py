@@ -9,6 +9,7 @@ defaults r = 0.9, λ = 0.4; EAGLE-2 (Li et al. 2024) for the dynamic tree.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 
 PRUNE_METHODS = (
@@ -79,8 +80,12 @@ class TreeConfig:
         min_prob: stop drafting deeper once the best frontier node's cumulative draft
             probability (product of the draft's probabilities along its path, i.e. its estimated
             chance of being accepted) falls below this, in [0, 1); 0 = always draft ``depth``
-            levels. Saves draft forwards and verify slots that would rarely be accepted; never
-            changes the output (any tree is verified exactly). ``dynamic`` and ``chain`` only.
+            levels. The level where it falls below is still drafted and verified; only deeper
+            levels are skipped. Saves draft forwards and verify slots that would rarely be
+            accepted. Greedy output stays token-identical and sampled output keeps the target's
+            distribution (any tree is verified exactly), though with sampling the same seed may
+            give a different text once the tree shape changes. ``dynamic`` and ``chain`` only
+            (a ``static`` tree has a fixed shape and ignores it).
             Source: the confidence stop of dynamic speculation lookahead (Mamou et al. 2024,
             arXiv 2405.04304; transformers' ``assistant_confidence_threshold``), applied to the
             cumulative path probability that EAGLE-2 ranks nodes by.
@@ -103,7 +108,9 @@ class TreeConfig:
         _check_range("top_k", int(self.top_k), 1, 16)
         _check_range("total_tokens", int(self.total_tokens), 1, 128)
         m = self.min_prob
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0.0 <= m < 1.0):
+        if isinstance(m, bool) or not isinstance(m, numbers.Real):
+            raise ConfigError(f"min_prob={m!r} is not a number: use a value in [0, 1) (0 = off).")
+        if not (0.0 <= float(m) < 1.0):
             raise ConfigError(f"min_prob={m!r} is out of range: use a value in [0, 1) (0 = off).")
 
 

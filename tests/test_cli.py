@@ -140,6 +140,9 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     r = run_cli(*[a if a != "8" else "40" for a in base])
     assert r.returncode == 0 and "note: the video has only 16 frame(s)" in r.stderr
     assert json.loads(r.stdout)["notes"]
+    # an early stop on a static tree (fixed shape) is said, not silently ignored
+    r = run_cli(*base, "--tree", "static", "--min-prob", "0.5")
+    assert r.returncode == 0 and "--min-prob has no effect on a static tree" in r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-CUDA default preset (bundled pair) is what runs here")

@@ -278,7 +278,7 @@ def test_prompt_length_limit(clip):
     (dict(depth=0), "depth"), (dict(depth=17), "depth"),
     (dict(top_k=0), "top_k"), (dict(top_k=17), "top_k"),
     (dict(total_tokens=0), "total_tokens"), (dict(total_tokens=129), "total_tokens"),
-    (dict(min_prob=1.0), "min_prob"), (dict(min_prob=-0.5), "min_prob"), (dict(min_prob="x"), "early-stop"),
+    (dict(min_prob=1.0), "min_prob"), (dict(min_prob=-0.5), "min_prob"), (dict(min_prob="x"), "early stop"),
     (dict(num_frames=0), "num_frames"), (dict(num_frames=257), "frames=257 is above this server's limit of 256"),
     (dict(max_new_tokens=0), "max_new_tokens"), (dict(max_new_tokens=1025), "limit of 1024"),
     (dict(max_new_tokens=2.5), "whole number"), (dict(depth="five"), "whole number"),

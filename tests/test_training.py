@@ -318,3 +318,13 @@ def test_eval_scores_motion_per_object_and_tabulates_confusion():
     assert [b.motion, None] in missing["motion_pairs"]
     conf = ev.motion_confusion([{"correct": sc}, {"correct": missing}, {"correct": {}}])
     assert conf[a.motion][a.motion] == 2 and conf[b.motion] == {wrong: 1, "missing": 1}
+
+
+def test_eval_tree_options():
+    import eval_bundled as ev
+    from specvlm.config import TreeConfig
+    args = ev.parse_args(["--tree", "chain", "--depth", "16", "--sets", "long"])
+    assert args.tree_config == TreeConfig(shape="chain", depth=16) and ev._tree_text(args) == "chain, depth 16"
+    assert ev.parse_args([]).tree_config == TreeConfig()
+    with pytest.raises(SystemExit):
+        ev.parse_args(["--depth", "0"])

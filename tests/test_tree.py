@@ -146,3 +146,7 @@ def test_min_prob_through_tree_config():
         TreeConfig(min_prob=1.0)
     with pytest.raises(ValueError, match="min_prob"):
         TreeConfig(min_prob=-0.1)
+    with pytest.raises(ValueError, match="not a number"):
+        TreeConfig(min_prob="0.3")
+    import numpy as np
+    assert TreeConfig(min_prob=np.float32(0.25)).min_prob == np.float32(0.25)   # numpy scalars are numbers too
