@@ -343,6 +343,49 @@ def motion_confusion(records: list[dict]) -> dict[str, dict[str, int]]:
     return conf
 
 
+def tau_differences(recs: list[dict], pairs, methods, n_boot: int = 2000, seed: int = 0) -> dict:
+    """SpecVLM's pooled τ minus each baseline's, with a paired bootstrap over videos.
+
+    Pooled τ = accepted draft tokens / verify steps over the videos (as in the τ table). The
+    bootstrap resamples videos with replacement (the same videos for both methods: paired) and
+    takes the 2.5th and 97.5th percentiles of the difference (Efron & Tibshirani 1993, percentile
+    interval). Per video it also counts wins / ties / losses of SpecVLM's τ.
+
+    Args:
+        recs: per-video records of one set (``rec["tau"][f"{pair}/{method}"] = [accepted, steps]``).
+        pairs, methods: which ``pair/method`` keys to compare with ``pair/specvlm``.
+
+    Returns:
+        ``{"pair/method": {"diff", "lo", "hi", "wins", "ties", "losses"}}`` for every baseline present.
+    """
+    rng = np.random.default_rng(seed)
+    out: dict = {}
+    for p in pairs:
+        for m in methods:
+            a_key, b_key = f"{p}/specvlm", f"{p}/{m}"
+            both = [r for r in recs if a_key in r["tau"] and b_key in r["tau"]]
+            if m == "specvlm" or not both:
+                continue
+            a = np.array([r["tau"][a_key] for r in both], dtype=float)      # (N, 2): accepted, steps
+            b = np.array([r["tau"][b_key] for r in both], dtype=float)
+            if a[:, 1].sum() == 0 or b[:, 1].sum() == 0:
+                continue
+            idx = rng.integers(0, len(both), size=(n_boot, len(both)))
+            boot = (a[idx, 0].sum(1) / np.maximum(a[idx, 1].sum(1), 1)
+                    - b[idx, 0].sum(1) / np.maximum(b[idx, 1].sum(1), 1))
+            per = a[:, 0] / np.maximum(a[:, 1], 1) - b[:, 0] / np.maximum(b[:, 1], 1)
+            out[b_key] = {"diff": float(a[:, 0].sum() / a[:, 1].sum() - b[:, 0].sum() / b[:, 1].sum()),
+                          "lo": float(np.percentile(boot, 2.5)), "hi": float(np.percentile(boot, 97.5)),
+                          "wins": int((per > 1e-9).sum()), "ties": int((np.abs(per) <= 1e-9).sum()),
+                          "losses": int((per < -1e-9).sum())}
+    return out
+
+
+def _diff_text(d: dict) -> str:
+    sig = "significant" if d["lo"] > 0 or d["hi"] < 0 else "not significant"
+    return f"{d['diff']:+.2f}, 95% CI {d['lo']:+.2f}..{d['hi']:+.2f}: {sig}"
+
+
 def summarise(records: list[dict], args) -> dict:
     """Aggregate per-video records into accuracy, τ, identity and coverage summaries per set."""
     out: dict = {}
@@ -403,6 +446,7 @@ def summarise(records: list[dict], args) -> dict:
             "frames": sorted({r["frames"] for r in recs}),
             "accuracy": acc,
             "tau": tau, "tokens_per_target_forward": tptf, "mismatches": mism, "runs": nruns,
+            "tau_vs_specvlm": tau_differences(recs, args.pairs, args.methods),
             "decode_speedup_vs_vanilla": speed,
             "coverage": {
                 "area_share": area, "stage1_share": s1_share, "stage1_ratio": _ratio(s1_share, area),
@@ -435,9 +479,12 @@ def goals(summary: dict, args) -> dict:
                 continue
             sv = t[f"{p}/specvlm"]
             others = {m: t[f"{p}/{m}"] for m in ("random", "window-middle") if f"{p}/{m}" in t}
+            diffs = lg.get("tau_vs_specvlm", {})
             g[f"long tau {PAIR_NAMES[p]} >= 2.5 and > random, window-middle"] = {
                 "met": (sv >= 2.5 and all(sv > v for v in others.values())) if len(others) == 2 else None,
-                "detail": f"specvlm {sv:.2f}; " + ", ".join(f"{m} {v:.2f}" for m, v in others.items())}
+                "detail": f"specvlm {sv:.2f}; " + ", ".join(
+                    f"{m} {v:.2f}" + (f" ({_diff_text(diffs[f'{p}/{m}'])})" if f"{p}/{m}" in diffs else "")
+                    for m, v in others.items())}
     for kind, s in summary.items():
         r = s["coverage"]["stage1_ratio"]
         g[f"{kind}: Stage I on object/text >= 2x area share"] = {
@@ -496,6 +543,16 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
     L.append("Decode-time speedup vs vanilla (CPU, indicative only): " + "; ".join(
         f"{PAIR_NAMES[p].split(' ')[0]} {k} specvlm {summary[k]['decode_speedup_vs_vanilla'].get(f'{p}/specvlm') or 0:.2f}x"
         for k, p in cols if f"{p}/specvlm" in summary[k]["decode_speedup_vs_vanilla"]) + ".")
+    diff_rows = [(k, p, m) for k, p in cols for m in args.methods
+                 if f"{p}/{m}" in summary[k].get("tau_vs_specvlm", {})]
+    if diff_rows:
+        L += ["", "SpecVLM's τ minus each baseline's (pooled; 95% paired bootstrap interval over videos; per-video "
+                  "wins / ties / losses of SpecVLM):", "",
+              "| set | pair | baseline | τ difference | 95% CI | wins / ties / losses |", "|---|---|---|---|---|---|"]
+        for k, p, m in diff_rows:
+            d = summary[k]["tau_vs_specvlm"][f"{p}/{m}"]
+            L.append(f"| {k} | {PAIR_NAMES[p].split(' ')[0]} | {m} | {d['diff']:+.2f} | {d['lo']:+.2f}..{d['hi']:+.2f} "
+                     f"| {d['wins']} / {d['ties']} / {d['losses']} |")
     L += ["", "## Where the kept video tokens fall (object boxes + text box)", "",
           "| | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
     L.append("| area share of object/text pixels | " + " | ".join(
@@ -578,6 +635,9 @@ def parse_args(argv=None):
                     help="skip the on-screen-text runs (SpecVLM with the text-covering tokens forced)")
     ap.add_argument("--out", default=None, help="JSON output (summary + per-video records)")
     ap.add_argument("--md", default=None, help="markdown output (default: --out with .md)")
+    ap.add_argument("--rerender", metavar="JSON", default=None,
+                    help="recompute the summary, goals and markdown of an earlier run's JSON from its per-video "
+                         "records (no model runs); rewrites JSON (or --out) and its .md (or --md)")
     ap.add_argument("--resume", action="store_true",
                     help="reuse finished videos from OUT.partial.jsonl (written as records complete)")
     args = ap.parse_args(argv)
@@ -598,10 +658,31 @@ def parse_args(argv=None):
     return args
 
 
+def rerender(path: str, out: str | None = None, md_out: str | None = None) -> str:
+    """Recompute summary, goals and markdown of a finished run's JSON from its records; returns the markdown.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.  KeyError: the JSON has no config/meta/records.
+    """
+    data = json.loads(Path(path).read_text())
+    args = argparse.Namespace(**data["config"])
+    summary = summarise(data["records"], args)
+    goal = goals(summary, args)
+    md = markdown(summary, goal, args, data["meta"])
+    data.update(summary=summary, goals=goal)
+    dest = Path(out or path)
+    dest.write_text(json.dumps(data, indent=1, default=float))
+    Path(md_out or dest.with_suffix(".md")).write_text(md)
+    return md
+
+
 def main(argv=None) -> int:
     from tqdm import tqdm
 
     args = parse_args(argv)
+    if args.rerender:
+        print(rerender(args.rerender, args.out, args.md))
+        return 0
     if not Path(args.target, "config.json").exists():
         print(f"error: no model in {args.target}", file=sys.stderr)
         return 2

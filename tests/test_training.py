@@ -328,3 +328,44 @@ def test_eval_tree_options():
     assert ev.parse_args([]).tree_config == TreeConfig()
     with pytest.raises(SystemExit):
         ev.parse_args(["--depth", "0"])
+
+
+def test_tau_differences_paired_bootstrap():
+    import eval_bundled as ev
+    rng = np.random.default_rng(0)
+    recs = []
+    for _ in range(60):
+        steps = int(rng.integers(5, 15))
+        base = int(rng.integers(10, 40))
+        recs.append({"tau": {"std/specvlm": [base + steps, steps], "std/random": [base, steps],   # +1 per step
+                             "std/uniform": [base, steps]}})
+    for r in recs[:30]:
+        r["tau"]["std/uniform"] = list(r["tau"]["std/specvlm"])                                  # half ties
+    out = ev.tau_differences(recs, ["std"], ["specvlm", "random", "uniform", "frame"])
+    assert set(out) == {"std/random", "std/uniform"}                       # frame absent, specvlm not vs itself
+    r = out["std/random"]
+    assert r["diff"] == pytest.approx(1.0) and r["lo"] == pytest.approx(1.0) and r["hi"] == pytest.approx(1.0)
+    assert (r["wins"], r["ties"], r["losses"]) == (60, 0, 0)
+    u = out["std/uniform"]
+    assert 0.0 < u["lo"] < u["diff"] < u["hi"] < 1.0 and (u["wins"], u["ties"]) == (30, 30)
+    assert "significant" in ev._diff_text(u) and "not" not in ev._diff_text(u)
+    same = ev.tau_differences([{"tau": {"std/specvlm": [3, 2], "std/random": [3, 2]}}] * 5, ["std"], ["random"])
+    assert same["std/random"]["diff"] == 0.0 and "not significant" in ev._diff_text(same["std/random"])
+
+
+def test_eval_rerender_from_the_shipped_records(tmp_path):
+    import json
+
+    import eval_bundled as ev
+    data = json.loads((ROOT / "assets" / "model" / "eval.json").read_text())
+    short = [r for r in data["records"] if r["set"] == "short"][:6]
+    long_ = [r for r in data["records"] if r["set"] == "long"][:6]
+    data["records"] = short + long_
+    src = tmp_path / "small.json"
+    src.write_text(json.dumps(data))
+    md = ev.rerender(str(src))
+    again = json.loads(src.read_text())
+    assert again["summary"]["short"]["num_videos"] == 6 and again["summary"]["long"]["num_videos"] == 6
+    assert "std/random" in again["summary"]["long"]["tau_vs_specvlm"]
+    assert "SpecVLM's τ minus each baseline's" in md and "| long | Self-SD | random |" in md
+    assert (tmp_path / "small.md").read_text() == md and "draft tree: dynamic, depth 5" in md
