@@ -472,23 +472,7 @@ class Backend:
         except Exception:
             preset = self.preset_names()[0]
         _, frames, max_new = self.preset_info(preset)
-        return Settings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
-
-    def preset_tree(self, name: str) -> dict[str, Any]:
-        """The preset's default draft tree as Settings fields (``tree_shape, depth, top_k, total_tokens,
-        min_prob``): a chain of depth 16 with early stop 0.3 for the bundled CPU pair (measured fastest
-        there), the paper's dynamic tree otherwise or when the preset is unknown."""
-        tree = None
-        try:
-            tree = getattr(self.engine.presets()[name], "tree", None)
-        except Exception:
-            pass
-        d = Settings()
-        if tree is None:
-            return dict(tree_shape=d.tree_shape, depth=d.depth, top_k=d.top_k, total_tokens=d.total_tokens,
-                        min_prob=d.min_prob)
-        return dict(tree_shape=tree.shape, depth=int(tree.depth), top_k=int(tree.top_k),
-                    total_tokens=int(tree.total_tokens), min_prob=float(tree.min_prob))
+        return Settings(preset=preset, num_frames=frames, max_new_tokens=max_new)
 
     def _cuda(self) -> bool:
         try:

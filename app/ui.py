@@ -250,7 +250,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         custom=gr.Textbox(label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
                           placeholder="overrides the preset when filled", elem_id="custom-model"),
     )
-    with gr.Accordion("Settings (paper defaults; the bundled CPU pair drafts a chain)", open=False, elem_id="settings"):
+    with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
         c["method"] = gr.Dropdown(list(_methods()), value=d.method, label="Pruning method (right panel)",
                                   elem_id="method")
         c["drop_rate"] = gr.Slider(0.0, 0.999, value=d.drop_rate, step=0.001, label="Drop rate r",
@@ -388,12 +388,9 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             yield gallery_files(items, tmp), legend
 
     def on_preset(name):
-        """Show the preset's description and suggest its frame count, token budget and draft tree."""
+        """Show the preset's description and suggest its frame count and token budget."""
         md, frames, max_new = backend.preset_info(name)
-        t = backend.preset_tree(name) if hasattr(backend, "preset_tree") else {}
-        tree = [gr.update(value=t[k]) if k in t else gr.skip()
-                for k in ("tree_shape", "depth", "top_k", "total_tokens", "min_prob")]
-        return (md, gr.update(value=frames), gr.update(value=max_new), *tree)
+        return md, gr.update(value=frames), gr.update(value=max_new)
 
     run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
                                concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
@@ -412,8 +409,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["video"].change(on_video, inputs=[c["video"]], outputs=None, api_visibility="private",
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
     demo.unload(on_unload)
-    c["preset"].change(on_preset, inputs=[c["preset"]],
-                       outputs=[c["preset_md"], c["frames"], c["max_new"], c["tree"], c["depth"], c["top_k"], c["total"],
-                                c["min_prob"]], api_visibility="private")
+    c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
+                       api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")

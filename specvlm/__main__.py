@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import sys
-from dataclasses import replace
 
 from specvlm.config import (DECODE_METHODS, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
                             VideoConfig)
@@ -46,21 +45,16 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    "draft does not see (default %(default)s)")
     g.add_argument("--top-p", type=float, default=d.prune.top_p, help="λ: Stage I cumulative attention share "
                    "(default %(default)s)")
-    g.add_argument("--tree", choices=TREE_SHAPES, default=None,
-                   help="draft tree shape (default: the preset's: chain for the bundled CPU pair, depth 16, "
-                        "--min-prob 0.3, measured fastest there; dynamic for the GPU presets and other --model). "
-                        "Choosing a shape other than the preset's starts from that shape's defaults")
-    g.add_argument("--depth", type=int, default=None,
-                   help=f"draft tree depth (default: the preset's; {d.tree.depth} for a dynamic tree)")
-    g.add_argument("--top-k", type=int, default=None,
-                   help=f"children per node in a dynamic tree (default {d.tree.top_k})")
-    g.add_argument("--total-tokens", type=int, default=None,
-                   help=f"nodes kept in a dynamic tree (default {d.tree.total_tokens})")
-    g.add_argument("--min-prob", type=float, default=None,
+    g.add_argument("--tree", choices=TREE_SHAPES, default=d.tree.shape, help="draft tree shape (default %(default)s)")
+    g.add_argument("--depth", type=int, default=d.tree.depth, help="draft tree depth (default %(default)s)")
+    g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
+    g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
+                   help="nodes kept in a dynamic tree (default %(default)s)")
+    g.add_argument("--min-prob", type=float, default=d.tree.min_prob,
                    help="early stop, in [0, 1): stop drafting deeper once the best path's cumulative draft "
-                        "probability is below this (0 = off; default: the preset's, 0 for a dynamic tree). "
-                        "Dynamic and chain trees only (static trees ignore it). Greedy output stays identical; "
-                        "sampling keeps the same distribution, but a seed's text may change")
+                        "probability is below this (0 = off, default %(default)s). Dynamic and chain trees only "
+                        "(static trees ignore it). Greedy output stays identical; sampling keeps the same "
+                        "distribution, but a seed's text may change")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
@@ -113,27 +107,10 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
         method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
         prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
                           top_p=args.top_p, seed=args.seed),
-        tree=tree_config(args, preset),
+        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
+                        min_prob=args.min_prob),
         sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
     )
-
-
-def tree_config(args: argparse.Namespace, preset) -> TreeConfig:
-    """The draft tree: the preset's (``Preset.tree``), with the tree flags given on the command line on top.
-
-    A ``--tree`` other than the preset's shape starts from ``TreeConfig`` defaults for that shape, so
-    ``--tree dynamic`` on the bundled pair means the paper's dynamic tree, not a dynamic tree of the
-    preset's chain depth.
-
-    Raises:
-        ConfigError: an out-of-range value.
-    """
-    base = preset.tree if preset is not None else TreeConfig()
-    if args.tree is not None and args.tree != base.shape:
-        base = TreeConfig(shape=args.tree)
-    given = {k: getattr(args, k) for k in ("depth", "top_k", "total_tokens", "min_prob")
-             if getattr(args, k, None) is not None}
-    return replace(base, **given) if given else base
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:

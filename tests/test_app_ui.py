@@ -256,10 +256,8 @@ def test_build_demo_wires_components(tmp_path):
     assert len(compare.outputs) == len(OUTPUT_KEYS)
     assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
     on_preset = next(fn.fn for fn in demo.fns.values() if fn.name == "on_preset")
-    md, frames, max_new, tree, depth, top_k, total, min_prob = on_preset("Fake big (GPU)")
+    md, frames, max_new = on_preset("Fake big (GPU)")
     assert "needs a CUDA GPU" in md and frames["value"] == 4 and max_new["value"] == 128
-    # a preset without its own tree (the fakes) suggests the paper's dynamic tree
-    assert (tree["value"], depth["value"], top_k["value"], total["value"], min_prob["value"]) == ("dynamic", 5, 4, 16, 0.0)
     comps = demo.specvlm_components
     assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]
 
@@ -483,20 +481,3 @@ def test_preset_info_shows_project_paths_relative():
     bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
     text, _, _ = b.preset_info(bundled)
     assert str(root) not in text and "assets/model/target" in text and "assets/model/draft" in text
-
-
-def test_preset_tree_defaults():
-    """The bundled CPU pair starts with its measured-fastest chain; GPU presets with the paper's dynamic tree."""
-    from app.backend import Backend
-    from specvlm.models.presets import BUNDLED_SELF, BUNDLED_STD, QWEN7_SELF
-
-    b = Backend()
-    chain = dict(tree_shape="chain", depth=16, top_k=4, total_tokens=16, min_prob=0.3)
-    assert b.preset_tree(BUNDLED_STD) == chain and b.preset_tree(BUNDLED_SELF) == chain
-    assert b.preset_tree(QWEN7_SELF) == dict(tree_shape="dynamic", depth=5, top_k=4, total_tokens=16, min_prob=0.0)
-    assert b.preset_tree("no such preset")["tree_shape"] == "dynamic"
-    s = b.default_settings()
-    if s.preset == BUNDLED_STD:                     # no CUDA here
-        assert (s.tree_shape, s.depth, s.min_prob) == ("chain", 16, 0.3)
-        dec, _ = b.build_configs(s)
-        assert dec.tree.shape == "chain" and dec.tree.min_prob == 0.3

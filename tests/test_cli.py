@@ -188,27 +188,3 @@ def test_a_model_that_is_a_preset_target_keeps_the_preset_defaults(tmp_path):
     assert preset_of("Qwen/Qwen2.5-VL-7B-Instruct").num_frames == 128
     assert preset_of(str(tmp_path)) is None and preset_of("someone/other-model") is None
     assert all(preset_of(p.target) is not None for p in PRESETS.values())
-
-
-def test_tree_defaults_come_from_the_preset_and_flags_override_them():
-    import argparse
-
-    from specvlm.__main__ import tree_config
-    from specvlm.config import TreeConfig
-    from specvlm.models.presets import BUNDLED_STD, CPU_TREE, PRESETS, QWEN7_SELF
-
-    def ns(**kw):
-        base = dict(tree=None, depth=None, top_k=None, total_tokens=None, min_prob=None)
-        return argparse.Namespace(**{**base, **kw})
-
-    bundled, gpu = PRESETS[BUNDLED_STD], PRESETS[QWEN7_SELF]
-    assert tree_config(ns(), bundled) == CPU_TREE == TreeConfig(shape="chain", depth=16, min_prob=0.3)
-    assert tree_config(ns(), gpu) == TreeConfig() and tree_config(ns(), None) == TreeConfig()
-    # a single flag adjusts the preset's tree; another shape starts from that shape's defaults
-    assert tree_config(ns(depth=8), bundled) == TreeConfig(shape="chain", depth=8, min_prob=0.3)
-    assert tree_config(ns(min_prob=0.0), bundled) == TreeConfig(shape="chain", depth=16)
-    assert tree_config(ns(tree="dynamic"), bundled) == TreeConfig()
-    assert tree_config(ns(tree="chain"), gpu) == TreeConfig(shape="chain")
-    assert tree_config(ns(tree="chain", depth=12), bundled) == TreeConfig(shape="chain", depth=12, min_prob=0.3)
-    with pytest.raises(ValueError, match="depth"):
-        tree_config(ns(depth=40), bundled)

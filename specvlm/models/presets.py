@@ -14,8 +14,6 @@ from pathlib import Path
 
 import torch
 
-from specvlm.config import TreeConfig
-
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 BUNDLED_TARGET = ASSETS / "model" / "target"
 BUNDLED_DRAFT = ASSETS / "model" / "draft"
@@ -33,7 +31,6 @@ class Preset:
         num_frames: frames sampled by default.
         requires_cuda: True for models too large for a CPU.
         max_new_tokens: default generation budget.
-        tree: default draft tree (the paper's dynamic tree unless measured otherwise).
     """
 
     name: str
@@ -43,16 +40,7 @@ class Preset:
     num_frames: int = 16
     requires_cuda: bool = True
     max_new_tokens: int = 256
-    tree: TreeConfig = TreeConfig()
 
-
-CPU_TREE = TreeConfig(shape="chain", depth=16, min_prob=0.3)
-"""Default draft tree of the bundled CPU pair: a chain of depth 16 with early stop at 0.3.
-
-Measured with ``python -m specvlm bench`` at 16k video tokens on the 2-core CPU (README, Benchmark): SpecVLM
-Std-SD 2.69x / Self-SD 1.72x over vanilla, against 2.13x / 1.23x with the paper's dynamic tree (depth 5,
-top-k 4, 16 nodes) and 2.50x / 1.74x with the chain but no early stop. The bundled draft agrees with the
-target so often that one long guess beats a bushy tree where every drafted node costs CPU time."""
 
 BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
 BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
@@ -61,10 +49,10 @@ QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
            "Small Qwen2.5-VL trained on synthetic shape videos + 1-layer draft (offline, CPU)",
-           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=CPU_TREE),
+           num_frames=32, requires_cuda=False, max_new_tokens=128),
     Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
            "The bundled target drafting for itself on ~10% of the video tokens",
-           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=CPU_TREE),
+           num_frames=32, requires_cuda=False, max_new_tokens=128),
     Preset(QWEN7_SELF, "Qwen/Qwen2.5-VL-7B-Instruct", None,
            "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
     Preset("Qwen2.5-VL-32B + 7B draft", "Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
