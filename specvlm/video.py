@@ -182,11 +182,12 @@ def _reject_non_video(path: str, container: Any, stream: Any | None, has_audio: 
     fmt = container.format.name
     if fmt == "tty" or (stream is not None and stream.codec_context.name in _TEXT_CODECS):
         raise VideoFormatError(
-            f"{path}: looks like a text file, not a video; upload a video file (MP4, WebM, MKV, ...)."
+            f"{path}: looks like a text file, not a video; give a video file (MP4, WebM, MKV, ...)."
         )
     if fmt == "image2" or fmt.endswith("_pipe"):
         codec = stream.codec_context.name if stream is not None else fmt
-        raise VideoFormatError(f"{path}: is a still image ({codec}), not a video; upload a video file.")
+        raise VideoFormatError(f"{path}: is a still image ({codec}), not a video; "
+                               "give a video file (MP4, WebM, MKV, ...).")
     if stream is None:
         what = "an audio-only file" if has_audio else "a file without a video stream"
         raise VideoFormatError(f"{path}: has no video stream ({what}); upload a file with a video track.")
@@ -273,7 +274,8 @@ def _describe(path: str, container: Any, stream: Any, has_audio: bool, count_fra
     if duration <= 0 and fps > 0:
         duration = frames / fps
     if container.format.name == "gif" and frames <= 1:
-        raise VideoFormatError(f"{path}: is a still image (single-frame GIF), not a video; upload a video file.")
+        raise VideoFormatError(f"{path}: is a still image (single-frame GIF), not a video; "
+                               "give a video file (MP4, WebM, MKV, ...).")
     w, h = int(cc.width), int(cc.height)
     if w <= 0 or h <= 0:
         raise VideoDecodeError(
