@@ -823,7 +823,9 @@ def _verify_goal(report: dict, name: str, at: str) -> dict:
     cfg = report["meta"]["decode_config"]["tree"]
     row = _row(report, name, "specvlm") or _row(report, name, "none")
     r = row["verify_vs_decode_step"] if row else None
-    return _check(f"verify step (tree <= {cfg['total_tokens']} nodes) <= 1.5x a decode step" + at,
+    nodes = cfg["depth"] if cfg.get("shape") == "chain" else cfg["total_tokens"]
+    stop = f", early stop {cfg['min_prob']}" if cfg.get("min_prob") else ""
+    return _check(f"verify step (tree <= {nodes} nodes{stop}) <= 1.5x a decode step" + at,
                   None if r is None else r <= 1.5,
                   f"{row['method'] if row else 'n/a'}: verify {_fmt(row and row['verify_ms_per_step'], ' ms', 1)} "
                   f"= {_fmt(r)} the vanilla step")
