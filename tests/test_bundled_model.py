@@ -75,20 +75,11 @@ def test_loads_offline_from_assets(pair):
         assert total <= 30 * 2**20, f"models take {total / 2**20:.1f} MiB (limit 30 MB)"
 
 
-def _weak_model_reason() -> str | None:
-    """Why the shipped weights cannot pass the caption check, from their own evaluation (None = they can)."""
-    try:
-        acc = json.loads((ROOT / "assets" / "model" / "eval.json").read_text())["summary"]["short"]["accuracy"]
-    except (OSError, KeyError, ValueError):
-        return None
-    if acc["mean5"] >= 0.9:
-        return None
-    return (f"the shipped model scores {acc['mean5']:.0%} mean attribute accuracy on held-out short clips "
-            "(assets/model/eval.json; goal >= 90%): retrain, then rerun scripts/eval_bundled.py")
-
-
-@pytest.mark.xfail(_weak_model_reason() is not None, reason=_weak_model_reason() or "", strict=False)
 def test_description_matches_ground_truth(vanilla, truth):
+    """The shipped model describes the committed clip exactly (colour, shape, motion of each object, count, no text).
+
+    The held-out accuracy goal (>= 90% mean over 200 clips) is measured by scripts/eval_bundled.py
+    (assets/model/eval.json), not here."""
     from specvlm.synth import parse_caption
 
     got = parse_caption(vanilla.text)
