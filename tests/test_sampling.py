@@ -105,7 +105,8 @@ def tree_step(seq: list[int], gen: torch.Generator, build: str, **kw) -> list[in
         if build == "static":
             st = build_sampled_static(dlogits(seq), feed, kw["spec"], gen, CFG)
         else:
-            st = build_sampled_tree(dlogits(seq), feed, kw["depth"], kw["top_k"], gen, CFG, kw.get("total"))
+            st = build_sampled_tree(dlogits(seq), feed, kw["depth"], kw["top_k"], gen, CFG, kw.get("total"),
+                                    kw.get("min_prob", 0.0))
         tree, dprobs, verify = st.tree, st.draft_probs, verify_tree
         paths = node_paths(tree)
     tprobs = torch.stack([tp(seq)] + [tp(seq + p) for p in paths])
@@ -222,6 +223,18 @@ def test_tree_rrs_matches_target_and_naive_is_detected():
     assert d < bound, ("RRS", d, bound)
     d_naive, _ = empirical_tv(2, N_SPEC, lambda s, g: tree_step(s, g, "naive", **kw))
     assert d_naive > bound, ("the test has no power: naive", d_naive, bound)
+
+
+def test_tree_rrs_with_early_stop_matches_target():
+    """The min_prob early stop decides the tree's depth from nodes already drawn: the law stays exact."""
+    kw = dict(depth=3, top_k=2, min_prob=0.3)
+    d, bound = empirical_tv(2, N_SPEC, lambda s, g: tree_step(s, g, "dynamic", **kw))
+    assert d < bound, (d, bound)
+    # the stop really shapes the trees here: some are cut short, some reach full depth
+    gen = make_generator(5)
+    depths = [int(build_sampled_tree(dlogits([ROOT]), _feed_for([ROOT]), 3, 2, gen, CFG, None, 0.3).tree.depths.max())
+              for _ in range(200)]
+    assert min(depths) < 3 and max(depths) == 3, sorted(set(depths))
 
 
 def test_static_tree_rrs_matches_target():
