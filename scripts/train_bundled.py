@@ -12,8 +12,14 @@ tower encode what is drawn where, plus a focus loss (``--focus-weight``, :func:`
 the prompt's text-to-video attention, as Stage I reads it, should fall on object/text tokens; and a
 routing loss (``--route-weight``, :func:`routing_loss`): the caption words that name an object attend to it.
 
+An optional POLISH phase (``--polish-minutes``, off by default) continues the finished
+target on scenes weighted towards two and three objects (``--polish-objects``, no
+curriculum, ``--polish-describe`` share of descriptions) with its own short schedule
+(peak ``--polish-lr``, same losses): the multi-object captions are where a from-scratch
+run stays weakest (it copies the previous object's motion or names an object twice).
+
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
-initialised from the target's vision tower, embeddings, first layer, norm and
+initialised from the (polished) target's vision tower, embeddings, first layer, norm and
 head, and distilled from the frozen target: KL(target || draft) plus
 cross-entropy on every labelled text position. Half the draft batches keep only 10-30% of the
 video tokens (uniform + random, original M-RoPE positions), as the draft sees
@@ -36,6 +42,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -137,6 +144,7 @@ class DataRecipe:
     p_describe: float = 0.35
     n_questions: int = 4
     curriculum: float = 0.2       # share of the target budget with single-object scenes only
+    object_weights: tuple | None = None  # P(1, 2, 3 objects) after the curriculum; None = synth's uniform draw
     label_all_text: bool = True   # loss on every text token (the chat, user turns too), not only answers
 
 
@@ -370,8 +378,10 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
     videos, texts, metas, aux, truths = [], [], [], [], []
     for _ in range(B):
-        spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps,
-                               num_objects=1 if single_object else None)
+        n_obj = 1 if single_object else None
+        if n_obj is None and recipe.object_weights is not None:
+            n_obj = int(rng.choice(len(recipe.object_weights), p=recipe.object_weights)) + 1
+        spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps, num_objects=n_obj)
         frames, truth = synth.generate(int(rng.integers(TRAIN_SEED_LIMIT)), spec)
         msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions)
         texts.append(processor.apply_chat_template(msgs, tokenize=False))
@@ -715,31 +725,42 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: l
     return (ce * w).sum() / w.sum()
 
 
-def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None):
-    """Run (or resume) one phase under a wall-clock budget; returns the trained model."""
+def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None,
+                init=None, lr: float | None = None):
+    """Run (or resume) one phase under a wall-clock budget; returns the trained model.
+
+    ``phase`` is "target" (from scratch), "polish" (the finished target, continued from the
+    state dict ``init`` on ``recipe`` with its own LR schedule peaking at ``lr``) or "draft"
+    (distilled from ``teacher``).
+    """
     from tqdm import tqdm
 
-    size = {"target": TARGET_SIZE, "draft": DRAFT_SIZE}[phase]
+    is_target = phase in ("target", "polish")
+    size = DRAFT_SIZE if phase == "draft" else TARGET_SIZE
     if args.smoke:
-        size = TINY_SIZE if phase == "target" else ModelSize(**{**TINY_SIZE.__dict__, "layers": 1})
+        size = TINY_SIZE if is_target else ModelSize(**{**TINY_SIZE.__dict__, "layers": 1})
     work = Checkpointer(Path(args.work) / phase)
-    model = build_model(processor.tokenizer, size, args.seed + (0 if phase == "target" else 1))
+    base_lr = args.lr if lr is None else lr
+    model = build_model(processor.tokenizer, size, args.seed + (0 if is_target else 1))
     if teacher is not None and not args.smoke:
         _init_draft_from_target(model, teacher)
     probe = VisionProbe(model.config.text_config.hidden_size)
-    feats_box = _capture_video_features(model) if phase == "target" else None
+    if init is not None:
+        model.load_state_dict(init["model"])
+        probe.load_state_dict(init["probe"])
+    feats_box = _capture_video_features(model) if is_target else None
     video_id = model.config.video_token_id
     header = processor.tokenizer("<|im_start|>assistant\n")["input_ids"]
     attr_ids = attribute_token_ids(processor.tokenizer)
-    if phase == "target" and args.focus_weight > 0:
+    if is_target and args.focus_weight > 0:
         _register_focus()
         model.set_attn_implementation({"text_config": FOCUS_IMPL})
-    params = list(model.parameters()) + (list(probe.parameters()) if phase == "target" else [])
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    params = list(model.parameters()) + (list(probe.parameters()) if is_target else [])
+    opt = torch.optim.AdamW(params, lr=base_lr, betas=(0.9, 0.98), weight_decay=0.01)
     state = work.load()
     step, elapsed, losses = 0, 0.0, []
     diag_recipe = SMOKE_RECIPE if args.smoke else DataRecipe(frames=(16,), sides=(112,), token_budget=2400)
-    diag_batch = make_batch(processor, diag_recipe, 10**8 + 17, 0, False) if phase == "target" else None
+    diag_batch = make_batch(processor, diag_recipe, 10**8 + 17, 0, False) if is_target else None
     if state is not None:
         model.load_state_dict(state["model"])
         if "probe" in state:
@@ -764,12 +785,13 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         t0 = time.time()
         progress = elapsed / budget
         single = phase == "target" and progress < recipe.curriculum
-        batch = make_batch(processor, recipe, args.seed + (0 if phase == "target" else 10**6), step, single)
-        lr = lr_at(progress, args.lr)
+        offset = {"target": 0, "draft": 10**6, "polish": 2 * 10**6}[phase]
+        batch = make_batch(processor, recipe, args.seed + offset, step, single)
+        lr = lr_at(progress, base_lr)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            if phase == "target":
+            if is_target:
                 inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
                 if args.focus_weight > 0:
                     _FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header)
@@ -809,7 +831,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         T, H, W, B = batch["meta"]
         bar.set_postfix_str(f"step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s", refresh=False)
         bar.update(int(elapsed) - bar.n)
-        if phase == "target" and step % args.diag_every == 0:
+        if is_target and step % args.diag_every == 0:
             right, wrong = video_gap(model, diag_batch)
             bar.write(f"[{phase}] step {step} loss {ema:.3f} | held-out loss right video {right:.3f}, "
                       f"shuffled {wrong:.3f}, gap {wrong - right:.3f} | probe acc "
@@ -820,7 +842,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
                        "elapsed": elapsed, "losses": losses, "done": False})
             t_last_ckpt = time.time()
     bar.close()
-    if phase == "target" and args.focus_weight > 0:
+    if is_target and args.focus_weight > 0:
         model.set_attn_implementation({"text_config": "sdpa"})
     state = {"model": model.state_dict(), "probe": probe.state_dict(), "opt": opt.state_dict(), "step": step,
              "elapsed": elapsed, "losses": losses, "done": True, "size": size.__dict__}
@@ -865,6 +887,14 @@ def parse_args(argv=None):
     ap.add_argument("--work", default="runs/bundled", help="checkpoints, logs (resumable)")
     ap.add_argument("--target-minutes", type=float, default=60.0, help="wall budget of the target phase")
     ap.add_argument("--draft-minutes", type=float, default=22.0, help="wall budget of the draft phase")
+    ap.add_argument("--polish-minutes", type=float, default=0.0,
+                    help="wall budget of an optional phase between target and draft: the finished target "
+                         "continued on --polish-objects scenes with its own LR schedule (0 = off)")
+    ap.add_argument("--polish-lr", type=float, default=3e-4, help="peak learning rate of the polish phase")
+    ap.add_argument("--polish-objects", default="0.2,0.35,0.45",
+                    help="polish phase: P(1, 2, 3 objects) per clip, comma-separated")
+    ap.add_argument("--polish-describe", type=float, default=0.35,
+                    help="polish phase: share of conversations that are detailed descriptions (rest: questions)")
     ap.add_argument("--phase", choices=("all", "target", "draft"), default="all")
     ap.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--token-budget", type=int, default=3000, help="~video+text tokens per batch")
@@ -916,6 +946,17 @@ def main(argv=None) -> None:
         info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
                 "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
                 "command": " ".join(sys.argv)}
+        if args.polish_minutes > 0:
+            weights = tuple(float(w) for w in args.polish_objects.split(","))
+            if len(weights) != 3 or min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
+                raise SystemExit(f"--polish-objects {args.polish_objects!r}: give three probabilities summing to 1")
+            precipe = dataclasses.replace(recipe, object_weights=weights, curriculum=0.0,
+                                          p_describe=args.polish_describe)
+            target, pstate = train_phase(args, "polish", processor, precipe, args.polish_minutes,
+                                         init=tstate, lr=args.polish_lr)
+            info["polish"] = {"steps": pstate["step"], "minutes": pstate["elapsed"] / 60, "lr": args.polish_lr,
+                              "recipe": {k: v for k, v in precipe.__dict__.items()}}
+            tstate = {**pstate, "losses": tstate["losses"] + [(tstate["step"] + s, v) for s, v in pstate["losses"]]}
         save_final(target, processor, Path(args.out) / "target", tstate["losses"], "target loss", info)
     if args.phase in ("all", "draft"):
         target.eval()

@@ -171,6 +171,37 @@ def test_smoke_run_writes_both_models(tmp_path, capsys):
         assert (folder / "model.safetensors").exists() and (folder / "loss_curve.png").exists()
 
 
+def test_smoke_run_with_polish_phase_continues_the_target(tmp_path, capsys):
+    import json
+    tb.main(["--smoke", "--work", str(tmp_path), "--polish-minutes", "1", "--polish-objects", "0,0,1"])
+    out = capsys.readouterr().out
+    assert "[polish]" in out and "[draft] done" in out
+    info = json.loads((tmp_path / "smoke" / "model" / "target" / "training_info.json").read_text())
+    assert info["polish"]["steps"] == 5 and info["polish"]["recipe"]["object_weights"] == [0.0, 0.0, 1.0]
+    assert info["polish"]["recipe"]["curriculum"] == 0.0
+    with pytest.raises(SystemExit, match="three probabilities"):
+        tb.main(["--smoke", "--work", str(tmp_path / "bad"), "--polish-minutes", "1", "--polish-objects", "0.5,0.6"])
+
+
+def test_object_weights_set_the_number_of_objects(processor, monkeypatch):
+    seen = []
+    real = tb.synth.generate
+
+    def spy(seed, spec):
+        frames, truth = real(seed, spec)
+        seen.append(len(truth.objects))
+        return frames, truth
+
+    monkeypatch.setattr(tb.synth, "generate", spy)
+    recipe = dataclasses.replace(tb.SMOKE_RECIPE, object_weights=(0.0, 0.0, 1.0))
+    for step in range(3):
+        tb.make_batch(processor, recipe, seed=0, step=step, single_object=False)
+    assert seen and set(seen) == {3}
+    seen.clear()
+    tb.make_batch(processor, recipe, seed=0, step=0, single_object=True)   # the curriculum wins
+    assert set(seen) == {1}
+
+
 def test_focus_rows_span_the_prompt_after_the_video(processor):
     batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=3, single_object=False)
     tok = processor.tokenizer
