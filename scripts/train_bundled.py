@@ -454,6 +454,10 @@ def save_final(model, processor, out_dir: Path, losses, title: str, info: dict) 
     model.config.text_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(str(out_dir), safe_serialization=True)
     processor.save_pretrained(str(out_dir))
+    tok_cfg = out_dir / "tokenizer_config.json"   # a processor loaded offline records how it was loaded: drop it
+    cfg = json.loads(tok_cfg.read_text())
+    if [cfg.pop(k) for k in ("is_local", "local_files_only") if k in cfg]:
+        tok_cfg.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
     save_loss_plot(out_dir / "loss_curve.png", losses, title)
     (out_dir / "training_info.json").write_text(json.dumps(info, indent=1))
 
