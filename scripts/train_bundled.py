@@ -921,7 +921,15 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU AMX)")
     ap.add_argument("--smoke", action="store_true", help="tiny model, tiny clips, 5 steps per phase")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    try:   # checked here, not after a two-hour target phase
+        weights = tuple(float(w) for w in args.polish_objects.split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) != 3 or min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
+        ap.error(f"--polish-objects {args.polish_objects!r}: give three probabilities summing to 1, e.g. 0.2,0.35,0.45")
+    args.polish_objects = weights
+    return args
 
 
 def main(argv=None) -> None:
@@ -951,15 +959,12 @@ def main(argv=None) -> None:
                 "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
                 "command": " ".join(sys.argv)}
         if args.polish_minutes > 0:
-            weights = tuple(float(w) for w in args.polish_objects.split(","))
-            if len(weights) != 3 or min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
-                raise SystemExit(f"--polish-objects {args.polish_objects!r}: give three probabilities summing to 1")
-            precipe = dataclasses.replace(recipe, object_weights=weights, curriculum=0.0,
+            precipe = dataclasses.replace(recipe, object_weights=args.polish_objects, curriculum=0.0,
                                           p_describe=args.polish_describe)
             target, pstate = train_phase(args, "polish", processor, precipe, args.polish_minutes,
                                          init=tstate, lr=args.polish_lr)
             info["polish"] = {"steps": pstate["step"], "minutes": pstate["elapsed"] / 60, "lr": args.polish_lr,
-                              "recipe": {k: v for k, v in precipe.__dict__.items()}}
+                              "recipe": dataclasses.asdict(precipe)}
             tstate = {**pstate, "losses": tstate["losses"] + [(tstate["step"] + s, v) for s, v in pstate["losses"]]}
         save_final(target, processor, Path(args.out) / "target", tstate["losses"], "target loss", info)
     if args.phase in ("all", "draft"):

@@ -26,8 +26,7 @@ MAX_NEW = 128  # the bundled presets' budget, so the CLI run below matches the i
 pytestmark = pytest.mark.skipif(
     not (TARGET / "config.json").exists(),
     reason="bundled model not trained yet: assets/model/target is missing "
-           "(python scripts/train_bundled.py --target-minutes 126 --polish-minutes 8 --polish-describe 0.6 "
-           "--draft-minutes 13; see assets/model/README.md)")
+           "(two runs of scripts/train_bundled.py: see 'Training command and time' in assets/model/README.md)")
 
 
 @pytest.fixture(scope="module")

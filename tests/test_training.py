@@ -179,8 +179,10 @@ def test_smoke_run_with_polish_phase_continues_the_target(tmp_path, capsys):
     info = json.loads((tmp_path / "smoke" / "model" / "target" / "training_info.json").read_text())
     assert info["polish"]["steps"] == 5 and info["polish"]["recipe"]["object_weights"] == [0.0, 0.0, 1.0]
     assert info["polish"]["recipe"]["curriculum"] == 0.0
-    with pytest.raises(SystemExit, match="three probabilities"):
-        tb.main(["--smoke", "--work", str(tmp_path / "bad"), "--polish-minutes", "1", "--polish-objects", "0.5,0.6"])
+    for bad in ("0.5,0.6", "a,b,c", "0.5,0.6,-0.1"):
+        with pytest.raises(SystemExit):
+            tb.parse_args(["--polish-objects", bad])
+        assert "three probabilities" in capsys.readouterr().err
 
 
 def test_object_weights_set_the_number_of_objects(processor, monkeypatch):
