@@ -886,7 +886,10 @@ def _distill_loss(draft, teacher, batch: dict, rng, args):
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    class Fmt(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+        """The module docstring as written, and every option's default in --help."""
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=Fmt)
     ap.add_argument("--out", default="assets/model", help="final models go to OUT/target and OUT/draft")
     ap.add_argument("--work", default="runs/bundled", help="checkpoints, logs (resumable)")
     ap.add_argument("--target-minutes", type=float, default=60.0, help="wall budget of the target phase")
