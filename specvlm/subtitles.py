@@ -15,7 +15,8 @@ import codecs
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,34 @@ def _clean(content: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _srt_warnings() -> Iterator[list[str]]:
+    """Collect the ``srt`` library's own warnings instead of letting them reach the root logger.
+
+    ``srt.parse(ignore_errors=True)`` logs "Skipped unparseable SRT data: ..." on its module
+    logger; :func:`parse_srt` re-logs those under the file's name when some cues parse, and
+    drops them when none do (the SubtitleError then says it all).
+    """
+    lib = logging.getLogger("srt")
+    handler, propagate = _Collect(), lib.propagate
+    lib.addHandler(handler)
+    lib.propagate = False
+    try:
+        yield handler.messages
+    finally:
+        lib.removeHandler(handler)
+        lib.propagate = propagate
+
+
 def _split_absorbed(content: str) -> tuple[str, str]:
     """Split off a garbled block that the lenient parser merged into a cue's text.
 
@@ -140,7 +169,8 @@ def parse_srt(data: bytes | str, *, name: str = "<subtitles>") -> list[Cue]:
     if _looks_binary(text):
         raise SubtitleError(f"{name}: looks like a binary file, not SubRip subtitles; upload a .srt text file.")
     try:
-        subs = list(srt.parse(_normalise_timing(text), ignore_errors=True))
+        with _srt_warnings() as skipped:
+            subs = list(srt.parse(_normalise_timing(text), ignore_errors=True))
     except (srt.SRTParseError, srt.TimestampParseError, ValueError) as e:
         raise SubtitleError(f"{name}: could not be parsed as SubRip ({e}); check the file is a .srt.") from e
     cues = []
@@ -153,11 +183,13 @@ def parse_srt(data: bytes | str, *, name: str = "<subtitles>") -> list[Cue]:
             logger.warning("%s: skipping cue %s (%.3f -> %.3f s, %d chars)", name, sub.index, start, end, len(body))
             continue
         cues.append(Cue(start, end, body))
-    if not cues:
+    if not cues:  # the srt library's "Skipped unparseable SRT data" lines are not repeated
         raise SubtitleError(
             f"{name}: no subtitle cues found; a .srt needs blocks like "
             "'1' / '00:00:01,000 --> 00:00:02,500' / 'text'."
         )
+    for message in skipped:
+        logger.warning("%s: %s", name, message)
     cues.sort(key=lambda c: (c.start_s, c.end_s))
     return cues
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import codecs
+import logging
 
 import numpy as np
 import pytest
@@ -84,14 +85,20 @@ def test_binary_junk_raises():
     assert isinstance(ei.value, ValueError)
 
 
-def test_text_without_cues_raises():
-    with pytest.raises(SubtitleError, match="no subtitle cues"):
+def test_text_without_cues_raises(caplog):
+    with caplog.at_level(logging.WARNING), pytest.raises(SubtitleError, match="no subtitle cues"):
         parse_srt("just some prose\nwith no timings\n", name="notes.txt")
+    # only our error speaks: the srt library's "Skipped unparseable SRT data" line is not logged
+    assert not [r for r in caplog.records if "unparseable" in r.getMessage()]
 
 
-def test_garbled_header_is_skipped():
+def test_garbled_header_is_skipped(caplog):
     text = "%%% not a cue %%%\n\n1\n00:00:01,000 --> 00:00:02,000\nA\n\n2\n00:00:03,000 --> 00:00:04,000\nB\n"
-    assert [c.text for c in parse_srt(text)] == ["A", "B"]
+    with caplog.at_level(logging.WARNING):
+        assert [c.text for c in parse_srt(text, name="head.srt")] == ["A", "B"]
+    skipped = [r.getMessage() for r in caplog.records if "unparseable" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].startswith("head.srt: ") and "not a cue" in skipped[0]
+    assert all(r.name == "specvlm.subtitles" for r in caplog.records if "unparseable" in r.getMessage())
 
 
 def test_invalid_cues_are_dropped():
