@@ -38,11 +38,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -52,8 +51,7 @@ if str(ROOT) not in sys.path:
 
 from specvlm import kv  # noqa: E402
 from specvlm.decoding import embed_tokens, lm_forward  # noqa: E402
-from specvlm.metrics import Timer  # noqa: E402
-from specvlm.models import adapter_for  # noqa: E402
+from specvlm.stepcost import median_ms as _median_ms, random_prefill  # noqa: E402
 from specvlm.tree import additive_mask, verify_mask  # noqa: E402
 
 log = logging.getLogger("gpu_check")
@@ -102,31 +100,6 @@ def build_model(text: dict, dtype: torch.dtype, device: str) -> Any:
     return model.eval()
 
 
-def _median_ms(fn: Callable[[], None], reset: Callable[[], None], device: str, iters: int, warmup: int) -> float:
-    """Median wall time of ``fn`` in ms over ``iters`` runs (after ``warmup``), calling ``reset`` after each."""
-    times = []
-    for i in range(warmup + iters):
-        with Timer(device) as t:
-            fn()
-        reset()
-        if i >= warmup:
-            times.append(t.ms)
-    return statistics.median(times)
-
-
-def prefill(model: Any, length: int, chunk: int, seed: int) -> tuple[Any, Any]:
-    """Cache of ``length`` random-token prompt positions, filled in chunks; returns (cache, adapter)."""
-    ad = adapter_for(model)
-    cache = kv.new_cache(model)
-    g = torch.Generator().manual_seed(seed)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    for s in range(0, length, chunk):
-        n = min(chunk, length - s)
-        ids = torch.randint(0, vocab, (n,), generator=g)
-        lm_forward(model, ad, embed_tokens(model, ids), torch.arange(s, s + n).expand(3, n), cache, rows=None)
-    return cache, ad
-
-
 def tree_parents(nodes: int, top_k: int) -> torch.Tensor:
     """A breadth-first tree of ``nodes`` nodes, at most ``top_k`` children each: int64 (N,), -1 = child of the root."""
     parents = []
@@ -145,7 +118,7 @@ def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, 
     dev = str(target.get_input_embeddings().weight.device)
     dtype = target.get_input_embeddings().weight.dtype
     L = text_tokens + video_tokens
-    cache, ad = prefill(target, L, chunk, 0)
+    cache, ad = random_prefill(target, L, chunk=chunk, seed=0)
     tok = torch.tensor([7])
 
     def vanilla() -> None:
@@ -169,7 +142,7 @@ def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, 
     t_ver = _median_ms(verify, reset, dev, iters, warmup)
     del cache
     Ld = text_tokens + max(1, int(video_tokens * keep))
-    dcache, dad = prefill(draft, Ld, chunk, 1)
+    dcache, dad = random_prefill(draft, Ld, chunk=chunk, seed=1)
     lmask = additive_mask(torch.eye(top_k, dtype=torch.bool), Ld, dtype, dev)
     ltoks, lpos = torch.randint(0, 1000, (top_k,)), torch.full((3, top_k), L + 1)
 

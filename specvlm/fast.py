@@ -6,8 +6,9 @@
 * ``specvlm_gqa`` attention (registered with ``AttentionInterface``): for short
   queries (decode, tree verify, tree drafting) with an explicit mask it folds the
   query heads that share a KV head into the query axis, so SDPA runs on the KV
-  heads directly: no ``repeat_kv`` copy of the whole cache per step. Everything
-  else is delegated to transformers' own SDPA path.
+  heads directly: no ``repeat_kv`` copy of the whole cache per step. A plain decode
+  step (one query, no mask) is folded the same way. Everything else is delegated to
+  transformers' own SDPA path.
 
 Source: DESIGN 7 (profile: masked sdpa path copies KV to every head; DynamicCache
 re-concatenates every step); grouped-query attention (Ainslie et al. 2023).
@@ -142,10 +143,14 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
             or bool (True = visible), or None.
 
     Returns:
-        (attn_output (B, n, H, d), None). Long queries or no mask: transformers' SDPA path.
+        (attn_output (B, n, H, d), None). One unmasked query (a decode step): folded too
+        (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
+        transformers' SDPA path.
     """
     b, h, n, d = query.shape
     kvh, L = key.shape[1], key.shape[-2]
+    if attention_mask is None and n == 1 and kvh < h:
+        return _decode_attention(query, key, value, scaling)
     if attention_mask is None or n > MAX_GROUPED_QUERY or kvh == h or attention_mask.dim() != 4 \
             or attention_mask.shape[1] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
@@ -170,6 +175,27 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         lse = torch.logaddexp(lse_pre, lse_tail)
         out = o_pre * torch.exp(lse_pre - lse)[..., None] + o_tail * torch.exp(lse_tail - lse)[..., None]
     return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
+
+
+def _decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      scaling: float | None) -> tuple[torch.Tensor, None]:
+    """One unmasked query token (a decode step): query heads folded onto their KV head.
+
+    transformers' SDPA path passes ``enable_gqa=True`` here, and the CPU flash kernel then
+    runs one work item per *query* head, each streaming its KV head's whole cache: every KV
+    head is read ``H / KV`` times. Folded, each KV head is read once (measured on the 2-core
+    CPU, 16k keys, 4 heads / 2 KV heads, per layer: 3.6 ms -> 1.7 ms).
+
+    Args:
+        query: (B, H, 1, d); key/value: (B, KV, L, d).
+
+    Returns:
+        (attn_output (B, 1, H, d), None).
+    """
+    b, h, _, d = query.shape
+    q = query.reshape(b, key.shape[1], h // key.shape[1], d)
+    out = F.scaled_dot_product_attention(q, key, value, scale=scaling)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTN_IMPL, gqa_attention)

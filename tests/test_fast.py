@@ -74,3 +74,25 @@ def test_ancestor_mask_is_consistent_with_verify_mask():
     parents = _tree_parents(7, 4)
     vm = verify_mask(parents, 3, torch.float32)[0, 0] == 0
     assert vm[:, :3].all() and torch.equal(vm[1:, 4:], ancestor_mask(parents))
+
+
+@pytest.mark.parametrize("h,kvh", [(4, 2), (8, 2), (4, 1)])
+def test_decode_step_folds_query_heads(h, kvh, monkeypatch):
+    """One unmasked query (a decode step) is folded onto its KV heads, never sent to transformers'
+    enable_gqa path (which streams each KV head once per query head on the CPU)."""
+    called = []
+    monkeypatch.setattr(fast, "sdpa_attention_forward", lambda *a, **k: called.append(1))
+    torch.manual_seed(2)
+    L, d = 700, 16
+    q, k, v = torch.randn(1, h, 1, d), torch.randn(1, kvh, L, d), torch.randn(1, kvh, L, d)
+    out, _ = fast.gqa_attention(None, q, k, v, None)
+    assert not called and out.shape == (1, 1, h, d)
+    torch.testing.assert_close(out.double(), _reference(q, k, v, torch.ones(1, 1, 1, L, dtype=torch.bool)),
+                               atol=2e-5, rtol=1e-4)
+    # query head i reads KV head i // (h // kvh), as repeat_kv does
+    k2, v2 = k.clone(), v.clone()
+    k2[:, -1], v2[:, -1] = k2[:, -1] + 1.0, v2[:, -1] + 5.0
+    out2, _ = fast.gqa_attention(None, q, k2, v2, None)
+    g = h // kvh
+    assert torch.equal(out2[0, 0, : (kvh - 1) * g], out[0, 0, : (kvh - 1) * g])
+    assert not torch.allclose(out2[0, 0, (kvh - 1) * g:], out[0, 0, (kvh - 1) * g:])

@@ -1,0 +1,151 @@
+"""Isolated step costs: one target decode step vs one verify forward of n tree tokens.
+
+The benchmark's issue-5 goal reads "a verify forward of up to 16 tree tokens costs
+<= 1.5x a single decode step". Timing whole runs gives only the *mean* verify step
+of the trees actually drafted (an early stop trims them), mixed with run-to-run
+noise. :func:`verify_cost_curve` measures the quantity itself: over one cache of
+``L`` prompt tokens it times a 1-token decode step and verify forwards of
+1..``max_tokens`` tokens (root + a chain of drafted nodes, the engine's 4-D mask
+and ``lm_forward``), interleaved round by round (decode, verify 1, ..., verify n,
+decode, ...) so machine drift hits every size alike, and reports per size the
+median of the per-round ratios verify / decode.
+
+Token values do not change the cost (no data-dependent branches on the fixed-size
+path), so the cache is filled with random token embeddings at explicit positions.
+
+Source: issue 5 (verify goal); DESIGN 4.9 (verify mask, positions = next + depth).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from specvlm import kv
+from specvlm.decoding import embed_tokens, lm_forward
+from specvlm.metrics import Timer
+from specvlm.models import adapter_for
+from specvlm.tree import verify_mask
+
+
+def random_prefill(model: Any, length: int, *, chunk: int = 4096, seed: int = 0) -> tuple[Any, Any]:
+    """A KV cache of ``length`` random-token prompt positions (1-D positions, chunked prefill).
+
+    Args:
+        model: a ``...ForConditionalGeneration`` model (its language model is run).
+        length: L, prompt tokens to cache (>= 1).
+        chunk: tokens per prefill forward.
+        seed: token-id seed.
+
+    Returns:
+        (cache holding L tokens, the model's adapter).
+
+    Raises:
+        ValueError: ``length`` < 1.
+    """
+    if length < 1:
+        raise ValueError(f"random_prefill needs length >= 1, got {length}.")
+    ad = adapter_for(model)
+    cache = kv.new_cache(model)
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    for s in range(0, length, chunk):
+        n = min(chunk, length - s)
+        ids = torch.randint(0, vocab, (n,), generator=g)
+        lm_forward(model, ad, embed_tokens(model, ids), torch.arange(s, s + n).expand(3, n), cache, rows=None)
+    return cache, ad
+
+
+def median_ms(fn: Callable[[], None], reset: Callable[[], None], device: str, iters: int, warmup: int) -> float:
+    """Median wall time of ``fn`` in ms over ``iters`` calls after ``warmup`` untimed ones;
+    ``reset`` runs after every call (outside the clock). CUDA-synchronised on GPU."""
+    times = []
+    for i in range(warmup + iters):
+        with Timer(device) as t:
+            fn()
+        reset()
+        if i >= warmup:
+            times.append(t.ms)
+    return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """Result of :func:`verify_cost_curve`.
+
+    Attributes:
+        kv_tokens: L, tokens in the cache before each step.
+        decode_ms: median 1-token decode step (ms).
+        verify_ms: {tokens n: median verify forward over n tokens (ms)}, n = root + n-1 chain nodes.
+        ratio: {n: median over rounds of verify(n) / decode in the same round}.
+        rounds: interleaved rounds measured.
+    """
+
+    kv_tokens: int
+    decode_ms: float
+    verify_ms: dict[int, float] = field(default_factory=dict)
+    ratio: dict[int, float] = field(default_factory=dict)
+    rounds: int = 0
+
+    def worst_ratio(self, up_to: int) -> tuple[int, float] | None:
+        """(n, ratio) of the costliest measured size n <= ``up_to`` relative to decode, or None."""
+        sizes = [n for n in self.ratio if n <= up_to]
+        if not sizes:
+            return None
+        n = max(sizes, key=lambda s: self.ratio[s])
+        return n, self.ratio[n]
+
+
+def verify_cost_curve(model: Any, kv_tokens: int, sizes: tuple[int, ...] = tuple(range(1, 18)), *,
+                      rounds: int = 5, iters: int = 3, warmup: int = 2, seed: int = 0) -> VerifyCost:
+    """Time a decode step and verify forwards of each size in ``sizes`` after ``kv_tokens`` cached tokens.
+
+    Each size n is one target forward over n tokens (the root and a chain of n - 1 drafted
+    nodes) with :func:`specvlm.tree.verify_mask` and the LM head on every row, exactly what the
+    engine's verify step runs; the decode step is one token with no mask and the LM head on
+    one row, what vanilla decoding runs. The cache is rolled back after every call.
+
+    Args:
+        model: the target model, already on its device, with the engine's attention
+            (:func:`specvlm.fast.use_fast_attention`) when that is what is measured.
+        kv_tokens: L (e.g. the benchmark input's target prompt length).
+        sizes: verify sizes n in tokens (each >= 1).
+        rounds: interleaved rounds; each round times every size ``iters`` times (median).
+        iters, warmup: timed / untimed calls per size and round (warm-up in the first round only).
+        seed: token-id seed.
+
+    Returns:
+        :class:`VerifyCost` (times in ms, ratios dimensionless).
+
+    Raises:
+        ValueError: an empty ``sizes``, a size < 1, or ``rounds``/``iters`` < 1.
+    """
+    if not sizes or min(sizes) < 1 or rounds < 1 or iters < 1:
+        raise ValueError(f"verify_cost_curve needs sizes >= 1, rounds >= 1 and iters >= 1 (got {sizes}, "
+                         f"{rounds}, {iters}).")
+    dev = str(model.get_input_embeddings().weight.device)
+    dtype = model.get_input_embeddings().weight.dtype
+    L = int(kv_tokens)
+    with torch.inference_mode():
+        cache, ad = random_prefill(model, L, seed=seed)
+        reset = lambda: kv.truncate(cache, L)  # noqa: E731
+        tok = torch.tensor([7])
+        steps = {0: lambda: lm_forward(model, ad, embed_tokens(model, tok), torch.full((3, 1), L), cache)}
+        for n in sizes:
+            ids = torch.randint(0, 7, (n,))
+            pos = (L + torch.arange(n)).expand(3, -1)
+            mask = verify_mask(torch.arange(-1, n - 2), L, dtype, dev)  # root + chain of n - 1 nodes
+            steps[n] = (lambda ids=ids, pos=pos, mask=mask:
+                        lm_forward(model, ad, embed_tokens(model, ids), pos, cache, mask=mask, rows=slice(None)))
+        per: dict[int, list[float]] = {k: [] for k in steps}
+        ratios: dict[int, list[float]] = {n: [] for n in sizes}
+        for r in range(rounds):
+            for k, fn in steps.items():
+                per[k].append(median_ms(fn, reset, dev, iters, warmup if r == 0 else 0))
+            for n in sizes:
+                ratios[n].append(per[n][-1] / per[0][-1])
+    return VerifyCost(kv_tokens=L, decode_ms=statistics.median(per[0]),
+                      verify_ms={n: statistics.median(per[n]) for n in sizes},
+                      ratio={n: statistics.median(ratios[n]) for n in sizes}, rounds=rounds)
