@@ -59,6 +59,10 @@ def test_every_method_has_every_field(report, tmp_path):
         assert rows[m]["status"] == "ok" or rows[m]["error"], m
     assert rows["prompt-lookup"]["note"] == "prompt_lookup_num_tokens=10"
     assert data["meta"]["fixed_length"] is True and "streamer" in data["meta"]["hf_timing"]
+    sc = data["step_costs"]         # isolated decode vs verify(n) on the target at the prompt length
+    assert sc["kv_tokens"] == rows["vanilla"]["target_kv_tokens"] and sc["decode_ms"] > 0
+    assert sorted(int(n) for n in sc["ratio"]) == list(range(1, bench.VERIFY_GOAL_TOKENS + 2))
+    assert all(v > 0 for v in sc["verify_ms"].values())
     mi = data["meta"]["machine"]    # calibration figures, so reports from different machines compare
     assert mi["matmul_gflops"] > 0 and mi["copy_gb_per_s"] > 0 and mi["torch_threads"] >= 1 and mi["gpu"] is None
 
@@ -68,6 +72,7 @@ def test_report_outputs(report, tmp_path):
     assert "| SpecVLM (Std-SD) |" in text and "### Verdict" in text
     assert "Machine: " in text and "GFLOP/s" in text
     assert "every speculative run token-identical to vanilla" in text
+    assert "### Step costs (isolated, target" in text and "| verify tokens | 1 | 2 |" in text
     statuses = {v["goal"].split(" at ")[0]: v["status"] for v in report["verdict"]}
     assert statuses["every speculative run token-identical to vanilla"] == "PASS"
     assert statuses["speedup grows with video length (sweep)"] == "SKIP"
@@ -125,6 +130,28 @@ def test_verdict_pass_and_fail_lines():
     mem = [v for v in bench.verdict(_fake(rows)) if v["goal"].startswith("Self-SD peak memory")][0]
     assert mem["status"] == "SKIP" and "not measurable" in mem["detail"]
     assert "goal stated at 16384" in only_vanilla[1]["goal"]
+
+
+def test_verify_goal_uses_the_isolated_curve_when_measured():
+    rows = {"vanilla": {"decode_tokens_per_s": 10.0, "verify_ms_per_step": 20.0},
+            "specvlm": {"verify_vs_decode_step": 1.2, "verify_ms_per_step": 24.0}}
+    rep = _fake(rows)
+
+    def goal(report):
+        return [v for v in bench.verdict(report) if "verify" in v["goal"]][0]
+
+    assert goal(rep)["status"] == "PASS" and "mean verify step 24.0 ms" in goal(rep)["detail"]
+    ratio = {str(n): 1.0 + n / 40 for n in range(1, 18)}           # 16 tokens: 1.40x; 17 tokens: 1.43x
+    rep["step_costs"] = {"kv_tokens": 16400, "decode_ms": 10.0, "rounds": 5, "ratio": ratio,
+                         "verify_ms": {n: 10.0 * r for n, r in ratio.items()}}
+    g = goal(rep)
+    assert g["goal"].startswith("a verify forward of up to 16 tree tokens <= 1.5x a decode step")
+    assert g["status"] == "PASS" and "verify of 16 tokens 14.0 ms = 1.40x" in g["detail"]
+    assert "17 tokens 1.43x" in g["detail"] and "mean verify step" in g["detail"]
+    ratio["9"] = 1.7                                               # the worst size <= 16 decides
+    assert goal(rep)["status"] == "FAIL" and "verify of 9 tokens" in goal(rep)["detail"]
+    ratio["9"], ratio["17"] = 1.2, 3.0                             # 17 tokens is shown, not judged
+    assert goal(rep)["status"] == "PASS"
 
 
 def test_method_parsing():
