@@ -1014,6 +1014,16 @@ def _figures(report: dict) -> list:
         f4.update_layout(title="τ (mean accepted length) vs video tokens", xaxis_type="log",
                          xaxis_title="video tokens", yaxis_title="τ")
         figs += [f3, f4]
+    sc = report.get("step_costs")
+    if sc:
+        sizes = sorted(int(n) for n in sc["ratio"])
+        ratio = {int(k): v for k, v in sc["ratio"].items()}
+        f5 = go.Figure(go.Scatter(x=sizes, y=[ratio[n] for n in sizes], mode="lines+markers", name="verify / decode"))
+        f5.add_hline(y=1.5, line_dash="dash", annotation_text="goal 1.5x (up to 16 tokens)")
+        f5.update_layout(title=f"Verify forward cost vs tokens verified ({sc['kv_tokens']} cached tokens; decode step "
+                               f"{sc['decode_ms']:.1f} ms)", xaxis_title="tokens in the verify forward (root + nodes)",
+                         yaxis_title="x a decode step")
+        figs.append(f5)
     return figs
 
 

@@ -77,7 +77,7 @@ def test_report_outputs(report, tmp_path):
     assert statuses["every speculative run token-identical to vanilla"] == "PASS"
     assert statuses["speedup grows with video length (sweep)"] == "SKIP"
     html = bench.write_html(report, tmp_path / "r.html").read_text()
-    assert "plotly" in html and "Decode speedup" in html
+    assert "plotly" in html and "Decode speedup" in html and "Verify forward cost vs tokens" in html
 
 
 def test_synthetic_clip_and_sweep(std_pair):
