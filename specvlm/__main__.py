@@ -298,7 +298,7 @@ _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top
 
 def _flag_names(message: str) -> str:
     """Name settings in an error message by their command-line flags (``drop_rate=`` -> ``--drop-rate=``)."""
-    return re.sub(r"\b(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")=",
+    return re.sub(r"(?<![\w-])(" + "|".join(sorted(_FLAGS, key=len, reverse=True)) + r")=",
                   lambda m: _FLAGS[m.group(1)] + "=", message)
 
 

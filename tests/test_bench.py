@@ -146,7 +146,7 @@ def test_verify_goal_uses_the_isolated_curve_when_measured():
                          "verify_ms": {n: 10.0 * r for n, r in ratio.items()}}
     g = goal(rep)
     assert g["goal"].startswith("a verify forward of up to 16 tree tokens <= 1.5x a decode step")
-    assert g["status"] == "PASS" and "verify of 16 tokens 14.0 ms = 1.40x" in g["detail"]
+    assert g["status"] == "PASS" and "verify of 16 tokens 14.0 ms, 1.40x a decode step" in g["detail"]
     assert "17 tokens 1.43x" in g["detail"] and "mean verify step" in g["detail"]
     ratio["9"] = 1.7                                               # the worst size <= 16 decides
     assert goal(rep)["status"] == "FAIL" and "verify of 9 tokens" in goal(rep)["detail"]
@@ -249,3 +249,12 @@ def test_chart_ticks_cover_the_data():
     for lo, hi in [(0, 1.71 * 1.1), (0, 5.77 * 1.1), (0, 0.3), (1, 1), (0, 137.0)]:
         t = _ticks(lo, hi)
         assert t[0] <= lo and t[-1] >= hi and len(t) >= 2
+
+
+@pytest.mark.parametrize("fps", ["0", "-2", "nan"])
+def test_bad_synthetic_fps_is_one_line_naming_the_flag(fps, capsys):
+    from specvlm.__main__ import main
+
+    rc = main(["bench", "--preset", "tiny", "--synthetic-tokens", "32", "--synthetic-fps", fps])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("error: --synthetic-fps=") and "--synthetic---" not in err[-1]
