@@ -19,9 +19,12 @@ Conventions (DESIGN 4.12):
       attention (the models are switched for the call and back) and are timed with
       a streamer: decode time runs from the streamer's first callback with generated
       tokens (after prefill and the vision encoder) to its last callback.
-    * Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after a reset; on a
-      CPU the process resident set sampled every 10 ms during the run. ``delta``
-      subtracts the value at the start of the run (KV caches + activations).
+    * Peak memory is measured in the first warm-up round, which is not timed
+      (:class:`specvlm.memory.MemoryProbe`): on CUDA ``torch.cuda.max_memory_allocated``
+      after a reset; on a CPU the peak of tensor memory held by torch's CPU allocator,
+      from the profiler's allocation events (exact and repeatable, unlike the resident
+      set, which keeps freed blocks). ``delta`` subtracts the value at the start of the
+      run (KV caches + activations); on a CPU ``peak`` = resident set at the start + delta.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4 (τ, speedup over vanilla on the same
 input, fixed-length fairness setting); Leviathan et al. 2023; HF assisted
@@ -30,6 +33,7 @@ generation and prompt lookup decoding (transformers ``generate``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import logging
@@ -37,7 +41,6 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -48,7 +51,8 @@ import torch
 
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
 from specvlm.config import DECODE_METHODS, PRUNE_METHODS, DecodeConfig, VideoConfig
-from specvlm.metrics import first_divergence, peak_memory_mb
+from specvlm.memory import MemoryProbe, rss_mb
+from specvlm.metrics import first_divergence
 from specvlm.types import VideoClip
 
 log = logging.getLogger(__name__)
@@ -212,67 +216,6 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
 
 
 # --------------------------------------------------------------------------- measurement helpers
-def _rss_mb() -> float | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class MemoryProbe:
-    """Peak memory over a block, in MiB.
-
-    On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``
-    (via :func:`specvlm.metrics.peak_memory_mb`). On a CPU: the resident set size
-    sampled every ``interval_s`` by a thread (``/proc/self/statm``; where that is
-    missing, the process high-water mark ``ru_maxrss``).
-
-    Attributes:
-        peak_mb: peak during the block (MiB).
-        delta_mb: peak minus the value at the start of the block (MiB).
-    """
-
-    def __init__(self, device: torch.device | str | None, interval_s: float = 0.01):
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
-        self.interval_s = interval_s
-        self.peak_mb = self.delta_mb = 0.0
-        self._start = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            v = _rss_mb()
-            if v is not None:
-                self.peak_mb = max(self.peak_mb, v)
-
-    def __enter__(self) -> "MemoryProbe":
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._start = torch.cuda.memory_allocated(self.device) / 2**20
-        else:
-            self._start = _rss_mb() or peak_memory_mb(None)
-            self.peak_mb = self._start
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            self.peak_mb = peak_memory_mb(self.device)
-        else:
-            self._stop.set()
-            if self._thread is not None:
-                self._thread.join()
-            end = _rss_mb()
-            self.peak_mb = max(self.peak_mb, end if end is not None else peak_memory_mb(None))
-        self.delta_mb = max(0.0, self.peak_mb - self._start)
-
-
 def kv_mb(model: Any, tokens: int) -> float:
     """KV-cache size of ``tokens`` tokens for ``model`` in MiB: 2 * layers * kv_heads * head_dim * bytes.
 
@@ -312,7 +255,20 @@ def self_sd_pair(pair: Any) -> Any:
     return pair_from_models(pair.target, pair.processor, name=f"{pair.name} (Self-SD)")
 
 
-def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig) -> dict:
+def _memory_probe(pair: Any, memory: bool | float) -> MemoryProbe | contextlib.nullcontext:
+    """A probe when ``memory`` is truthy (a float: the CPU base in MiB, see MemoryProbe.base_mb)."""
+    if memory is False or memory is None:
+        return contextlib.nullcontext()
+    return MemoryProbe(pair.device, base_mb=None if memory is True else float(memory))
+
+
+def _memory_fields(mem: MemoryProbe | None) -> dict:
+    if not isinstance(mem, MemoryProbe):
+        return {"peak_memory_mb": None, "peak_memory_delta_mb": None}
+    return {"peak_memory_mb": mem.peak_mb, "peak_memory_delta_mb": mem.delta_mb}
+
+
+def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: bool | float = False) -> dict:
     """One run of vanilla or a speculative method through :func:`specvlm.decoding.generate`.
 
     Args:
@@ -320,6 +276,9 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig) -> dict:
         method: ``vanilla``, a pruning method, or one with the ``:self`` suffix.
         inputs: ModelInputs prepared once per input (the processor is not timed).
         config: decoding settings; ``method`` is replaced.
+        memory: measure peak memory (:class:`specvlm.memory.MemoryProbe`; on a CPU it runs the
+            torch profiler, which slows the run: use it in an untimed round); a float is also the
+            CPU base in MiB that the peak is stated over. False: the memory fields are None.
 
     Returns:
         dict with every key of :data:`RUN_FIELDS` plus ``token_ids`` (times in s and ms as named).
@@ -329,7 +288,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig) -> dict:
     base = method[: -len(SELF)] if method.endswith(SELF) else method
     run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
     cfg = replace(config, method=base)
-    with MemoryProbe(pair.device) as mem:
+    with _memory_probe(pair, memory) as mem:
         res = generate(run_pair, None, "", cfg, inputs=inputs)
     info, n = res.prefill, len(res.token_ids)
     steps = len(res.accept_lengths) if cfg.speculative else max(len(res.steps) - 1, 0)
@@ -346,7 +305,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig) -> dict:
         target_kv_tokens=info.num_prompt_tokens, draft_kv_tokens=d_len,
         target_kv_mb=kv_mb(pair.target, info.num_prompt_tokens + n),
         draft_kv_mb=kv_mb(run_pair.draft, d_len + n) if d_len is not None else None,
-        peak_memory_mb=mem.peak_mb, peak_memory_delta_mb=mem.delta_mb,
+        **_memory_fields(mem),
     )
     return out
 
@@ -445,7 +404,8 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
     return out, streamer, (count[0] if hook is not None else None)
 
 
-def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, settings: BenchSettings) -> dict:
+def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, settings: BenchSettings,
+           memory: bool | float = False) -> dict:
     """One run of a Hugging Face peer (see :data:`PEERS`) on the same processor output.
 
     Args:
@@ -454,6 +414,7 @@ def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, 
         enc: :func:`processor_inputs` output for this input, or the exception it raised.
         config: budget and stop_at_eos (fixed length passes ``eos_token_id=None``).
         settings: prompt-lookup size.
+        memory: measure peak memory (see :func:`run_ours`).
 
     Errors (e.g. a peer that cannot handle video inputs) are caught: the run gets
     ``status="error"`` and ``error`` says why. When HF refuses our draft as assistant
@@ -469,7 +430,7 @@ def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, 
     try:
         if isinstance(enc, Exception):
             raise enc
-        with MemoryProbe(pair.device) as mem:
+        with _memory_probe(pair, memory) as mem:
             t0 = time.perf_counter()
             try:
                 out, st, forwards = _hf_generate(pair, enc, kw)
@@ -496,7 +457,7 @@ def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, 
 
 
 def _hf_record(pair: Any, out: torch.Tensor, prompt_len: int, st: _TimingStreamer, forwards: int | None,
-               t0: float, e2e: float, mem: MemoryProbe) -> dict:
+               t0: float, e2e: float, mem: MemoryProbe | None) -> dict:
     """Turn one HF generate() call into a run record (see :func:`run_hf`)."""
     ids = out[0, prompt_len:].tolist()
     n = len(ids)
@@ -512,26 +473,27 @@ def _hf_record(pair: Any, out: torch.Tensor, prompt_len: int, st: _TimingStreame
         target_forwards=(forwards - 1) if forwards else None, tokens_per_target_forward=tptf,
         tau=(tptf - 1) if tptf is not None else None,
         target_kv_tokens=prompt_len, target_kv_mb=kv_mb(pair.target, prompt_len + n),
-        peak_memory_mb=mem.peak_mb, peak_memory_delta_mb=mem.delta_mb,
+        **_memory_fields(mem),
     )
     return rec
 
 
 # --------------------------------------------------------------------------- driver
 def run_method(pair: Any, method: str, inp: BenchInput, inputs: Any, settings: BenchSettings,
-               enc: dict | Exception | None = None) -> dict:
+               enc: dict | Exception | None = None, memory: bool | float = False) -> dict:
     """One run of any method on one input; exceptions become ``status="error"`` records.
 
     Args:
         inputs: the adapter's ModelInputs for ``inp`` (our methods).
         enc: the processor output for HF peers (computed here when None).
+        memory: measure peak memory in this run (untimed rounds only: see :func:`run_ours`).
     """
     if method in PEERS:
         if enc is None:
             enc = _hf_inputs(pair, inp, inputs)
-        return run_hf(pair, method, enc, settings.config, settings)
+        return run_hf(pair, method, enc, settings.config, settings, memory=memory)
     try:
-        return run_ours(pair, method, inputs, settings.config)
+        return run_ours(pair, method, inputs, settings.config, memory=memory)
     except Exception as exc:  # noqa: BLE001 - reported in the table, the benchmark goes on
         log.exception("%s failed on %s", method, inp.name)
         return _empty_run("error") | {"error": f"{exc.__class__.__name__}: {str(exc)[:300]}"}
@@ -548,14 +510,21 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
     """Warm up, then run ``settings.repeats`` interleaved rounds of every method on one input.
 
+    Peak memory is measured in the first warm-up round (untimed: on a CPU the probe runs the
+    torch profiler); with ``warmup=0`` the memory fields stay None.
+
     Returns:
         One summary dict per method with the keys of :data:`METHOD_FIELDS`.
     """
     inputs = pair.adapter.prepare(pair.processor, pair.target, inp.clip, inp.prompt)
     enc = _hf_inputs(pair, inp, inputs) if set(settings.methods) & set(PEERS) else None
-    for _ in range(settings.warmup):
+    memory: dict[str, dict] = {}
+    base = rss_mb() or True   # one CPU base for every method's peak (the resident set drifts up)
+    for w in range(settings.warmup):
         for m in settings.methods:
-            run_method(pair, m, inp, inputs, settings, enc)
+            rec = run_method(pair, m, inp, inputs, settings, enc, memory=base if w == 0 else False)
+            if w == 0:
+                memory[m] = rec
     runs: dict[str, list[dict]] = {m: [] for m in settings.methods}
     for r in range(settings.repeats):
         for m in settings.methods:
@@ -565,7 +534,7 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 tps = rec["decode_tokens_per_s"]
                 progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
                          + (f"{tps:.1f} tokens/s" if tps else rec["status"]))
-    return [summarize(inp.name, m, runs[m], runs["vanilla"], pair) for m in settings.methods]
+    return [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
 
 
 def _median(vals: Sequence[Any]) -> float | None:
@@ -573,7 +542,8 @@ def _median(vals: Sequence[Any]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any) -> dict:
+def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any,
+              memory_run: dict | None = None) -> dict:
     """Per-method summary over rounds: medians, identity vs vanilla, speedup median/min/max.
 
     Args:
@@ -582,6 +552,8 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
         runs: this method's run records, one per round.
         vanilla: vanilla's run records of the same rounds (speedups are per-round ratios).
         pair: the ModelPair (labels).
+        memory_run: the untimed run that measured peak memory (its peak memory fields are
+            used); None keeps the rounds' own (None unless they measured it).
 
     Returns:
         dict with the keys of :data:`METHOD_FIELDS`.
@@ -600,6 +572,8 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
             rec[k] = _median([r[k] for r in ok])
             if k in INT_FIELDS and rec[k] is not None:
                 rec[k] = int(round(rec[k]))
+    if memory_run is not None and memory_run["status"] == "ok":
+        rec.update(peak_memory_mb=memory_run["peak_memory_mb"], peak_memory_delta_mb=memory_run["peak_memory_delta_mb"])
     rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"),
                error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
     pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
@@ -694,8 +668,10 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
         "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
         "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
-        "peak_memory": "CUDA: max_memory_allocated after a reset; CPU: resident set sampled every 10 ms; "
-                       "delta = peak - value at the start of the run",
+        "peak_memory": "measured in the first (untimed) warm-up round; CUDA: max_memory_allocated after a reset; "
+                       "CPU: peak tensor memory of torch's CPU allocator from the profiler's allocation events "
+                       "(peak = resident set before the input's first run + delta); delta = peak - value at the start "
+                       "of the run",
     }
 
 
@@ -894,12 +870,14 @@ def _hf_goal(report: dict, name: str, at: str) -> dict:
 
 def _memory_goal(report: dict, name: str, selfrow: dict | None, at: str) -> dict:
     van = _row(report, name, "vanilla")
-    if not van or not selfrow or selfrow["peak_memory_delta_mb"] is None:
+    if not van or not selfrow:
         return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at, None, "needs specvlm:self")
-    if not van["peak_memory_delta_mb"]:  # the resident-set sampler saw no growth: too short/small to measure
+    if van["peak_memory_delta_mb"] is None or selfrow["peak_memory_delta_mb"] is None:
         return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at, None,
-                      "not measurable: vanilla's peak memory did not rise above its start (run too short or "
-                      "too small for the 10 ms memory sampler)")
+                      "not measured: peak memory is measured in the first warm-up round (use --warmup 1 or more)")
+    if not van["peak_memory_delta_mb"]:  # nothing allocated above the start: too small to judge
+        return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at, None,
+                      "not measurable: vanilla's peak memory did not rise above its start")
     bound = 1.1 * (van["peak_memory_delta_mb"] + (selfrow["draft_kv_mb"] or 0.0))
     return _check("Self-SD peak memory <= vanilla peak + draft KV + 10%" + at,
                   selfrow["peak_memory_delta_mb"] <= bound,
@@ -960,8 +938,9 @@ def format_report(report: dict) -> str:
                 f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]
     notes = {(r["label"], r["note"]) for r in report["results"] if r["note"]}
     out += [f"- {label}: {note}" for label, note in sorted(notes)]
-    out += [f"- HF peers: stock generate() with {m['hf_attention']} attention, timed by {m['hf_timing']}",
-            f"- speedup: {m['speedup']}", ""]
+    if set(m["methods"]) & set(PEERS):
+        out.append(f"- HF peers: stock generate() with {m['hf_attention']} attention, timed by {m['hf_timing']}")
+    out += [f"- speedup: {m['speedup']}", f"- peak memory: {m['peak_memory']}", ""]
     spread = [r["speedup_max"] / r["speedup_min"] for r in report["results"] if r["speedup_min"]]
     if spread and max(spread) > 1.5:
         out += [f"WARNING: per-round speedups of one method differ up to {max(spread):.1f}x: the machine is noisy "
@@ -1181,6 +1160,9 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     """
     from specvlm.video import load_video
 
+    for flag, text in (("--synthetic-tokens", args.synthetic_tokens), ("--sweep", args.sweep)):
+        if text is not None and not text.strip(" ,"):
+            raise BenchError(f"{flag} {text!r} names no length: give video token counts, e.g. 1024,2048,4096.")
     inputs = [BenchInput(Path(v).name, load_video(v, vcfg), args.prompt) for v in args.video]
     if args.dataset:
         from specvlm.datasets import load_dataset

@@ -26,7 +26,7 @@ def std_pair(qwen_tiny, qwen_tiny_draft):
 @pytest.fixture(scope="module")
 def report(std_pair):
     cfg = DecodeConfig(max_new_tokens=N, stop_at_eos=False, tree=TREE)
-    settings = bench.BenchSettings(config=cfg, repeats=2, warmup=0)
+    settings = bench.BenchSettings(config=cfg, repeats=2, warmup=1)  # the warm-up round measures memory
     inputs = [bench.BenchInput("clip", make_clip(4, 56), "describe this video")]
     return bench.run_bench(std_pair, inputs, settings)
 
@@ -43,6 +43,7 @@ def test_every_method_has_every_field(report, tmp_path):
         assert r["status"] == "ok", (m, r["error"])
         assert r["num_generated"] == N and r["repeats"] == 2
         assert r["decode_tokens_per_s"] > 0 and r["e2e_s"] > 0 and r["peak_memory_mb"] > 0
+        assert r["peak_memory_delta_mb"] > 0   # the tiny runs allocate activations and a KV cache
         assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
         assert r["identical"] is True and r["first_divergence"] is None
         assert r["target_kv_tokens"] == rows["vanilla"]["target_kv_tokens"]
@@ -71,7 +72,7 @@ def test_report_outputs(report, tmp_path):
     text = bench.format_report(report)
     assert "| SpecVLM (Std-SD) |" in text and "### Verdict" in text
     assert "Machine: " in text and "GFLOP/s" in text
-    assert "every speculative run token-identical to vanilla" in text
+    assert "every speculative run token-identical to vanilla" in text and "- HF peers: stock generate()" in text
     assert "### Step costs (isolated, target" in text and "| verify tokens | 1 | 2 |" in text
     statuses = {v["goal"].split(" at ")[0]: v["status"] for v in report["verdict"]}
     assert statuses["every speculative run token-identical to vanilla"] == "PASS"
@@ -126,7 +127,10 @@ def test_verdict_pass_and_fail_lines():
     assert lossless["status"] == "FAIL" and "token 7" in lossless["detail"]
     only_vanilla = bench.verdict(_fake({"vanilla": rows["vanilla"]}, tokens=1024))
     assert all(v["status"] == "SKIP" for v in only_vanilla)
-    rows["vanilla"]["peak_memory_delta_mb"] = 0.0      # the sampler saw no growth: no verdict either way
+    rows["vanilla"]["peak_memory_delta_mb"] = None     # --warmup 0: memory not measured
+    mem = [v for v in bench.verdict(_fake(rows)) if v["goal"].startswith("Self-SD peak memory")][0]
+    assert mem["status"] == "SKIP" and "--warmup 1" in mem["detail"]
+    rows["vanilla"]["peak_memory_delta_mb"] = 0.0      # nothing allocated above the start: no verdict either way
     mem = [v for v in bench.verdict(_fake(rows)) if v["goal"].startswith("Self-SD peak memory")][0]
     assert mem["status"] == "SKIP" and "not measurable" in mem["detail"]
     assert "goal stated at 16384" in only_vanilla[1]["goal"]
@@ -239,6 +243,8 @@ def test_cli_sweep_writes_svg(tmp_path, capsys):
                "vanilla,specvlm", "--depth", "2", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "4",
                "--fixed-length", "--out-svg", str(svg)])
     assert rc == 0
+    printed = capsys.readouterr().out
+    assert "- HF peers:" not in printed and "- peak memory: measured in the first (untimed) warm-up" in printed
     text = svg.read_text()
     assert text.startswith("<svg") and text.count('class="series"') >= 3  # 2 speedup lines + 1 τ line
 
@@ -258,3 +264,12 @@ def test_bad_synthetic_fps_is_one_line_naming_the_flag(fps, capsys):
     rc = main(["bench", "--preset", "tiny", "--synthetic-tokens", "32", "--synthetic-fps", fps])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("error: --synthetic-fps=") and "--synthetic---" not in err[-1]
+
+
+@pytest.mark.parametrize("flag", ["--sweep", "--synthetic-tokens"])
+def test_empty_length_list_is_an_error_not_the_default(flag, capsys):
+    from specvlm.__main__ import main
+
+    rc = main(["bench", "--preset", "tiny", flag, ""])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith(f"error: {flag} '' names no length")
