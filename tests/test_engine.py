@@ -201,3 +201,32 @@ def test_early_stop_min_prob_is_lossless_and_drafts_less(pairs, vanilla, fam, sh
         n_full = sum(e.tree_size for e in full) / len(full)
         n_cut = sum(e.tree_size for e in cut) / len(cut)
         assert 1 <= n_cut < n_full, (mode, n_cut, n_full)
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs, fam, monkeypatch):
+    """A chain node sees every fed token, so feed_nodes skips the mask (the decode path); same log-probs."""
+    import specvlm.decoding as dec
+    from specvlm import kv
+    from specvlm.tree import DraftTree, additive_mask
+
+    pair = pairs[(fam, "std")]
+    inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(), PROMPT)
+    tp = dec.prefill_target(pair, inputs.for_target(), with_scores=False)
+    d_cache, _ = dec.prefill_draft(pair, inputs, tp, torch.arange(inputs.num_video_tokens))
+    R = dec._rope_dims(inputs)
+    runner = dec.DraftRunner(pair, d_cache, R)
+    runner.feed_pending([tp.first_token], inputs.next_position)
+    tree = DraftTree(tokens=torch.tensor([7, 11, 13]), parents=torch.tensor([-1, 0, 1]),
+                     depths=torch.tensor([1, 2, 3]), scores=torch.zeros(3))
+    masks = []
+    real = dec.lm_forward
+    monkeypatch.setattr(dec, "lm_forward", lambda *a, **k: masks.append(k.get("mask")) or real(*a, **k))
+    got = [runner.feed_nodes([i], tree) for i in range(3)]
+    assert masks == [None, None, None]
+    kv.truncate(runner.cache, runner.base)
+    for i in range(3):   # the same feeds with the explicit all-visible additive mask
+        mask = additive_mask(torch.ones(1, i + 1, dtype=torch.bool), runner.base, torch.float32)
+        logits = real(pair.draft, pair.draft_adapter, dec.embed_tokens(pair.draft, tree.tokens[[i]]),
+                      (runner.root_pos + tree.depths[[i]]).expand(R, 1), runner.cache, mask=mask, rows=slice(None))
+        torch.testing.assert_close(got[i], runner._logp(logits), atol=1e-5, rtol=1e-5)
