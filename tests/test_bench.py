@@ -273,3 +273,42 @@ def test_empty_length_list_is_an_error_not_the_default(flag, capsys):
     rc = main(["bench", "--preset", "tiny", flag, ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith(f"error: {flag} '' names no length")
+
+
+def _growth(series: list[tuple[int, list[float]]]) -> dict:
+    import statistics
+
+    pts = [{"video_tokens": v, "speedup": statistics.median(r), "speedups": r} for v, r in series]
+    return bench._growth_goal({"sweep": {"specvlm": pts}})
+
+
+def test_growth_is_judged_on_the_trend_of_per_round_speedups():
+    lengths = (1024, 2048, 4096, 8192, 16384)
+    noisy_up = [(v, [1.5 + 0.2 * i + d for d in (-0.3, 0.0, 0.25)]) for i, v in enumerate(lengths)]
+    noisy_up[2] = (4096, [1.4, 1.6, 2.2])         # a neighbour drop of the medians, inside the noise
+    g = _growth(noisy_up)
+    assert g["status"] == "PASS" and "trend +0.20x per doubling" in g["detail"] and "2048->4096" in g["detail"]
+    flat_tree = [{"video_tokens": v, "speedup": 1.5, "speedups": [1.4, 1.5, 1.6]} for v in lengths]
+    pts = [{"video_tokens": v, "speedup": sorted(r)[1], "speedups": r} for v, r in noisy_up]
+    g = bench._growth_goal({"sweep": {"specvlm": pts, "none": flat_tree}})
+    assert g["status"] == "PASS" and "SD-Tree (no pruning) for contrast: +0.00x per doubling" in g["detail"]
+    flat = [(v, [1.5 + d for d in ((-0.3, 0.0, 0.3) if i % 2 else (0.3, 0.0, -0.3))]) for i, v in enumerate(lengths)]
+    flat[-1] = (16384, [1.21, 1.51, 1.81])       # the longest a hair faster than the shortest: not enough
+    assert _growth(flat)["status"] == "FAIL"
+    down = [(v, [2.5 - 0.2 * i + d for d in (-0.1, 0.0, 0.1)]) for i, v in enumerate(lengths)]
+    assert _growth(down)["status"] == "FAIL"
+    one_round = [(v, [1.0 + 0.1 * i]) for i, v in enumerate(lengths)]   # too few rounds: strict neighbour rule
+    g = _growth(one_round)
+    assert g["status"] == "PASS" and "no drop > 5% between neighbours" in g["detail"]
+    one_round[2] = (4096, [1.0])
+    assert _growth(one_round)["status"] == "FAIL"
+
+
+def test_speedup_trend_slope_and_bad_input():
+    est, lo, hi = bench.speedup_trend([(1024, [1.0, 1.0]), (4096, [1.4, 1.4])])   # +0.4x over 2 doublings
+    assert est == pytest.approx(0.2) and lo == pytest.approx(0.2) and hi == pytest.approx(0.2)
+    assert bench.speedup_trend([(1, [1.0, 2.0]), (2, [1.5, 2.5])], seed=3) == \
+        bench.speedup_trend([(1, [1.0, 2.0]), (2, [1.5, 2.5])], seed=3)          # repeatable
+    for bad in ([(1024, [1.0])], [(1024, [1.0]), (2048, [])]):
+        with pytest.raises(ValueError):
+            bench.speedup_trend(bad)
