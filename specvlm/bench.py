@@ -860,44 +860,50 @@ GROWTH_MIN_ROUNDS = 3
 """Rounds per sweep length needed to judge growth by the trend's confidence interval."""
 
 
-def speedup_trend(points: Sequence[tuple[int, Sequence[float]]], resamples: int = 2000,
-                  seed: int = 0) -> tuple[float, float, float]:
-    """Least-squares slope of per-round speedup against log2(video tokens), with a bootstrap 95% CI.
+GROWTH_ALPHA = 0.025
+"""One-sided significance level of the growth trend (the same as a 95% two-sided interval's lower end)."""
+
+
+def speedup_trend(points: Sequence[tuple[int, Sequence[float]]], permutations: int = 4000,
+                  seed: int = 0) -> tuple[float, float]:
+    """Least-squares slope of per-round speedup against log2(video tokens), and its one-sided p-value.
+
+    The p-value is a permutation test: under "no growth" the per-round speedups are exchangeable
+    across lengths, so the share of random reassignments (seeded) whose slope is at least the
+    observed one estimates P(slope this large | no growth). Calibrated for any noise distribution
+    (simulated with no true trend, 5 lengths x 3 / 5 rounds, 400 trials: 3.3% / 2.0% below 0.025), unlike a
+    percentile bootstrap with 3-5 rounds per length, which passed ~9% / ~4.5%.
 
     Args:
-        points: per sweep length (video tokens, that length's per-round speedups); >= 2 lengths.
-        resamples: bootstrap resamples (each redraws every length's rounds with replacement).
-        seed: bootstrap seed (the verdict is repeatable).
+        points: per sweep length (video tokens, that length's per-round speedups).
+        permutations: random reassignments.
+        seed: permutation seed (the verdict is repeatable).
 
     Returns:
-        (slope, ci_low, ci_high) in speedup (x) per doubling of the video tokens.
+        (slope in speedup (x) per doubling of the video tokens, one-sided p-value).
 
     Raises:
-        ValueError: fewer than two lengths, or a length without rounds.
+        ValueError: fewer than two distinct lengths, or a length without rounds.
 
-    Source: ordinary least squares; percentile bootstrap (Efron & Tibshirani 1993, ch. 13),
-    resampling within each length so every bootstrap sample keeps the design.
+    Source: ordinary least squares; permutation test of a regression slope (Good, Permutation Tests,
+    2005, ch. 8), p = (1 + #{permuted slope >= observed}) / (1 + permutations).
     """
-    if len(points) < 2 or any(len(r) == 0 for _, r in points):
-        raise ValueError("speedup_trend needs >= 2 sweep lengths, each with >= 1 round.")
-    xs = [np.full(len(r), np.log2(v)) for v, r in points]
-    ys = [np.asarray(r, dtype=float) for _, r in points]
-
-    def slope(x: np.ndarray, y: np.ndarray) -> float:
-        xc = x - x.mean()
-        return float((xc * (y - y.mean())).sum() / (xc * xc).sum())
-
-    est = slope(np.concatenate(xs), np.concatenate(ys))
+    if any(len(r) == 0 for _, r in points) or len({v for v, _ in points}) < 2:
+        raise ValueError("speedup_trend needs >= 2 distinct sweep lengths, each with >= 1 round.")
+    x = np.concatenate([np.full(len(r), np.log2(v)) for v, r in points])
+    y = np.concatenate([np.asarray(r, dtype=float) for _, r in points])
+    xc = x - x.mean()
+    est = float(xc @ (y - y.mean()) / (xc @ xc))
     gen = np.random.default_rng(seed)
-    boot = [slope(np.concatenate(xs), np.concatenate([y[gen.integers(0, len(y), len(y))] for y in ys]))
-            for _ in range(resamples)]
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return est, float(lo), float(hi)
+    perm = np.stack([gen.permutation(y) for _ in range(permutations)])
+    slopes = (perm - perm.mean(1, keepdims=True)) @ xc / (xc @ xc)
+    p = (1 + int((slopes >= est - 1e-12).sum())) / (1 + permutations)
+    return est, p
 
 
 def _growth_goal(report: dict) -> dict:
-    """Growth = a positive trend that the rounds' noise cannot explain (trend CI above 0) and the longest
-    input faster than the shortest; with < GROWTH_MIN_ROUNDS rounds per length: no neighbour drops > 5%."""
+    """Growth = a positive trend that the rounds' noise cannot explain (permutation p < GROWTH_ALPHA) and the
+    longest input faster than the shortest; with < GROWTH_MIN_ROUNDS rounds per length: no neighbour drops > 5%."""
     goal = "speedup grows with video length (sweep)"
     series = report["sweep"].get("specvlm") or report["sweep"].get("specvlm:self") or []
     pts = [p for p in series if p["speedup"] is not None]
@@ -910,18 +916,20 @@ def _growth_goal(report: dict) -> dict:
         ok = ends and all(b["speedup"] >= 0.95 * a["speedup"] for a, b in zip(pts, pts[1:]))
         return _check(goal, ok, f"{medians} (no drop > 5% between neighbours; with >= {GROWTH_MIN_ROUNDS} "
                                 "rounds the trend is judged instead)")
-    est, lo, hi = speedup_trend([(p["video_tokens"], r) for p, r in zip(pts, rounds)])
+    if len({p["video_tokens"] for p in pts}) < 2:
+        return _check(goal, None, f"{medians}: needs >= 2 distinct lengths")
+    est, pval = speedup_trend([(p["video_tokens"], r) for p, r in zip(pts, rounds)])
     drops = [f"{a['video_tokens']}->{b['video_tokens']}" for a, b in zip(pts, pts[1:])
              if b["speedup"] < 0.95 * a["speedup"]]
-    detail = (f"{medians}; trend {est:+.2f}x per doubling of video tokens (bootstrap 95% CI {lo:+.2f}..{hi:+.2f}, "
-              f"least squares over {sum(len(r) for r in rounds)} per-round speedups; PASS needs the CI above 0 "
-              "and the longest input faster than the shortest)"
-              + (f"; neighbour drops > 5% within the noise: {', '.join(drops)}" if drops else ""))
+    detail = (f"{medians}; trend {est:+.2f}x per doubling of video tokens (least squares over "
+              f"{sum(len(r) for r in rounds)} per-round speedups, one-sided permutation p = {pval:.3f}; PASS needs "
+              f"p < {GROWTH_ALPHA} and the longest input faster than the shortest)"
+              + (f"; neighbour drops > 5% in the medians: {', '.join(drops)}" if drops else ""))
     tree = [p for p in report["sweep"].get("none") or [] if p.get("speedups")]
-    if len(tree) >= 2 and series is report["sweep"].get("specvlm"):  # contrast: the draft sees every video token
-        t_est, t_lo, t_hi = speedup_trend([(p["video_tokens"], p["speedups"]) for p in tree])
-        detail += f"; SD-Tree (no pruning) for contrast: {t_est:+.2f}x per doubling (CI {t_lo:+.2f}..{t_hi:+.2f})"
-    return _check(goal, ends and lo > 0, detail)
+    if len({p["video_tokens"] for p in tree}) >= 2 and series is report["sweep"].get("specvlm"):
+        t_est, t_p = speedup_trend([(p["video_tokens"], p["speedups"]) for p in tree])  # the draft sees every video token
+        detail += f"; SD-Tree (no pruning) for contrast: {t_est:+.2f}x per doubling (p = {t_p:.3f})"
+    return _check(goal, ends and pval < GROWTH_ALPHA, detail)
 
 
 def _hf_goal(report: dict, name: str, at: str) -> dict:
@@ -1228,6 +1236,9 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     for flag, text in (("--synthetic-tokens", args.synthetic_tokens), ("--sweep", args.sweep)):
         if text is not None and not text.strip(" ,"):
             raise BenchError(f"{flag} {text!r} names no length: give video token counts, e.g. 1024,2048,4096.")
+        if text and len(set(parse_int_list(text))) != len(parse_int_list(text)):
+            raise BenchError(f"{flag} {text!r} repeats a length: give each video token count once "
+                             "(use --repeats for more rounds).")
     inputs = [BenchInput(Path(v).name, load_video(v, vcfg), args.prompt) for v in args.video]
     if args.dataset:
         from specvlm.datasets import load_dataset

@@ -58,12 +58,16 @@ def _quiet_stderr() -> Iterator[None]:
 def allocation_peak_mb(prof: torch.profiler.profile) -> float | None:
     """Peak of CPU tensor memory held during a profiled block, above its start, in MiB.
 
+    Replays the block's allocation events in time order with a running total of the blocks
+    allocated inside the block: frees of blocks allocated before it are ignored (the allocator's own
+    running total cannot be trusted for them: torch keeps stale sizes for blocks freed while not
+    profiling), so the figure is an upper bound, never low.
+
     Args:
         prof: a stopped ``torch.profiler.profile(profile_memory=True)``.
 
     Returns:
-        max over the block's allocation events of (allocator total after the event) minus the total
-        before the first event; 0.0 when nothing was allocated; None when the profiler's results do
+        max running total (MiB); 0.0 when nothing was allocated; None when the profiler's results do
         not expose allocation events (another torch version).
     """
     try:
@@ -72,20 +76,22 @@ def allocation_peak_mb(prof: torch.profiler.profile) -> float | None:
         stack = list(prof.profiler.kineto_results.experimental_event_tree())
     except (AttributeError, ImportError, RuntimeError):
         return None
-    first_t, before, peak = None, 0, None
+    events = []
     while stack:
         ev = stack.pop()
         stack.extend(ev.children)
-        if ev.tag != _EventType.Allocation:
-            continue
-        f = ev.extra_fields
-        if f.device.type != "cpu":
-            continue
-        total = int(f.total_allocated)
-        peak = total if peak is None else max(peak, total)
-        if first_t is None or ev.start_time_ns < first_t:
-            first_t, before = ev.start_time_ns, total - int(f.alloc_size)
-    return 0.0 if peak is None else max(0.0, (peak - before) / 2**20)
+        if ev.tag == _EventType.Allocation and ev.extra_fields.device.type == "cpu":
+            events.append((ev.start_time_ns, int(ev.extra_fields.alloc_size), int(ev.extra_fields.ptr)))
+    live: dict[int, int] = {}
+    total = peak = 0
+    for _, size, ptr in sorted(events, key=lambda e: e[0]):
+        if size > 0:
+            live[ptr] = size
+            total += size
+            peak = max(peak, total)
+        elif ptr in live:
+            total -= live.pop(ptr)
+    return peak / 2**20
 
 
 class MemoryProbe:
@@ -101,11 +107,19 @@ class MemoryProbe:
       Where the profiler cannot run (one is already active), the resident set is sampled every
       ``interval_s`` by a thread instead (noisy: freed blocks stay resident) and ``method`` says so.
 
+    Limits of the CPU allocator reading: freeing a block allocated before the probe started is not
+    counted, so work that frees such a block and allocates a new one reads high (an upper bound,
+    never low); allocations of other Python threads are not seen; a profiler started inside the block cancels the probe's trace.
+    Use one probe at a time, on the thread doing the work (the benchmark does).
+
     Attributes:
-        peak_mb: peak during the block (MiB).
+        peak_mb: peak during the block (MiB); on a CPU only ``delta_mb`` is exact.
         delta_mb: peak minus the value at the start of the block (MiB).
-        method: ``cuda-allocator``, ``cpu-allocator`` or ``rss-sampled``.
+        method: ``cuda-allocator``, ``cpu-allocator``, ``rss-sampled`` or ``rss-endpoints`` (the
+            profiler gave no allocation events: only the start and end were read).
     """
+
+    _primed = False
 
     def __init__(self, device: torch.device | str | None, interval_s: float = 0.01, base_mb: float | None = None):
         self.base_mb = base_mb
@@ -125,7 +139,25 @@ class MemoryProbe:
             if v is not None:
                 self.peak_mb = max(self.peak_mb, v)
 
+    @staticmethod
+    def _prime() -> None:
+        """Spend torch's one-time "Memory block of unknown size was allocated before the profiling
+        started" warning (printed when such a block is freed under the profiler) while stderr is quiet."""
+        if MemoryProbe._primed:
+            return
+        old = torch.empty(1024)
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+        with _quiet_stderr():
+            prof.start()
+            del old
+            prof.stop()
+        MemoryProbe._primed = True
+
     def __enter__(self) -> "MemoryProbe":
+        self.peak_mb = self.delta_mb = 0.0
+        self.method = "cuda-allocator" if self.cuda else "cpu-allocator"
+        self._stop = threading.Event()
+        self._thread = None
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -134,6 +166,11 @@ class MemoryProbe:
         self._start = rss_mb() or peak_memory_mb(None)
         self.peak_mb = self._start
         why = "another profiler is active" if torch.autograd.profiler._is_profiler_enabled else None
+        if why is None:
+            try:
+                self._prime()
+            except RuntimeError as exc:
+                why = str(exc)
         if why is None:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
             try:
@@ -164,7 +201,7 @@ class MemoryProbe:
                 self.delta_mb = delta
                 self.peak_mb = (self.base_mb if self.base_mb is not None else self._start) + delta
                 return
-            self.method = "rss-sampled"   # no allocation events: fall back to the resident set now
+            self.method = "rss-endpoints"   # no allocation events: only the start and end can be read
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

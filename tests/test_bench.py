@@ -273,6 +273,9 @@ def test_empty_length_list_is_an_error_not_the_default(flag, capsys):
     rc = main(["bench", "--preset", "tiny", flag, ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith(f"error: {flag} '' names no length")
+    rc = main(["bench", "--preset", "tiny", flag, "256,256"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith(f"error: {flag} '256,256' repeats a length")
 
 
 def _growth(series: list[tuple[int, list[float]]]) -> dict:
@@ -288,10 +291,13 @@ def test_growth_is_judged_on_the_trend_of_per_round_speedups():
     noisy_up[2] = (4096, [1.4, 1.6, 2.2])         # a neighbour drop of the medians, inside the noise
     g = _growth(noisy_up)
     assert g["status"] == "PASS" and "trend +0.20x per doubling" in g["detail"] and "2048->4096" in g["detail"]
+    assert "one-sided permutation p = 0.00" in g["detail"]
     flat_tree = [{"video_tokens": v, "speedup": 1.5, "speedups": [1.4, 1.5, 1.6]} for v in lengths]
     pts = [{"video_tokens": v, "speedup": sorted(r)[1], "speedups": r} for v, r in noisy_up]
     g = bench._growth_goal({"sweep": {"specvlm": pts, "none": flat_tree}})
-    assert g["status"] == "PASS" and "SD-Tree (no pruning) for contrast: +0.00x per doubling" in g["detail"]
+    assert g["status"] == "PASS" and "SD-Tree (no pruning) for contrast: +0.00x per doubling (p = " in g["detail"]
+    same = [(4096, [1.0, 1.1, 1.2]), (4096, [1.5, 1.6, 1.7])]        # two inputs rounding to one length
+    assert _growth(same)["status"] == "SKIP" and "distinct lengths" in _growth(same)["detail"]
     flat = [(v, [1.5 + d for d in ((-0.3, 0.0, 0.3) if i % 2 else (0.3, 0.0, -0.3))]) for i, v in enumerate(lengths)]
     flat[-1] = (16384, [1.21, 1.51, 1.81])       # the longest a hair faster than the shortest: not enough
     assert _growth(flat)["status"] == "FAIL"
@@ -304,11 +310,13 @@ def test_growth_is_judged_on_the_trend_of_per_round_speedups():
     assert _growth(one_round)["status"] == "FAIL"
 
 
-def test_speedup_trend_slope_and_bad_input():
-    est, lo, hi = bench.speedup_trend([(1024, [1.0, 1.0]), (4096, [1.4, 1.4])])   # +0.4x over 2 doublings
-    assert est == pytest.approx(0.2) and lo == pytest.approx(0.2) and hi == pytest.approx(0.2)
-    assert bench.speedup_trend([(1, [1.0, 2.0]), (2, [1.5, 2.5])], seed=3) == \
-        bench.speedup_trend([(1, [1.0, 2.0]), (2, [1.5, 2.5])], seed=3)          # repeatable
-    for bad in ([(1024, [1.0])], [(1024, [1.0]), (2048, [])]):
+def test_speedup_trend_slope_p_value_and_bad_input():
+    est, p = bench.speedup_trend([(1024, [1.0, 1.1, 0.9]), (4096, [1.4, 1.5, 1.3])])   # +0.4x over 2 doublings
+    assert est == pytest.approx(0.2) and p < 0.1                      # 1 of 20 assignments is this extreme
+    est, p = bench.speedup_trend([(1024, [1.4, 1.5, 1.3]), (4096, [1.0, 1.1, 0.9])])
+    assert est == pytest.approx(-0.2) and p > 0.9
+    pts = [(1, [1.0, 2.0]), (2, [1.5, 2.5])]
+    assert bench.speedup_trend(pts, seed=3) == bench.speedup_trend(pts, seed=3)          # repeatable
+    for bad in ([(1024, [1.0])], [(1024, [1.0]), (2048, [])], [(1024, [1.0]), (1024, [2.0])]):
         with pytest.raises(ValueError):
             bench.speedup_trend(bad)

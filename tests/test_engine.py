@@ -230,3 +230,11 @@ def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs,
         logits = real(pair.draft, pair.draft_adapter, dec.embed_tokens(pair.draft, tree.tokens[[i]]),
                       (runner.root_pos + tree.depths[[i]]).expand(R, 1), runner.cache, mask=mask, rows=slice(None))
         torch.testing.assert_close(got[i], runner._logp(logits), atol=1e-5, rtol=1e-5)
+    kv.truncate(runner.cache, runner.base)
+    runner.slot = {}
+    masks.clear()                       # a lone node with an already-fed sibling must not see it: masked
+    fork = DraftTree(tokens=torch.tensor([7, 11]), parents=torch.tensor([-1, -1]), depths=torch.tensor([1, 1]),
+                     scores=torch.zeros(2))
+    runner.feed_nodes([0], fork)
+    runner.feed_nodes([1], fork)
+    assert masks[0] is None and masks[1] is not None and masks[1].shape[-1] == runner.base + 2

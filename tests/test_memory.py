@@ -57,3 +57,36 @@ def test_base_sets_the_stated_peak_on_the_cpu():
     with MemoryProbe("cpu", base_mb=1000.0) as mem:
         _work(4)
     assert mem.peak_mb == pytest.approx(1000.0 + mem.delta_mb) and mem.delta_mb == pytest.approx(8.0, abs=0.5)
+
+
+def test_a_probe_can_be_reused_after_falling_back():
+    probe = MemoryProbe("cpu", interval_s=0.001)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with probe:
+            _work(8)
+    assert probe.method == "rss-sampled"
+    with probe:                                         # no other profiler now: exact again, state reset
+        _work(16)
+    assert probe.method == "cpu-allocator" and probe.delta_mb == pytest.approx(32.0, abs=0.5)
+
+
+def test_no_profiler_warning_reaches_stderr(capfd):
+    old = torch.ones(MiB // 4)                          # allocated before any probe: its free is "unknown"
+    with MemoryProbe("cpu") as mem:
+        del old
+        _work(4)
+    err = capfd.readouterr().err
+    assert "unknown size" not in err and "profiler_start" not in err and mem.delta_mb > 0
+
+
+def test_freeing_an_older_block_never_lowers_the_reading():
+    with MemoryProbe("cpu"):
+        stale = torch.ones(64 * MiB // 4)   # allocated under one probe, freed outside any probe below
+    del stale
+    for _ in range(3):
+        old = torch.ones(64 * MiB // 4)     # allocated outside: may reuse the address torch still remembers
+        with MemoryProbe("cpu") as mem:
+            del old
+            kept = _work(4)
+        assert mem.delta_mb == pytest.approx(8.0, abs=0.5)   # 2 x 4 MiB alive at the peak
+        del kept
