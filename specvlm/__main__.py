@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
 
 _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top_p": "--top-p",
           "num_frames": "--num-frames", "max_new_tokens": "--max-new-tokens", "total_tokens": "--total-tokens",
-          "top_k": "--top-k", "depth": "--depth", "min_prob": "--min-prob", "temperature": "--temperature", "fps": "--fps"}
+          "top_k": "--top-k", "depth": "--depth", "min_prob": "--min-prob", "temperature": "--temperature", "fps": "--fps",
+          "repeats": "--repeats", "warmup": "--warmup"}
 
 
 def _flag_names(message: str) -> str:

@@ -1225,6 +1225,16 @@ def _apply_preset(args: argparse.Namespace) -> Any:
     return s
 
 
+def _check_length_lists(args: argparse.Namespace) -> None:
+    """Raise BenchError for an empty, malformed or repeating ``--sweep`` / ``--synthetic-tokens`` list."""
+    for flag, text in (("--synthetic-tokens", args.synthetic_tokens), ("--sweep", args.sweep)):
+        if text is not None and not text.strip(" ,"):
+            raise BenchError(f"{flag} {text!r} names no length: give video token counts, e.g. 1024,2048,4096.")
+        if text and len(set(parse_int_list(text))) != len(parse_int_list(text)):
+            raise BenchError(f"{flag} {text!r} repeats a length: give each video token count once "
+                             "(use --repeats for more rounds).")
+
+
 def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list[BenchInput]:
     """Bench inputs from the CLI arguments: videos, generated clips, sweep clips, dataset samples.
 
@@ -1233,12 +1243,7 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     """
     from specvlm.video import load_video
 
-    for flag, text in (("--synthetic-tokens", args.synthetic_tokens), ("--sweep", args.sweep)):
-        if text is not None and not text.strip(" ,"):
-            raise BenchError(f"{flag} {text!r} names no length: give video token counts, e.g. 1024,2048,4096.")
-        if text and len(set(parse_int_list(text))) != len(parse_int_list(text)):
-            raise BenchError(f"{flag} {text!r} repeats a length: give each video token count once "
-                             "(use --repeats for more rounds).")
+    _check_length_lists(args)
     inputs = [BenchInput(Path(v).name, load_video(v, vcfg), args.prompt) for v in args.video]
     if args.dataset:
         from specvlm.datasets import load_dataset
@@ -1277,11 +1282,14 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
 
     setting = _apply_preset(args)
     args.no_eos = args.no_eos or args.fixed_length
+    methods = parse_methods(args.methods)       # settings errors before the (slow) model load
+    BenchSettings(methods=methods, repeats=args.repeats, warmup=args.warmup).validate()
+    _check_length_lists(args)
     if args.preset in TINY_PRESETS:
         pair, preset = _tiny_pair(args.preset, args.self_sd), None
     else:
         pair, preset = load_from_args(args)
-    settings = BenchSettings(methods=parse_methods(args.methods), config=decode_config(args, "vanilla", preset),
+    settings = BenchSettings(methods=methods, config=decode_config(args, "vanilla", preset),
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs)
     settings.validate()

@@ -320,3 +320,11 @@ def test_speedup_trend_slope_p_value_and_bad_input():
     for bad in ([(1024, [1.0])], [(1024, [1.0]), (2048, [])], [(1024, [1.0]), (1024, [2.0])]):
         with pytest.raises(ValueError):
             bench.speedup_trend(bad)
+
+
+def test_bad_round_counts_name_their_flags(capsys):
+    from specvlm.__main__ import main
+
+    rc = main(["bench", "--preset", "tiny", "--repeats", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("error: --repeats=0 and --warmup=1")
