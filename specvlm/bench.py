@@ -1265,6 +1265,19 @@ def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list
     return inputs
 
 
+def drop_redundant_self(methods: Sequence[str], self_sd: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Drop ``X:self`` methods that would repeat ``X`` on a pair that is already Self-SD.
+
+    Returns:
+        (the methods kept, in order; the ``:self`` methods dropped). Nothing is dropped for a
+        Std-SD pair, or where ``X`` itself is not listed.
+    """
+    if not self_sd:
+        return tuple(methods), ()
+    dropped = tuple(m for m in methods if m.endswith(SELF) and m[:-len(SELF)] in methods)
+    return tuple(m for m in methods if m not in dropped), dropped
+
+
 def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> dict:
     """Run ``python -m specvlm bench`` as the arguments say and return the report (the CLI prints it).
 
@@ -1289,6 +1302,10 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
         pair, preset = _tiny_pair(args.preset, args.self_sd), None
     else:
         pair, preset = load_from_args(args)
+    methods, dropped = drop_redundant_self(methods, pair.self_sd)
+    if dropped and progress:
+        progress(f"note: the pair is already Self-SD, so {', '.join(dropped)} would repeat "
+                 f"{', '.join(m[:-len(SELF)] for m in dropped)}; skipped")
     settings = BenchSettings(methods=methods, config=decode_config(args, "vanilla", preset),
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs)

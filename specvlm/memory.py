@@ -112,6 +112,10 @@ class MemoryProbe:
     never low); allocations of other Python threads are not seen; a profiler started inside the block cancels the probe's trace.
     Use one probe at a time, on the thread doing the work (the benchmark does).
 
+    Raises:
+        ValueError: ``device`` is a CUDA device and CUDA is not available (the probe would
+            otherwise read the CPU and label it as the GPU).
+
     Attributes:
         peak_mb: peak during the block (MiB); on a CPU only ``delta_mb`` is exact.
         delta_mb: peak minus the value at the start of the block (MiB).
@@ -124,7 +128,10 @@ class MemoryProbe:
     def __init__(self, device: torch.device | str | None, interval_s: float = 0.01, base_mb: float | None = None):
         self.base_mb = base_mb
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"MemoryProbe: device {self.device} was asked for but CUDA is not available "
+                             "here; pass 'cpu' (or the device the model actually runs on)")
+        self.cuda = self.device.type == "cuda"
         self.interval_s = interval_s
         self.peak_mb = self.delta_mb = 0.0
         self.method = "cuda-allocator" if self.cuda else "cpu-allocator"

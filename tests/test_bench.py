@@ -186,6 +186,24 @@ def test_cli_bench_in_process(tmp_path, capsys):
     assert all(r["num_generated"] == 4 for r in data["results"])
 
 
+def test_self_sd_pair_does_not_run_self_methods_twice(tmp_path, capsys):
+    assert bench.drop_redundant_self(("vanilla", "specvlm", "specvlm:self", "frame:self"), True) == \
+        (("vanilla", "specvlm", "frame:self"), ("specvlm:self",))
+    assert bench.drop_redundant_self(("vanilla", "specvlm", "specvlm:self"), False) == \
+        (("vanilla", "specvlm", "specvlm:self"), ())
+    from specvlm.__main__ import main
+
+    out = tmp_path / "s.json"
+    rc = main(["bench", "--preset", "tiny", "--self-sd", "--synthetic-tokens", "32", "--synthetic-side", "56",
+               "--methods", "vanilla,specvlm,specvlm:self", "--depth", "2", "--repeats", "1", "--warmup", "0",
+               "--max-new-tokens", "4", "--fixed-length", "--no-step-costs", "--out-json", str(out)])
+    assert rc == 0
+    assert "specvlm:self would repeat specvlm; skipped" in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert [r["method"] for r in data["results"]] == ["vanilla", "specvlm"]
+    assert data["results"][1]["draft_mode"] == "Self-SD" and data["results"][1]["identical"] is True
+
+
 def test_bench_help_subprocess():
     res = subprocess.run([sys.executable, "-m", "specvlm", "bench", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

@@ -90,3 +90,11 @@ def test_freeing_an_older_block_never_lowers_the_reading():
             kept = _work(4)
         assert mem.delta_mb == pytest.approx(8.0, abs=0.5)   # 2 x 4 MiB alive at the peak
         del kept
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_device_without_cuda_is_refused():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        MemoryProbe("cuda")
+    with pytest.raises(ValueError, match="cuda:1"):
+        MemoryProbe(torch.device("cuda", 1))
