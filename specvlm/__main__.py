@@ -63,7 +63,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "distribution exactly (recursive rejection sampling over the draft tree)")
     g.add_argument("--top-p-sampling", type=float, default=1.0,
                    help="nucleus sampling mass in (0, 1] (not the pruning λ, which is --top-p)")
-    g.add_argument("--seed", type=int, default=0, help="seed for sampling and for --method random")
+    g.add_argument("--seed", type=int, default=0, help="seed for sampling and for the random pruning method (SD-Rand)")
 
 
 def resolve_models(args: argparse.Namespace):
@@ -226,19 +226,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``python -m specvlm bench``: print the markdown report; write JSON / HTML / SVG when asked."""
     from specvlm import bench
 
+    from specvlm.svgchart import ChartError
+
     report = bench.report_from_args(args, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(bench.format_report(report))
-    if args.out_json:
-        print(f"\nJSON: {bench.write_json(report, args.out_json)}")
-    if args.out_html:
-        print(f"HTML: {bench.write_html(report, args.out_html)}")
-    if args.out_svg:
-        from specvlm.svgchart import ChartError
-        try:
-            print(f"SVG: {bench.write_svg(report, args.out_svg)}")
-        except ChartError as e:
-            print(f"SVG not written: {e}", file=sys.stderr)
-    return 0
+    rc, first = 0, True
+    for kind, path, write in (("JSON", args.out_json, bench.write_json), ("HTML", args.out_html, bench.write_html),
+                              ("SVG", args.out_svg, bench.write_svg)):
+        if not path:
+            continue
+        try:  # one failed write (disk full, folder removed mid-run) must not lose the others
+            print(f"{chr(10) if first else ''}{kind}: {write(report, path)}")
+            first = False
+        except (OSError, ChartError) as exc:
+            print(f"error: {kind} not written to {path}: {exc}", file=sys.stderr)
+            rc = 1
+    return rc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {_flag_names(str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {args.command} stopped before the end; nothing more was written.", file=sys.stderr)
+        return 130
 
 
 _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top_p": "--top-p",

@@ -179,6 +179,14 @@ def _synthetic_frames(num_frames: int, side: int, seed: int) -> np.ndarray:
     return frames[:num_frames]
 
 
+def max_video_tokens(pair: Any) -> int | None:
+    """The target's ``max_position_embeddings`` (tokens), or None where its config does not say."""
+    cfg = pair.target.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    n = getattr(cfg, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
 def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0, fps: float = 2.0) -> VideoClip:
     """A generated clip sized to give about ``num_tokens`` video tokens with the pair's processor.
 
@@ -197,10 +205,18 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
         VideoClip of T frames, uint8 (T, side, side, 3).
 
     Raises:
-        BenchError: the processor's token count does not grow with the frame count.
+        BenchError: the processor's token count does not grow with the frame count; ``num_tokens``
+            below the smallest clip (one frame group) or at/above the target's
+            ``max_position_embeddings``; ``side`` under :data:`MIN_SYNTHETIC_SIDE`.
     """
     from specvlm.video import frames_to_clip
 
+    if side < MIN_SYNTHETIC_SIDE:
+        raise BenchError(f"synthetic frame side {side} px: give at least {MIN_SYNTHETIC_SIDE} px.")
+    limit = max_video_tokens(pair)
+    if limit is not None and num_tokens >= limit:
+        raise BenchError(f"{num_tokens} video tokens: the target's max_position_embeddings is {limit}; ask for "
+                         "fewer video tokens (leave room for the prompt and the answer).")
     k = max(1, int(pair.frames_per_token))
     counts = []
     for t in (2 * k, 4 * k):
@@ -210,6 +226,11 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
     if per_frame <= 0:
         raise BenchError("the processor's video token count does not grow with the number of frames.")
     base = counts[0] - per_frame * 2 * k
+    smallest = int(round(base + per_frame * k))
+    if num_tokens < smallest:
+        raise BenchError(f"{num_tokens} video tokens: the smallest generated clip for this model gives {smallest} "
+                         f"({k} frame{'s' if k > 1 else ''} of {side}x{side} px); ask for at least {smallest}"
+                         + (", or a smaller --synthetic-side." if side > MIN_SYNTHETIC_SIDE else "."))
     frames = max(k, int(round((num_tokens - base) / per_frame / k)) * k)
     log.info("synthetic clip: %d frames of %dx%d px for ~%d video tokens", frames, side, side, num_tokens)
     return frames_to_clip(_synthetic_frames(frames, side, seed), fps, path=f"synthetic-{num_tokens}")
@@ -404,6 +425,9 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
     return out, streamer, (count[0] if hook is not None else None)
 
 
+_PEER_FAILURES_LOGGED: set[tuple[str, str]] = set()
+
+
 def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, settings: BenchSettings,
            memory: bool | float = False) -> dict:
     """One run of a Hugging Face peer (see :data:`PEERS`) on the same processor output.
@@ -444,7 +468,9 @@ def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, 
                 out, st, forwards = _hf_generate(pair, enc, kw)
             e2e = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - a failing peer is reported, not fatal
-        log.warning("%s failed: %s", method, exc)
+        if (method, str(exc)) not in _PEER_FAILURES_LOGGED:  # once per error, not once per round
+            _PEER_FAILURES_LOGGED.add((method, str(exc)))
+            log.warning("%s failed: %s", method, exc)
         why = f"{exc.__class__.__name__}: {str(exc)[:300]}"
         if method == "prompt-lookup" and "do not match" in str(exc):
             why += (" (prompt lookup copies n-grams of the prompt, video placeholder ids included, into its "
@@ -717,6 +743,8 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
 
 
 VERIFY_GOAL_TOKENS = 16
+STEP_COST_NOISE_RATIO = 0.8
+"""A verify(n) / decode ratio below this can only be timing noise (n >= 1 tokens over the same cache)."""
 """The verify goal: a verify forward of up to 16 tree tokens costs <= 1.5x a decode step."""
 
 
@@ -821,9 +849,20 @@ def verdict(report: dict) -> list[dict]:
     return out
 
 
+def _sampling_temperature(report: dict) -> float:
+    """The run's sampling temperature (0 = greedy) from ``meta.decode_config``."""
+    samp = (report["meta"].get("decode_config") or {}).get("sampling") or {}
+    return float(samp.get("temperature") or 0.0)
+
+
 def _lossless(report: dict) -> dict:
     spec = [r for r in report["results"] if r["method"] != "vanilla" and r["status"] == "ok"
             and r["method"] not in PEERS]
+    temp = _sampling_temperature(report)
+    if temp > 0 and spec:
+        return _check("every speculative run token-identical to vanilla", None,
+                      f"sampling (temperature {temp:g}): speculative sampling is lossless in distribution, not "
+                      "token by token, so identity is not checked; use --temperature 0 (greedy) for the check")
     bad = [f"{r['method']}@{r['input']}: first divergence at token {r['first_divergence']}"
            for r in spec if not r["identical"]]
     return _check("every speculative run token-identical to vanilla", None if not spec else not bad,
@@ -969,9 +1008,11 @@ def _cell(x: Any, nd: int = 2) -> str:
     return str(x)
 
 
-def _identity_cell(r: dict) -> str:
+def _identity_cell(r: dict, sampling: bool = False) -> str:
     if r["method"] == "vanilla":
         return "(reference)"
+    if sampling and r["method"] not in PEERS:
+        return "n/a (sampling)"
     if r["identical"] is None:
         return "-"
     return "yes" if r["identical"] else f"NO (token {r['first_divergence']})"
@@ -982,6 +1023,7 @@ def markdown_table(report: dict, name: str) -> str:
     head = ("| method | τ | tokens/target fwd | decode tokens/s | speedup (min-max) | e2e s | draft ms/step | "
             "verify ms/step | KV target / draft | peak MiB (Δ) | identical to vanilla |")
     lines = [head, "|" + "---|" * 11]
+    sampling = _sampling_temperature(report) > 0
     for r in report["results"]:
         if r["input"] != name:
             continue
@@ -994,15 +1036,18 @@ def markdown_table(report: dict, name: str) -> str:
         lines.append(f"| {r['label']} | {_cell(r['tau'])} | {_cell(r['tokens_per_target_forward'])} | "
                      f"{_cell(r['decode_tokens_per_s'], 1)} | {sp} | {_cell(r['e2e_s'])} | "
                      f"{_cell(r['draft_ms_per_step'], 1)} | {_cell(r['verify_ms_per_step'], 1)} | {kv} | {mem} | "
-                     f"{_identity_cell(r)} |")
+                     f"{_identity_cell(r, sampling)} |")
     return "\n".join(lines)
 
 
 def format_report(report: dict) -> str:
     """The printed report: one markdown table per input, peer notes, then the verdict lines."""
     m = report["meta"]
+    temp = _sampling_temperature(report)
+    decoding = f", sampling at temperature {temp:g}" if temp > 0 else ", greedy"
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
-           f"{' (fixed length)' if m['fixed_length'] else ''}, {m['repeats']} round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
+           f"{' (fixed length)' if m['fixed_length'] else ''}{decoding}, {m['repeats']} "
+           f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
     machine = _machine_line(m)
     if machine:
         out += [machine, ""]
@@ -1029,6 +1074,10 @@ def format_report(report: dict) -> str:
                 "Ratios are medians of per-round ratios (verify / decode in the same round), so they need not "
                 "equal the ratio of the median times in the JSON; the dynamic tree's default (16 nodes + root) "
                 "is 17 tokens.", ""]
+        if ratio and min(ratio.values()) < STEP_COST_NOISE_RATIO:
+            out += [f"WARNING: a verify forward read {min(ratio.values()):.2f}x a decode step; more tokens cannot "
+                    "cost less than one, so the machine was busy while the step costs were timed: rerun on a "
+                    "quiet machine before trusting the verify goal.", ""]
     out += ["### Verdict", ""] + [f"{v['status']:4}  {v['goal']}: {v['detail']}" for v in report["verdict"]]
     return "\n".join(out)
 
@@ -1225,6 +1274,57 @@ def _apply_preset(args: argparse.Namespace) -> Any:
     return s
 
 
+MIN_SYNTHETIC_SIDE = 56
+"""Smallest generated frame side (px): the procedural scenes need room for their shapes."""
+
+
+def check_output_path(flag: str, path: str | os.PathLike) -> Path:
+    """Check before a long run that ``path`` can be written (its folder is made if missing).
+
+    Returns:
+        The path.
+
+    Raises:
+        BenchError: the path is a folder, or its folder cannot be made or written (names ``flag``).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise BenchError(f"{flag} {path}: is a folder; give a file path, e.g. {Path(path) / 'bench.json'}.")
+    existed = p.exists()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a writable file path.") \
+            from exc
+    if not existed:
+        p.unlink()
+    return p
+
+
+def check_cli_args(args: argparse.Namespace) -> None:
+    """Everything about the ``bench`` arguments that can fail before the (slow) model load and runs.
+
+    Raises:
+        BenchError: bad length lists, frame side, prompt or output paths; ``--out-svg`` without
+            ``--sweep``.
+    """
+    _check_length_lists(args)
+    if args.synthetic_side < MIN_SYNTHETIC_SIDE:
+        raise BenchError(f"--synthetic-side {args.synthetic_side}: give a frame side of at least "
+                         f"{MIN_SYNTHETIC_SIDE} px (default 224).")
+    if not (args.prompt or "").strip():
+        raise BenchError("--prompt is empty: type a question or instruction about the videos "
+                         "(or leave --prompt out for \"Describe this video in detail.\").")
+    if args.out_svg and not args.sweep:
+        raise BenchError("--out-svg plots the length sweep: add --sweep (e.g. 1024,2048,4096), or use --out-html "
+                         "for the charts of other inputs.")
+    for flag, path in (("--out-json", args.out_json), ("--out-html", args.out_html), ("--out-svg", args.out_svg)):
+        if path:
+            check_output_path(flag, path)
+
+
 def _check_length_lists(args: argparse.Namespace) -> None:
     """Raise BenchError for an empty, malformed or repeating ``--sweep`` / ``--synthetic-tokens`` list."""
     for flag, text in (("--synthetic-tokens", args.synthetic_tokens), ("--sweep", args.sweep)):
@@ -1278,6 +1378,18 @@ def drop_redundant_self(methods: Sequence[str], self_sd: bool) -> tuple[tuple[st
     return tuple(m for m in methods if m not in dropped), dropped
 
 
+def _setting_notes(args: argparse.Namespace, settings: BenchSettings) -> list[str]:
+    """Settings that the run will not use, said once before it starts."""
+    notes = []
+    if (args.num_frames is not None or args.fps is not None) and not (args.video or args.dataset):
+        notes.append("--num-frames / --fps sample video files; generated clips (--synthetic-tokens, --sweep) are "
+                     "sized by their video token count instead")
+    tree = settings.config.tree
+    if tree.shape == "static" and tree.min_prob > 0:
+        notes.append("--min-prob has no effect on a static tree (its shape is fixed); use --tree chain or dynamic")
+    return notes
+
+
 def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> dict:
     """Run ``python -m specvlm bench`` as the arguments say and return the report (the CLI prints it).
 
@@ -1297,7 +1409,7 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
     args.no_eos = args.no_eos or args.fixed_length
     methods = parse_methods(args.methods)       # settings errors before the (slow) model load
     BenchSettings(methods=methods, repeats=args.repeats, warmup=args.warmup).validate()
-    _check_length_lists(args)
+    check_cli_args(args)
     if args.preset in TINY_PRESETS:
         pair, preset = _tiny_pair(args.preset, args.self_sd), None
     else:
@@ -1310,6 +1422,9 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs)
     settings.validate()
+    if progress:
+        for line in _setting_notes(args, settings):
+            progress(f"note: {line}")
     n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
     vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,

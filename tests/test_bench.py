@@ -346,3 +346,84 @@ def test_bad_round_counts_name_their_flags(capsys):
     rc = main(["bench", "--preset", "tiny", "--repeats", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("error: --repeats=0 and --warmup=1")
+
+
+TINY_RUN = ["bench", "--preset", "tiny", "--synthetic-side", "56", "--methods", "vanilla,specvlm", "--depth", "2",
+            "--repeats", "1", "--warmup", "0", "--max-new-tokens", "4", "--fixed-length", "--no-step-costs"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--synthetic-tokens", "32", "--out-json", "{tmp}"], "error: --out-json {tmp}: is a folder"),
+    (["--synthetic-tokens", "32", "--out-html", "{tmp}/a_file/r.html"], "error: --out-html {tmp}/a_file/r.html: cannot write"),
+    (["--synthetic-tokens", "32", "--out-svg", "{tmp}/s.svg"], "error: --out-svg plots the length sweep: add --sweep"),
+    (["--synthetic-tokens", "32", "--synthetic-side", "5"], "error: --synthetic-side 5: give a frame side of at least 56"),
+    (["--synthetic-tokens", "32", "--prompt", " "], "error: --prompt is empty"),
+    (["--sweep", "99999999"], "error: 99999999 video tokens: the target's max_position_embeddings is 32768"),
+    (["--sweep", "3"], "error: 3 video tokens: the smallest generated clip for this model gives 4"),
+])
+def test_bad_bench_arguments_fail_before_any_run(extra, message, tmp_path, capsys):
+    """Output paths, frame side, prompt and token counts are refused up front, in one line naming the input."""
+    from specvlm.__main__ import main
+
+    (tmp_path / "a_file").write_text("not a folder")
+    extra = [e.format(tmp=tmp_path) for e in extra]
+    rc = main(TINY_RUN + extra)
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.err.strip().splitlines()[-1].startswith(message.format(tmp=tmp_path))
+    assert "round 1/1" not in captured.err and "Traceback" not in captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # the write check leaves nothing behind
+
+
+def test_a_failed_write_after_the_run_keeps_the_other_outputs(tmp_path, capsys, monkeypatch):
+    from specvlm.__main__ import main
+
+    def disk_full(report, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bench, "write_json", disk_full)
+    html = tmp_path / "r.html"
+    rc = main(TINY_RUN + ["--synthetic-tokens", "32", "--out-json", str(tmp_path / "r.json"), "--out-html", str(html)])
+    captured = capsys.readouterr()
+    assert rc == 1 and "error: JSON not written to" in captured.err and "No space left" in captured.err
+    assert "### Verdict" in captured.out and html.stat().st_size > 1000
+
+
+def test_ctrl_c_is_one_line_not_a_traceback(capsys, monkeypatch):
+    import specvlm.__main__ as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_bench", interrupted)
+    assert cli.main(TINY_RUN + ["--synthetic-tokens", "32"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: bench stopped before the end; nothing more was written."
+
+
+def test_sampling_runs_skip_the_identity_goal_and_say_so(capsys):
+    from specvlm.__main__ import main
+
+    rc = main(TINY_RUN + ["--synthetic-tokens", "32", "--temperature", "0.8", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "sampling at temperature 0.8" in out.splitlines()[0]
+    assert "| n/a (sampling) |" in out
+    assert "SKIP  every speculative run token-identical to vanilla: sampling (temperature 0.8)" in out
+
+
+def test_unused_settings_get_a_note(capsys):
+    from specvlm.__main__ import main
+
+    rc = main(TINY_RUN + ["--synthetic-tokens", "32", "--num-frames", "4", "--tree", "static", "--min-prob", "0.3"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "note: --num-frames / --fps sample video files" in err
+    assert "note: --min-prob has no effect on a static tree" in err
+
+
+def test_noisy_step_costs_are_flagged():
+    report = {"meta": {"pair": "p", "device": "cpu", "dtype": "float32", "max_new_tokens": 4, "fixed_length": True,
+                       "repeats": 1, "warmup": 0, "methods": ["vanilla"], "speedup": "s", "peak_memory": "m",
+                       "decode_config": {"sampling": {"temperature": 0.0}}},
+              "inputs": [], "results": [], "verdict": [],
+              "step_costs": {"kv_tokens": 100, "decode_ms": 1.0, "rounds": 1, "ratio": {"1": 1.0, "8": 0.14}}}
+    assert "WARNING: a verify forward read 0.14x a decode step" in bench.format_report(report)
+    report["step_costs"]["ratio"]["8"] = 1.3
+    assert "a verify forward read" not in bench.format_report(report)
