@@ -1430,4 +1430,8 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
     inputs = build_inputs(args, pair, vcfg)
+    if progress:
+        for inp in inputs:  # what decoding changed or capped (fallback decoder, downscaling), once per video
+            for note in inp.clip.notes:
+                progress(f"note: {inp.name}: {note}")
     return run_bench(pair, inputs, settings, progress=progress)

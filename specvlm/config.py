@@ -151,6 +151,14 @@ class SamplingConfig:
         return self.temperature == 0
 
 
+_NESTED = (
+    ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
+    ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
+    ("sampling", SamplingConfig, "SamplingConfig(temperature=0.0)"),
+)
+"""DecodeConfig's nested settings: (field, class, example shown in the error)."""
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decoding request's settings.
@@ -165,7 +173,8 @@ class DecodeConfig:
         sampling: temperature / nucleus / seed; temperature 0 = greedy.
 
     Raises:
-        ConfigError: unknown method or out-of-range value.
+        ConfigError: unknown method, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
+            not a :class:`PruneConfig` / :class:`TreeConfig` / :class:`SamplingConfig`.
     """
 
     method: str = "specvlm"
@@ -179,6 +188,12 @@ class DecodeConfig:
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
         _check_range("max_new_tokens", int(self.max_new_tokens), 1, 4096)
+        for name, cls, example in _NESTED:
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                hint = (f" (to choose the pruning method, use DecodeConfig(method={value!r}))"
+                        if name == "prune" and isinstance(value, str) else "")
+                raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))
 
@@ -193,10 +208,12 @@ class VideoConfig:
     """Frame sampling.
 
     Attributes:
-        num_frames: frames sampled uniformly over the clip (1..1024); ignored when fps is set.
+        num_frames: frames sampled uniformly over the clip (1..1024); ignored when fps is set
+            (fps takes precedence, so ``VideoConfig(num_frames=4, fps=2.0)`` samples at 2 fps).
         fps: sample at this rate instead (frames per second, > 0), capped by max_frames.
         max_frames: hard cap on sampled frames (memory bound).
-        max_pixels: frames larger than this (H*W) are downscaled by the processor.
+        max_pixels: frames larger than this (H*W) are downscaled while decoding
+            (:func:`specvlm.video.load_video`).
         even_frames: round the count down to an even number (Qwen2.5-VL temporal patch 2).
 
     Raises:

@@ -13,6 +13,7 @@ Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
@@ -356,7 +357,44 @@ def _rope_dims(inputs: ModelInputs) -> int:
 
 
 # --------------------------------------------------------------------------- streams
-def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None, *,
+VideoInput = VideoClip | str | os.PathLike
+"""What :func:`stream` and :func:`generate` take as the video: a clip, or a video file to load."""
+
+
+def as_clip(pair: ModelPair, clip: VideoInput | None, inputs: ModelInputs | None = None) -> VideoClip | None:
+    """The request's clip: a path is loaded with :func:`specvlm.video.load_video`, a clip passes through.
+
+    A path gets the default :class:`~specvlm.config.VideoConfig` (16 frames, ``max_pixels``
+    448 * 448), with ``even_frames`` when the model reads frames in pairs (Qwen2.5-VL), as the
+    CLI does; for other settings load the clip yourself and pass it.
+
+    Args:
+        pair: the models (for their frames per token).
+        clip: a VideoClip (frames uint8 (T, H, W, 3)), a video file path (str or PathLike), or
+            None when ``inputs`` is given.
+        inputs: prepared inputs; with them the clip is not needed and returned as is (not loaded).
+
+    Returns:
+        The VideoClip; with ``inputs``, ``clip`` unchanged.
+
+    Raises:
+        TypeError: no clip without ``inputs``, or something that is neither a clip nor a path.
+        specvlm.video.VideoError: the file is missing or not a readable video.
+    """
+    if inputs is not None:
+        return clip
+    if isinstance(clip, (str, os.PathLike)):
+        from specvlm.config import VideoConfig
+        from specvlm.video import load_video
+
+        return load_video(clip, VideoConfig(even_frames=pair.frames_per_token == 2))
+    if not hasattr(clip, "frames"):
+        raise TypeError(f"clip must be a VideoClip or a video file path, got {type(clip).__name__}; "
+                        "pass a path, or specvlm.video.load_video(path).")
+    return clip
+
+
+def stream(pair: ModelPair, clip: VideoInput | None, prompt: str, config: DecodeConfig | None = None, *,
            inputs: ModelInputs | None = None, should_stop: Callable[[], bool] | None = None,
            record_trees: bool = False, subtitles: list | None = None,
            subtitle_mode: str = "both", force_keep: torch.Tensor | None = None) -> Iterator[PrefillInfo | StepEvent]:
@@ -364,7 +402,8 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
 
     Args:
         pair: target + draft.
-        clip: sampled frames (ignored when ``inputs`` is given).
+        clip: sampled frames (VideoClip, frames uint8 (T, H, W, 3)), or a video file path loaded
+            with the default VideoConfig (:func:`as_clip`); ignored when ``inputs`` is given.
         prompt: user text.
         config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults).
         inputs: prepared inputs (skips the processor), e.g. from ``pair.adapter.prepare``.
@@ -382,9 +421,12 @@ def stream(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeC
         One PrefillInfo, then StepEvents (step 0 = the prefill token).
 
     Raises:
-        ValueError (and subclasses): bad prompt, video or settings.
+        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
+            video (:class:`specvlm.video.VideoError`).
+        TypeError: ``clip`` is neither a VideoClip nor a path (and no ``inputs``).
     """
     config = config or DecodeConfig()
+    clip = as_clip(pair, clip, inputs)
     with torch.inference_mode():
         t0 = time.perf_counter()
         if inputs is None:
@@ -501,16 +543,30 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
                         num_generated=len(em.ids), tree=rec)
 
 
-def generate(pair: ModelPair, clip: VideoClip | None, prompt: str, config: DecodeConfig | None = None,
+def generate(pair: ModelPair, clip: VideoInput | None, prompt: str, config: DecodeConfig | None = None,
              **kwargs: Any) -> DecodeResult:
     """Run :func:`stream` to the end and summarise it (DESIGN 4.12).
+
+    Args:
+        pair: target + draft.
+        clip: a VideoClip, or a video file path loaded with the default VideoConfig
+            (:func:`as_clip`; not counted in ``total_s``); ignored when ``inputs`` is given.
+        prompt: user text.
+        config: decoding settings (default: SpecVLM, paper defaults).
+        **kwargs: passed to :func:`stream` (``inputs``, ``should_stop``, ``subtitles``, ...).
 
     Returns:
         DecodeResult: ids, text, τ (mean accepted length excluding the bonus token),
         tokens per target forward, decode time (s, excludes prefill/scoring/pruning/draft
         prefill), end-to-end time (s), tokens/s over decode time, per-step accept lengths.
+
+    Raises:
+        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
+            video (:class:`specvlm.video.VideoError`).
+        TypeError: ``clip`` is neither a VideoClip nor a path (and no ``inputs``).
     """
     config = config or DecodeConfig()
+    clip = as_clip(pair, clip, kwargs.get("inputs"))
     t0 = time.perf_counter()
     steps: list[StepEvent] = []
     info: PrefillInfo | None = None

@@ -3,7 +3,10 @@
 Flow (DESIGN 2, 8): :func:`probe_video` opens the container with PyAV and reads
 the stream metadata plus the first frame (for rotation); :func:`load_video`
 then decodes only the sampled frames with decord, or with PyAV when decord
-cannot read the file. Everything runs in a worker thread with a time limit.
+cannot read the file, and enlarges frames with a side under :data:`MIN_SIDE`
+(:func:`ensure_min_side`). Everything runs in a worker thread with a time limit.
+What was changed or capped is reported once, in ``VideoClip.notes`` (the CLI and
+the app show them); the logger only repeats it at INFO level.
 
 Backends (measured with decord 0.6.0 and PyAV 18.1 on Linux):
 
@@ -58,6 +61,8 @@ _SEEK_MIN_GAP = 250
 """PyAV fallback: seek over gaps of more frames than this between sampled frames (else decode through)."""
 MIN_SIDE = 28
 """Smallest frame side Qwen2.5-VL's processor accepts (its patch 14 x spatial merge 2)."""
+MAX_ASPECT = 200
+"""Largest long side / short side ratio Qwen2.5-VL's processor accepts (``smart_resize`` raises above it)."""
 _TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "text", "subrip", "ass", "webvtt"})
 
 
@@ -121,7 +126,7 @@ class VideoInfo:
 
 def _check_file(path: str) -> None:
     if not os.path.exists(path):
-        raise VideoError(f"{path}: file not found; check the path.")
+        raise VideoError(f"{path}: no such file; check the path.")
     if not os.path.isfile(path):
         raise VideoError(f"{path}: is not a regular file; pass a video file.")
     if os.path.getsize(path) == 0:
@@ -422,6 +427,30 @@ def _fit_pixels(w: int, h: int, max_pixels: int) -> tuple[int, int]:
     return nw, nh
 
 
+def _model_size(w: int, h: int, max_pixels: int, min_side: int | None) -> tuple[int, int]:
+    """Decode size (w, h) for coded w x h frames: the ``max_pixels`` fit, made fit for the models.
+
+    ``min_side`` None: :func:`_fit_pixels` (aspect kept). Otherwise the size is planned for
+    :func:`ensure_min_side`, which then repeats pixels a whole factor f = ceil(min_side / s) when
+    the short side s is under ``min_side``: s stays at min(coded short side, min_side) rather
+    than being downscaled first, and the long side is cut to at most ``MAX_ASPECT * s`` and to
+    ``max_pixels // (s * f * f)`` (so the enlarged frame is still within ``max_pixels``), never
+    below s. Only such narrow or extreme shapes lose their aspect ratio; ``min_side`` wins over a
+    ``max_pixels`` under ``min_side ** 2``.
+    """
+    fw, fh = _fit_pixels(w, h, max_pixels)
+    if min_side is None:
+        return fw, fh
+    if min(fw, fh) >= min_side:
+        s, long = min(fw, fh), max(fw, fh)
+    else:
+        s = min(w, h, min_side)
+        long = max(s, round(max(w, h) * s / min(w, h)))
+    f = math.ceil(min_side / s)
+    long = max(s, min(long, MAX_ASPECT * s, max_pixels // (s * f * f)))
+    return (long, s) if w >= h else (s, long)
+
+
 def _run_with_timeout(fn: Callable[[threading.Event], _T], timeout_s: float | None, path: str) -> _T:
     """Run fn(cancel_event) in a daemon thread; raise VideoTimeoutError after timeout_s.
 
@@ -661,7 +690,7 @@ def _decode_pyav(info: VideoInfo, size: tuple[int, int], config: VideoConfig, ca
         frames = [frames[0]] * (len(indices) - len(frames)) + frames
         times = [times[0]] * (len(indices) - len(times)) + times
     for n in notes:
-        logger.warning("%s: %s", info.path, n)
+        logger.info("%s: %s", info.path, n)  # shown to the user once, as clip.notes
     last_end = float(ts_all[-1] + step) if have_ts else total / (info.fps or 1.0)
     return _Decoded(np.stack(frames), np.asarray(times, dtype=np.float64), indices, total, last_end, "pyav", notes,
                     decoded=decoded)
@@ -684,7 +713,8 @@ def _decode(
             logger.info("decord is not installed; decoding %s with PyAV", info.path)
         except Exception as e:  # decord raises its own DECORDError / RuntimeError types
             reason = _short_error(e)
-            logger.warning("decord could not read %s (%s); falling back to PyAV", info.path, reason)
+            # info, not warning: the note below reaches the user via clip.notes (CLI and app show them)
+            logger.info("decord could not read %s (%s); falling back to PyAV", info.path, reason)
             notes.append(f"decoded with PyAV: decord could not read this {info.codec} file ({reason})")
     else:
         notes.append(f"decoded with PyAV and rotated {info.rotation} degrees counter-clockwise (display matrix)")
@@ -720,24 +750,26 @@ def _sampling_notes(info: VideoInfo, dec: _Decoded, config: VideoConfig) -> list
     return notes
 
 
-def _load(path: str, config: VideoConfig, cancel: threading.Event) -> VideoClip:
+def _load(path: str, config: VideoConfig, cancel: threading.Event, min_side: int | None) -> VideoClip:
     info = probe_video(path, count_frames=False)
-    size = _fit_pixels(info.coded_width, info.coded_height, config.max_pixels)
+    fit = _fit_pixels(info.coded_width, info.coded_height, config.max_pixels)
+    size = _model_size(info.coded_width, info.coded_height, config.max_pixels, min_side)
     dec, notes = _decode(info, size, config, cancel)
     frames = dec.frames
     if info.rotation:
         frames = np.rot90(frames, k=info.rotation // 90, axes=(1, 2))
     frames = np.ascontiguousarray(frames, dtype=np.uint8)
-    if size != (info.coded_width, info.coded_height):
-        notes.append(
-            f"downscaled {info.width}x{info.height} -> {frames.shape[2]}x{frames.shape[1]} "
-            f"to fit max_pixels={config.max_pixels}"
-        )
+    got = f"{info.width}x{info.height} -> {frames.shape[2]}x{frames.shape[1]}"
+    if size != fit:
+        notes.append(f"resized {got} (aspect ratio changed) so the model gets sides of at least {min_side} px, "
+                     f"at most {MAX_ASPECT}x as long as wide, within max_pixels={config.max_pixels}")
+    elif size != (info.coded_width, info.coded_height):
+        notes.append(f"downscaled {got} to fit max_pixels={config.max_pixels}")
     notes = _sampling_notes(info, dec, config) + notes + dec.notes
     duration = max(info.duration, dec.last_end_s)
     native_fps = info.fps if info.fps > 0 else (dec.total_frames / duration if duration > 0 else 0.0)
     logger.info("loaded %s: %d frames %s via %s", path, len(frames), frames.shape[1:3], dec.backend)
-    return VideoClip(
+    clip = VideoClip(
         frames=frames,
         timestamps=np.maximum(dec.timestamps, 0.0),
         path=path,
@@ -746,49 +778,65 @@ def _load(path: str, config: VideoConfig, cancel: threading.Event) -> VideoClip:
         duration=float(duration),
         notes=notes,
     )
+    return clip if min_side is None else ensure_min_side(clip, min_side)
 
 
 def load_video(
-    path: str | os.PathLike[str], config: VideoConfig = VideoConfig(), *, timeout_s: float | None = 60.0
+    path: str | os.PathLike[str], config: VideoConfig = VideoConfig(), *, timeout_s: float | None = 60.0,
+    min_side: int | None = MIN_SIDE,
 ) -> VideoClip:
-    """Probe a video, then decode only the sampled frames, upright and size-capped.
+    """Probe a video, then decode only the sampled frames, upright, size-capped and model-ready.
 
     Steps: probe with PyAV (rejects non-videos); sample indices with
     :func:`sample_indices` using the stream's real frame count and per-frame
     timestamps; decode with decord (``get_batch``), or PyAV when decord fails or
     the stream is rotated; rotate upright; scale frames whose H * W exceeds
-    ``config.max_pixels`` down during decoding (aspect kept). Limits applied are
-    recorded in ``clip.notes``. The work runs in a daemon thread bounded by
-    ``timeout_s``.
+    ``config.max_pixels`` down during decoding (aspect kept); enlarge frames with
+    a side under ``min_side`` by a whole factor (:func:`ensure_min_side`). For
+    narrow shapes the long side is shortened while decoding so that the enlarged
+    frame stays within ``config.max_pixels`` and ``MAX_ASPECT`` (e.g. 16x64 px ->
+    32x128, 16x2000 -> 32x4000, 16x4000 -> 32x6272 at the default max_pixels).
+    Limits applied are recorded in ``clip.notes``. The work runs in a daemon
+    thread bounded by ``timeout_s``.
 
     Args:
         path: the video file.
         config: frame sampling settings (num_frames or fps, max_frames,
             max_pixels, even_frames).
         timeout_s: seconds before giving up (None = no limit, runs inline).
+        min_side: smallest frame side (px) after loading, default :data:`MIN_SIDE`
+            (what Qwen2.5-VL accepts); None = frames as decoded, only ``max_pixels``
+            applied (sides may be under 28 px and any aspect ratio).
 
     Returns:
         VideoClip with frames uint8 (T, H, W, 3) RGB C-contiguous, timestamps
         float64 (T,) in seconds from the first frame, native_fps (frames/s),
-        total_frames, duration (s) and notes.
+        total_frames, duration (s) and notes. With ``min_side``: min(H, W) >=
+        min_side and max(H, W) <= MAX_ASPECT * min(H, W).
 
     Raises:
         VideoFormatError: empty, text, image, audio-only or unknown file.
         VideoDecodeError: no backend could decode the frames.
         VideoTimeoutError: took longer than ``timeout_s``.
         VideoError: missing or unreadable file.
+        ValueError: ``min_side`` is not None or an int >= 1.
 
     Source: DESIGN.md section 8 (probe first, fallback, cap at real count).
     """
+    if min_side is not None and (isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1):
+        raise ValueError(f"min_side={min_side!r} must be a whole number of pixels >= 1, or None (off).")
     p = os.fspath(path)
-    return _run_with_timeout(lambda cancel: _load(p, config, cancel), timeout_s, p)
+    return _run_with_timeout(lambda cancel: _load(p, config, cancel, min_side), timeout_s, p)
 
 
 def ensure_min_side(clip: VideoClip, min_side: int = MIN_SIDE) -> VideoClip:
     """Upscale frames whose shorter side is under ``min_side`` px by a whole factor (pixel repeat).
 
     Qwen2.5-VL's processor rejects sides under 28 px; repeating pixels keeps the content
-    exact and the aspect ratio. The clip is returned unchanged when it is large enough.
+    exact and the aspect ratio. The clip is returned unchanged when it is large enough, so a
+    second call is a no-op. :func:`load_video` already calls it (and plans the decode size so
+    the result stays within ``max_pixels`` and ``MAX_ASPECT``); for in-memory clips of extreme
+    shape (e.g. 16x4000 px) the enlarged frames can exceed both, so shorten the long side first.
 
     Args:
         clip: frames uint8 (T, H, W, 3).

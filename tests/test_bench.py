@@ -427,3 +427,16 @@ def test_noisy_step_costs_are_flagged():
     assert "WARNING: a verify forward read 0.14x a decode step" in bench.format_report(report)
     report["step_costs"]["ratio"]["8"] = 1.3
     assert "a verify forward read" not in bench.format_report(report)
+
+
+def test_video_notes_reach_the_bench_log(tmp_path, capsys):
+    """What decoding changed (here: a 16 px wide video enlarged to the model's 28 px minimum) is said once."""
+    from test_video import write_video
+
+    from specvlm.__main__ import main
+
+    path = tmp_path / "narrow.mp4"
+    write_video(path, n=8, w=16, h=64, fps=8)
+    rc = main(TINY_RUN[:3] + ["--video", str(path)] + TINY_RUN[5:])
+    err = capsys.readouterr().err
+    assert rc == 0 and err.count("note: narrow.mp4: upscaled 16x64 -> 32x128 px") == 1

@@ -108,6 +108,22 @@ def test_two_frames_and_very_short_clips(tmp_path):
     assert len(clip.frames) == 2 and clip.duration == pytest.approx(0.1, abs=0.02)
 
 
+def test_pyav_fallback_is_announced_once(tmp_path, monkeypatch, caplog):
+    """The fallback reaches the user once, as a clip note (the CLI prints notes, the app shows them)."""
+    path = write_video(tmp_path / "x.mp4", n=4)
+
+    def broken(*a, **k):
+        raise RuntimeError("DECORDError: cannot read")
+
+    monkeypatch.setattr(video, "_decode_decord", broken)
+    with caplog.at_level("INFO", logger="specvlm.video"):
+        clip = load_video(path, VideoConfig(num_frames=2))
+    assert [n for n in clip.notes if "decoded with PyAV" in n] == [
+        "decoded with PyAV: decord could not read this h264 file (RuntimeError: DECORDError: cannot read)"]
+    assert not [r for r in caplog.records if r.levelno >= 30], caplog.text  # no WARNING repeating the note
+    assert "falling back to PyAV" in caplog.text  # still in the (INFO) server log
+
+
 def test_sides_under_28_px_are_upscaled_exactly():
     frames = np.arange(2 * 9 * 20 * 3, dtype=np.uint8).reshape(2, 9, 20, 3)
     clip = ensure_min_side(VideoClip(frames, np.array([0.0, 0.5]), native_fps=2.0, total_frames=2, duration=1.0))

@@ -20,7 +20,10 @@ from specvlm.video import (
     VideoError,
     VideoFormatError,
     VideoInfo,
+    MAX_ASPECT,
+    MIN_SIDE,
     VideoTimeoutError,
+    ensure_min_side,
     frames_to_clip,
     load_video,
     probe_video,
@@ -280,13 +283,42 @@ def test_av1_goes_through_pyav_fallback(tmp_path):
 @pytest.mark.parametrize("w,h,pix", [(16, 16, "yuv420p"), (17, 15, "yuv444p"), (30, 18, "yuv420p")])
 def test_tiny_and_odd_sizes(tmp_path, w, h, pix):
     path = write_video(tmp_path / f"s{w}x{h}.mp4", n=6, w=w, h=h, pix_fmt=pix)
-    clip = load_video(path, VideoConfig(num_frames=6))
+    clip = load_video(path, VideoConfig(num_frames=6), min_side=None)  # as decoded, not enlarged
     assert clip.frames.shape == (6, h, w, 3)
     assert frame_ids(clip.frames) == list(range(6))
 
 
+@pytest.mark.parametrize("w,h,out_w,out_h", [
+    (16, 64, 32, 128),      # the fresh-user trial's w16.mp4
+    (64, 16, 128, 32),
+    (16, 2000, 32, 4000),   # x2, aspect kept: 128000 px and 125:1 fit the defaults
+    (16, 4000, 32, 6272),   # x2 of 16x4000 would be 256000 px > max_pixels and 250:1: long side cut
+])
+def test_narrow_videos_are_enlarged_for_the_model(tmp_path, w, h, out_w, out_h):
+    path = write_video(tmp_path / f"n{w}x{h}.mp4", n=4, w=w, h=h)
+    cfg = VideoConfig(num_frames=4)
+    clip = load_video(path, cfg)
+    t, hh, ww, _ = clip.frames.shape
+    assert (t, ww, hh) == (4, out_w, out_h)
+    assert min(hh, ww) >= MIN_SIDE and max(hh, ww) <= MAX_ASPECT * min(hh, ww) and hh * ww <= cfg.max_pixels
+    assert frame_ids(clip.frames) == [0, 1, 2, 3] and clip.frames.flags["C_CONTIGUOUS"]
+    assert any(n.startswith("upscaled") for n in clip.notes)
+    assert any(n.startswith("resized") for n in clip.notes) == (h == 4000)
+    assert ensure_min_side(clip) is clip  # the app's extra call is a no-op
+    raw = load_video(path, cfg, min_side=None)
+    assert raw.frames.shape == (4, h, w, 3)
+
+
+def test_min_side_enlarges_within_max_pixels_and_rejects_bad_values(tmp_path):
+    path = write_video(tmp_path / "n20x1000.mp4", n=2, w=20, h=1000)
+    clip = load_video(path, VideoConfig(num_frames=2, max_pixels=20 * 1000), min_side=56)
+    assert clip.frames.shape == (2, 333, 60, 3)  # 20 px x3 = 60; long side cut to 111 so 60 x 333 <= 20000
+    with pytest.raises(ValueError, match="min_side"):
+        load_video(path, min_side=0)
+
+
 def test_max_pixels_downscales_with_note(vids):
-    clip = load_video(vids["h264"], VideoConfig(num_frames=4, max_pixels=32 * 24))
+    clip = load_video(vids["h264"], VideoConfig(num_frames=4, max_pixels=32 * 24), min_side=None)
     assert clip.frames.shape == (4, 24, 32, 3)
     assert any("downscaled 64x48 -> 32x24" in n for n in clip.notes)
     assert frame_ids(clip.frames) == [0, 6, 13, 19]
@@ -294,7 +326,7 @@ def test_max_pixels_downscales_with_note(vids):
 
 def test_downscale_keeps_aspect_on_rotated_video(tmp_path):
     path = write_video(tmp_path / "rotbig.mp4", n=4, w=128, h=64, rotation=90)
-    clip = load_video(path, VideoConfig(num_frames=2, max_pixels=32 * 16))
+    clip = load_video(path, VideoConfig(num_frames=2, max_pixels=32 * 16), min_side=None)
     t, hh, ww, _ = clip.frames.shape
     assert hh * ww <= 32 * 16 and hh == 2 * ww  # upright portrait, aspect kept
 
@@ -353,7 +385,7 @@ def test_non_videos_raise_clear_errors(tmp_path, make, words):
 
 
 def test_missing_file_and_audio_probe(tmp_path):
-    with pytest.raises(VideoError, match="not found"):
+    with pytest.raises(VideoError, match="nope.mp4: no such file; check the path"):  # the CLI's wording
         load_video(tmp_path / "nope.mp4")
     info = probe_video(_audio_only(tmp_path / "a.m4a"), require_video=False)
     assert not info.has_video and info.has_audio
