@@ -47,7 +47,8 @@ class Qwen25VLAdapter:
         frames = np.asarray(clip.frames)
         if frames.shape[1] < 28 or frames.shape[2] < 28:
             raise ValueError(f"frames of {frames.shape[2]}x{frames.shape[1]} px are too small for Qwen2.5-VL: "
-                             "use a video at least 28 px on each side.")
+                             "enlarge the clip with specvlm.video.ensure_min_side(clip) (load_video does it by "
+                             "default) or use a video at least 28 px on each side.")
         if len(frames) % 2:
             frames = np.concatenate([frames, frames[-1:]], axis=0)
         fps = float(clip.sample_fps) or 1.0
