@@ -235,9 +235,9 @@ class Engine:
         return probe_video(path, count_frames=False, timeout_s=self.video_timeout_s)
 
     def load_video(self, path: str, config: Any) -> Any:
-        """Decode and sample frames into a VideoClip (sides under 28 px are upscaled)."""
-        from specvlm.video import ensure_min_side, load_video
-        return ensure_min_side(load_video(path, config, timeout_s=self.video_timeout_s))
+        """Decode and sample frames into a VideoClip (load_video upscales sides under 28 px)."""
+        from specvlm.video import load_video
+        return load_video(path, config, timeout_s=self.video_timeout_s)
 
     def load_srt(self, path: str) -> list[Any]:
         """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""

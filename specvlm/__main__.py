@@ -161,6 +161,13 @@ def subtitle_args(args: argparse.Namespace) -> dict:
     return {"subtitles": cues, "subtitle_mode": args.subtitle_mode}
 
 
+def check_prompt_flag(prompt: str | None) -> None:
+    """Raise ValueError naming ``--prompt`` when it is empty or only whitespace."""
+    if not (prompt or "").strip():
+        raise ValueError("--prompt is empty: type a question or instruction about the video "
+                         "(or leave --prompt out for \"Describe this video in detail.\").")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specvlm.decoding import generate
     from specvlm.metrics import first_divergence
@@ -174,9 +181,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--video {args.video} is a folder: give a video file.")
     if not os.path.isfile(args.video):
         raise ValueError(f"--video {args.video}: no such file; check the path.")
-    if not args.prompt.strip():
-        raise ValueError("--prompt is empty: type a question or instruction about the video "
-                         "(or leave --prompt out for \"Describe this video in detail.\").")
+    check_prompt_flag(args.prompt)
     probe_video(args.video)   # a file that is no video fails here, before any model is loaded
     extra = subtitle_args(args)
     pair, preset = load_from_args(args)

@@ -174,7 +174,8 @@ def _synthetic_frames(num_frames: int, side: int, seed: int) -> np.ndarray:
     """uint8 (T, side, side, 3) frames from the procedural generator (moving shapes)."""
     from specvlm import synth
 
-    spec = synth.SceneSpec(num_frames=max(2, num_frames), height=max(56, side), width=max(56, side))
+    spec = synth.SceneSpec(num_frames=max(2, num_frames), height=max(MIN_SYNTHETIC_SIDE, side),
+                            width=max(MIN_SYNTHETIC_SIDE, side))
     frames, _ = synth.generate(seed, spec)
     return frames[:num_frames]
 
@@ -1314,9 +1315,9 @@ def check_cli_args(args: argparse.Namespace) -> None:
     if args.synthetic_side < MIN_SYNTHETIC_SIDE:
         raise BenchError(f"--synthetic-side {args.synthetic_side}: give a frame side of at least "
                          f"{MIN_SYNTHETIC_SIDE} px (default 224).")
-    if not (args.prompt or "").strip():
-        raise BenchError("--prompt is empty: type a question or instruction about the videos "
-                         "(or leave --prompt out for \"Describe this video in detail.\").")
+    from specvlm.__main__ import check_prompt_flag
+
+    check_prompt_flag(args.prompt)
     if args.out_svg and not args.sweep:
         raise BenchError("--out-svg plots the length sweep: add --sweep (e.g. 1024,2048,4096), or use --out-html "
                          "for the charts of other inputs.")
@@ -1415,23 +1416,19 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
     else:
         pair, preset = load_from_args(args)
     methods, dropped = drop_redundant_self(methods, pair.self_sd)
-    if dropped and progress:
-        progress(f"note: the pair is already Self-SD, so {', '.join(dropped)} would repeat "
-                 f"{', '.join(m[:-len(SELF)] for m in dropped)}; skipped")
     settings = BenchSettings(methods=methods, config=decode_config(args, "vanilla", preset),
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs)
     settings.validate()
-    if progress:
-        for line in _setting_notes(args, settings):
-            progress(f"note: {line}")
     n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
     vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
     inputs = build_inputs(args, pair, vcfg)
+    notes = [f"the pair is already Self-SD, so {m} would repeat {m[:-len(SELF)]}; skipped" for m in dropped]
+    notes += _setting_notes(args, settings)
+    notes += [f"{inp.name}: {n}" for inp in inputs for n in inp.clip.notes]  # decoder fallback, resizing
     if progress:
-        for inp in inputs:  # what decoding changed or capped (fallback decoder, downscaling), once per video
-            for note in inp.clip.notes:
-                progress(f"note: {inp.name}: {note}")
+        for line in notes:
+            progress(f"note: {line}")
     return run_bench(pair, inputs, settings, progress=progress)
