@@ -1,0 +1,78 @@
+"""Is the Hugging Face Hub reachable from here? One short answer per process.
+
+Loading a Hub id on a machine without network makes ``huggingface_hub`` retry for a
+long time before it fails. The app and the CLI ask :func:`hub_reachable` once at start
+instead: with ``HF_HUB_OFFLINE`` set the answer is False at once; otherwise one HEAD
+request with a short timeout decides, and the answer is kept for the life of the process.
+
+Source: ``huggingface_hub`` environment variables (``HF_HUB_OFFLINE``, ``HF_ENDPOINT``);
+docs/design.md §9 (deployment).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import urllib.error
+import urllib.request
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def offline_forced() -> bool:
+    """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set to a true value (1/on/yes/true)."""
+    return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_endpoint() -> str:
+    """The Hub's base URL: ``HF_ENDPOINT`` when set, else https://huggingface.co (no trailing slash)."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _head(url: str, timeout_s: float) -> bool:
+    """One HEAD request, no retries: True for any HTTP answer (even 4xx/5xx means the host answered)."""
+    req = urllib.request.Request(url, method="HEAD")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s):  # noqa: S310 - fixed https endpoint
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError) as exc:  # URLError, timeouts, DNS failures, bad endpoint
+        log.debug("Hub %s not reachable: %s", url, exc)
+        return False
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(endpoint: str, timeout_s: float) -> bool:
+    return _head(endpoint + "/api/models?limit=1", timeout_s)
+
+
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether the Hugging Face Hub answers, decided quickly and at most once per process.
+
+    Args:
+        timeout_s: seconds the single HEAD request may take (connect + answer).
+
+    Returns:
+        False at once when ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` is set; otherwise whether one
+        HEAD request to ``HF_ENDPOINT`` got any HTTP answer within ``timeout_s``. The result is cached
+        per endpoint for the process (a second call makes no request).
+
+    Raises:
+        ValueError: ``timeout_s`` is not > 0.
+
+    Source: docs/design.md §9.
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"hub_reachable needs timeout_s > 0, got {timeout_s!r}.")
+    if offline_forced():
+        return False
+    return _probe(hub_endpoint(), float(timeout_s))
+
+
+def clear_cache() -> None:
+    """Forget the cached answer (tests; a process that changed its network)."""
+    _probe.cache_clear()
