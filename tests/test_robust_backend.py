@@ -150,7 +150,8 @@ def test_4k_video_is_downscaled_and_says_so(tmp_path):
 
 def test_decode_time_limit_gives_a_message_and_the_next_request_works(tmp_path, clip, monkeypatch):
     import specvlm.video as video
-    real = video._decode
+    from specvlm.video import backends
+    real = backends.decode
     release = threading.Event()
 
     def hang(info, size, config, cancel):
@@ -159,7 +160,7 @@ def test_decode_time_limit_gives_a_message_and_the_next_request_works(tmp_path, 
             raise video.VideoDecodeError("released")
         return real(info, size, config, cancel)
 
-    monkeypatch.setattr(video, "_decode", hang)
+    monkeypatch.setattr(backends, "decode", hang)
     stuck = write_video(tmp_path / "stuck.mp4", n=4)
     b = Backend(IOEngine(video_timeout_s=0.5))
     t0 = time.perf_counter()

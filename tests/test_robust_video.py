@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_video import _marker, frame_ids, write_video  # noqa: E402
 
 import specvlm.video as video  # noqa: E402
+from specvlm.video import backends, probe  # noqa: E402
 from specvlm.config import VideoConfig  # noqa: E402
 from specvlm.types import VideoClip  # noqa: E402
 from specvlm.video import (VideoDecodeError, VideoTimeoutError, ensure_min_side, load_video,  # noqa: E402
@@ -71,8 +72,8 @@ def test_no_reader_can_decode_names_the_codec(tmp_path, monkeypatch):
     def broken(*a, **k):
         raise av.error.InvalidDataError(1094995529, "Invalid data found when processing input")
 
-    monkeypatch.setattr(video, "_decode_pyav", broken)
-    monkeypatch.setattr(video, "_decode_decord", broken)
+    monkeypatch.setattr(backends, "decode_pyav", broken)
+    monkeypatch.setattr(backends, "decode_decord", broken)
     with pytest.raises(VideoDecodeError) as ei:
         load_video(path)
     assert "hevc" in str(ei.value) and str(path) in str(ei.value) and "re-encode" in str(ei.value)
@@ -115,7 +116,7 @@ def test_pyav_fallback_is_announced_once(tmp_path, monkeypatch, caplog):
     def broken(*a, **k):
         raise RuntimeError("DECORDError: cannot read")
 
-    monkeypatch.setattr(video, "_decode_decord", broken)
+    monkeypatch.setattr(backends, "decode_decord", broken)
     with caplog.at_level("INFO", logger="specvlm.video"):
         clip = load_video(path, VideoConfig(num_frames=2))
     assert [n for n in clip.notes if "decoded with PyAV" in n] == [
@@ -190,8 +191,8 @@ def test_long_video_decodes_only_near_the_sampled_frames(tmp_path, monkeypatch, 
     path = _long_video(tmp_path / "long.mkv", codec)
     _no_decord(monkeypatch)  # the PyAV path is the one that could decode everything
     calls = []
-    real = video._decode_pyav
-    monkeypatch.setattr(video, "_decode_pyav", lambda *a: calls.append(real(*a)) or calls[-1])
+    real = backends.decode_pyav
+    monkeypatch.setattr(backends, "decode_pyav", lambda *a: calls.append(real(*a)) or calls[-1])
     t0 = time.perf_counter()
     clip = load_video(path, VideoConfig(num_frames=8))
     elapsed = time.perf_counter() - t0
@@ -229,7 +230,7 @@ def test_frame_cap_is_noted(tmp_path):
 def test_hung_reader_times_out_and_the_next_video_loads(tmp_path, monkeypatch):
     good = write_video(tmp_path / "good.mp4", n=6)
     release = threading.Event()
-    real = video._decode
+    real = backends.decode
 
     def hang_once(info, size, config, cancel):
         if info.path.endswith("stuck.mp4"):
@@ -238,7 +239,7 @@ def test_hung_reader_times_out_and_the_next_video_loads(tmp_path, monkeypatch):
         return real(info, size, config, cancel)
 
     stuck = write_video(tmp_path / "stuck.mp4", n=6)
-    monkeypatch.setattr(video, "_decode", hang_once)
+    monkeypatch.setattr(backends, "decode", hang_once)
     t0 = time.perf_counter()
     with pytest.raises(VideoTimeoutError, match="stuck.mp4.*longer than 0.5 s"):
         load_video(stuck, timeout_s=0.5)
@@ -249,7 +250,7 @@ def test_hung_reader_times_out_and_the_next_video_loads(tmp_path, monkeypatch):
 
 def test_probe_has_a_time_limit(tmp_path, monkeypatch):
     path = write_video(tmp_path / "p.mp4", n=4)
-    monkeypatch.setattr(video, "_probe_open", lambda *a: time.sleep(3))
+    monkeypatch.setattr(probe, "_probe_open", lambda *a: time.sleep(3))
     with pytest.raises(VideoTimeoutError, match="longer than 0.3 s"):
         probe_video(path, timeout_s=0.3)
 

@@ -401,7 +401,7 @@ def test_truncated_file_raises_video_error(tmp_path, vids):
 
 
 def test_timeout_gives_clear_error(monkeypatch, vids):
-    import specvlm.video as video
+    from specvlm.video import backends
 
     released = threading.Event()
 
@@ -410,7 +410,7 @@ def test_timeout_gives_clear_error(monkeypatch, vids):
         released.set()
         raise VideoDecodeError("cancelled")
 
-    monkeypatch.setattr(video, "_decode", hang)
+    monkeypatch.setattr(backends, "decode", hang)
     with pytest.raises(VideoTimeoutError, match="longer than 0.3 s"):
         load_video(vids["h264"], timeout_s=0.3)
     assert released.wait(5)  # the worker was told to stop
