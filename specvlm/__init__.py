@@ -12,7 +12,14 @@ Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201).
 """
 from __future__ import annotations
 
+import os as _os
+
 from specvlm.config import DecodeConfig, PruneConfig, TreeConfig, VideoConfig, ConfigError
+from specvlm.threads import omp_env_defaults as _omp_env_defaults
+
+# OpenMP reads its wait policy once, when torch loads it: bound the idle spin first
+# (a no-op when torch is already imported or the user set it; specvlm.threads).
+_os.environ.update(_omp_env_defaults())
 
 __all__ = ["DecodeConfig", "PruneConfig", "TreeConfig", "VideoConfig", "ConfigError",
            "load_pair", "load_video", "stream", "generate"]
