@@ -356,6 +356,35 @@ def _rope_dims(inputs: ModelInputs) -> int:
     return int(inputs.positions.shape[0])
 
 
+def draft_substitute(pair: ModelPair) -> tuple[int, int]:
+    """How the draft embeds target tokens it has no row for: (draft rows, substitute id).
+
+    In Std-SD the target's LM head can be larger than the draft's embedding table (padded
+    vocabularies: Qwen2.5-VL-7B 152,064 vs 3B 151,936). The target may emit such an id (sampled,
+    or greedy when its head favours a padding row); the draft then sees the tokenizer's pad id
+    in its place (else its unk id, else 0). Only the draft's context changes, so later drafts
+    may be accepted less often; the target still decides every token, so the output does not.
+
+    Returns:
+        (Vd, substitute): ids >= Vd are replaced by ``substitute`` (< Vd) before the draft
+        embeds them.
+
+    Source: docs/design.md §4 (padded vocabularies within a family).
+    """
+    rows = int(pair.draft.get_input_embeddings().weight.shape[0])
+    tok = getattr(pair.processor, "tokenizer", None)
+    for name in ("pad_token_id", "unk_token_id"):
+        tid = getattr(tok, name, None)
+        if isinstance(tid, int) and 0 <= tid < rows:
+            return rows, tid
+    return rows, 0
+
+
+def for_draft(tokens: list[int], rows: int, substitute: int) -> list[int]:
+    """``tokens`` with every id >= ``rows`` replaced by ``substitute`` (see :func:`draft_substitute`)."""
+    return [t if t < rows else substitute for t in tokens]
+
+
 # --------------------------------------------------------------------------- streams
 VideoInput = VideoClip | str | os.PathLike
 """What :func:`stream` and :func:`generate` take as the video: a clip, or a video file to load."""
@@ -505,11 +534,12 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
     runner = DraftRunner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
+    d_rows, d_sub = draft_substitute(pair)
     while not em.done and not (should_stop and should_stop()):
         step += 1
         # 4.8 draft tree from the root (pending tokens first enter the draft cache)
         with Timer(pair.draft.device) as t_d:
-            root_logp = runner.feed_pending(pending, pos)
+            root_logp = runner.feed_pending(for_draft(pending, d_rows, d_sub), pos)
             if pick.greedy:
                 tree = build_tree(root_logp, runner.feed_nodes, config.tree)
             else:  # draft siblings sampled without replacement (Jeon et al. 2024)
