@@ -1,4 +1,4 @@
-# Two commands: `make run` (app) and `make test` (tests). Both create .venv when missing.
+# Two commands: `make run` (app; uses the Hub when reachable) and `make test` (tests, offline). Both create .venv when missing.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -19,7 +19,7 @@ browser:
 		|| echo "chromium could not be installed: the browser test will be skipped"
 
 run: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) app.py
+	$(PY) app.py
 
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -47,7 +47,11 @@ def _head(url: str, timeout_s: float) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _probe(endpoint: str, timeout_s: float) -> bool:
-    return _head(endpoint + "/api/models?limit=1", timeout_s)
+    ok = _head(endpoint + "/api/models?limit=1", timeout_s)
+    if not ok:
+        log.warning("the Hugging Face Hub (%s) is not reachable: only local models and the local cache are used",
+                    endpoint)
+    return ok
 
 
 def hub_reachable(timeout_s: float = 2.0) -> bool:
@@ -71,6 +75,16 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
     if offline_forced():
         return False
     return _probe(hub_endpoint(), float(timeout_s))
+
+
+def in_local_cache(repo_id: str) -> bool:
+    """True when a Hub model's ``config.json`` is in the local Hub cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a malformed id is simply not cached
+        return False
 
 
 def clear_cache() -> None:

@@ -64,9 +64,24 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 ]}
 
 
+def preset_available(preset: Preset) -> bool:
+    """True when a preset's models can be loaded: local folders exist, or each Hub id is in the local
+    cache or the Hub is reachable (:func:`specvlm.models.hub.hub_reachable`, asked at most once)."""
+    from specvlm.models.hub import hub_reachable, in_local_cache
+
+    def ok(path: str) -> bool:
+        if Path(path).is_absolute():
+            return Path(path).exists()
+        return in_local_cache(path) or hub_reachable()
+
+    return all(ok(p) for p in (preset.target, preset.draft) if p)
+
+
 def default_preset_name() -> str:
-    """Qwen2.5-VL-7B Self-SD with CUDA, else the bundled CPU pair."""
-    return QWEN7_SELF if torch.cuda.is_available() else BUNDLED_STD
+    """Qwen2.5-VL-7B Self-SD with CUDA when it can be loaded (cached or Hub reachable), else the bundled pair."""
+    if torch.cuda.is_available() and preset_available(PRESETS[QWEN7_SELF]):
+        return QWEN7_SELF
+    return BUNDLED_STD
 
 
 def default_preset() -> Preset:
