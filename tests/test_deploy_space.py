@@ -1,0 +1,122 @@
+"""scripts/deploy_space.py and the README front matter: in step with the pins and presets, dry run offline."""
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def deploy():
+    spec = importlib.util.spec_from_file_location("deploy_space", ROOT / "scripts" / "deploy_space.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["deploy_space"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the dry run opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_sdk_version_is_the_gradio_pin(deploy):
+    meta, body = deploy.split_readme((ROOT / "README.md").read_text())
+    assert str(meta["sdk_version"]) == deploy.gradio_pin(ROOT)
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
+    assert str(meta["python_version"]) == "3.11"
+    assert meta["suggested_hardware"] in deploy.HARDWARE
+    assert body.lstrip().startswith("# SpecVLM Studio")
+
+
+def test_front_matter_models_are_the_presets(deploy):
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
+
+    meta, _ = deploy.split_readme((ROOT / "README.md").read_text())
+    models, preload = deploy.preset_models()
+    assert preload == [PRESETS[QWEN7_SELF].target] == meta["preload_from_hub"]
+    assert set(meta["models"]) <= set(models) and preload[0] in meta["models"]
+    uploaded = deploy.front_matter(ROOT, "zero-a10g")
+    assert uploaded["models"] == models and uploaded["suggested_hardware"] == "zero-a10g"
+    assert list(uploaded)[:3] == list(meta)[:3]  # the README's order is kept
+
+
+def test_hardware_names_exist_in_huggingface_hub(deploy):
+    from huggingface_hub import SpaceHardware
+
+    assert set(deploy.HARDWARE) <= {h.value for h in SpaceHardware}
+
+
+def test_dry_run_lists_every_file_offline(deploy, no_network, capsys):
+    assert deploy.main(["--space-id", "someone/specvlm-studio", "--hardware", "t4-small", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    files = deploy.space_files(ROOT)
+    for f in files:
+        assert f"{f.size:,d}  {f.path}" in out
+    paths = {f.path for f in files}
+    assert {"app.py", "requirements.txt", "README.md", ".gitattributes",
+            "assets/model/target/model.safetensors", "specvlm/models/__init__.py"} <= paths
+    assert not any(p.startswith(("tests/", "scripts/", ".venv/")) or "__pycache__" in p for p in paths)
+    target = (ROOT / "assets/model/target/model.safetensors").stat().st_size
+    assert f"{target:,d}  assets/model/target/model.safetensors  [large-file storage]" in out
+    assert f"{sum(f.size for f in files):,d}  in all" in out
+    assert f"sdk_version: {deploy.gradio_pin(ROOT)}" in out and "suggested_hardware: t4-small" in out
+
+
+def test_gitattributes_send_every_binary_file_to_large_file_storage(deploy):
+    rules = [line.split()[0] for line in (ROOT / ".gitattributes").read_text().splitlines()
+             if "filter=lfs" in line and not line.startswith("#")]
+    for f in deploy.space_files(ROOT):
+        if f.size > deploy.LFS_LIMIT or not deploy._is_text(ROOT / f.path):
+            assert any(fnmatch.fnmatch(Path(f.path).name, r) for r in rules), f.path
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--space-id", "no-slash", "--dry-run"], "is not OWNER/NAME"),
+    (["--space-id", "a/b", "--hardware", "gpu-please", "--dry-run"], "--hardware 'gpu-please' is unknown"),
+])
+def test_bad_arguments_are_one_line(deploy, no_network, capsys, argv, words):
+    assert deploy.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1
+
+
+def test_upload_uses_one_commit_with_the_synced_readme(deploy, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls.append(("token", token))
+
+        def create_repo(self, repo_id, **kw):
+            calls.append(("create_repo", repo_id, kw["repo_type"], kw["space_sdk"], kw["exist_ok"]))
+
+        def create_commit(self, repo_id, operations, **kw):
+            calls.append(("commit", repo_id, [(op.path_in_repo, op.path_or_fileobj) for op in operations]))
+            return type("Info", (), {"commit_url": "https://hub/commit/1"})()
+
+        def request_space_hardware(self, repo_id, hardware):
+            calls.append(("hardware", repo_id, hardware))
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    files = deploy.space_files(ROOT)
+    readme = deploy.space_readme(ROOT, deploy.front_matter(ROOT, "a10g-large"))
+    assert deploy.upload("me/space", files, readme, "a10g-large", "tok", False) == "https://hub/commit/1"
+    assert calls[0] == ("token", "tok") and calls[1] == ("create_repo", "me/space", "space", "gradio", True)
+    ops = dict(calls[2][2])
+    assert set(ops) == {f.path for f in files}
+    assert ops["README.md"].decode().startswith("---\n") and b"suggested_hardware: a10g-large" in ops["README.md"]
+    assert ops["app.py"] == str(ROOT / "app.py")
+    assert calls[3] == ("hardware", "me/space", "a10g-large")
