@@ -10,7 +10,7 @@ with no network. Pixel limits keep small frames at their size (no upscaling):
 56x56 <= H*W <= 448x448 px, sides rounded to multiples of 28.
 
 Usage:
-    python scripts/build_bundled_processor.py --out runs/processor
+    python -m scripts.build_bundled_processor --out runs/processor
 
 Source: SpecVLM Studio issue 3; Qwen2.5-VL special tokens and chat layout from
 the Qwen2.5-VL-7B-Instruct tokenizer_config.json.
@@ -18,14 +18,11 @@ the Qwen2.5-VL-7B-Instruct tokenizer_config.json.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specvlm import synth  # noqa: E402
+from specvlm import synth
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",

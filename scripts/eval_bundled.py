@@ -32,8 +32,8 @@ copied for every request, the decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
 Examples:
-    python scripts/eval_bundled.py --num-videos 10 --max-new-tokens 48          # quick look
-    python scripts/eval_bundled.py --num-videos 200 --workers 2 --out assets/model/eval.json
+    python -m scripts.eval_bundled --num-videos 10 --max-new-tokens 48          # quick look
+    python -m scripts.eval_bundled --num-videos 200 --workers 2 --out assets/model/eval.json
 """
 from __future__ import annotations
 
@@ -53,7 +53,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from specvlm import synth  # noqa: E402
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402

@@ -26,9 +26,9 @@ levels); vanilla emits 1 token per ``t_vanilla``. Host-side bookkeeping, prefill
 pruning are left out, so this is an upper bound for the decode phase.
 
 Usage:
-    python scripts/gpu_check.py                       # H200: 7B Self-SD and 32B + 7B, 16k video tokens (< 8 min)
-    python scripts/gpu_check.py --pairs 7b-self --out-json gpu.json
-    python scripts/gpu_check.py --tiny                # the same code at tiny sizes on the CPU (tests)
+    python -m scripts.gpu_check                       # H200: 7B Self-SD and 32B + 7B, 16k video tokens (< 8 min)
+    python -m scripts.gpu_check --pairs 7b-self --out-json gpu.json
+    python -m scripts.gpu_check --tiny                # the same code at tiny sizes on the CPU (tests)
 
 Source: Qwen2.5-VL-7B/32B-Instruct ``config.json`` (published text configs); SpecVLM
 (arXiv 2508.16201) Sec. 4 (r = 0.9, 16k-token regime); DESIGN 4.9 (verify mask).
@@ -45,14 +45,10 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from specvlm import kv  # noqa: E402
-from specvlm.decoding import embed_tokens, lm_forward  # noqa: E402
-from specvlm.stepcost import median_ms as _median_ms, random_prefill  # noqa: E402
-from specvlm.tree import additive_mask, verify_mask  # noqa: E402
+from specvlm import kv
+from specvlm.decoding import embed_tokens, lm_forward
+from specvlm.stepcost import median_ms as _median_ms, random_prefill
+from specvlm.tree import additive_mask, verify_mask
 
 log = logging.getLogger("gpu_check")
 

@@ -6,17 +6,14 @@ from ``specvlm.synth``, incl. the reference caption) and, for the long clip,
 ``<name>.srt`` with cues derived from the ground truth.
 
 Usage:
-    python scripts/make_sample_videos.py [--out assets/videos]
+    python -m scripts.make_sample_videos [--out assets/videos]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specvlm import synth  # noqa: E402
+from specvlm import synth
 
 # name -> (seed, SceneSpec); seeds >= 2e9, outside the training range (< 1e8)
 SAMPLES = {

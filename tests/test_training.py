@@ -1,6 +1,5 @@
 """Smoke tests for the bundled-model training script (tiny sizes, seconds)."""
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -8,11 +7,15 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 pytest.importorskip("transformers")
-import build_bundled_processor as bbp  # noqa: E402
-import train_bundled as tb  # noqa: E402
+import scripts.train_bundled as tb  # noqa: E402
+from scripts import build_bundled_processor as bbp  # noqa: E402
+from scripts.training import data as tdata  # noqa: E402
+from scripts.training import losses as tlosses  # noqa: E402
+from scripts.training import loop as tloop  # noqa: E402
+from scripts.training import model as tmodel  # noqa: E402
+from specvlm import synth  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,47 +42,47 @@ def test_processor_round_trip_and_video_positions(processor):
 
 
 def test_labels_cover_only_answers(processor):
-    recipe = dataclasses.replace(tb.SMOKE_RECIPE, label_all_text=False)
-    batch = tb.make_batch(processor, recipe, seed=0, step=1, single_object=False)
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, label_all_text=False)
+    batch = tdata.make_batch(processor, recipe, seed=0, step=1, single_object=False)
     tok = processor.tokenizer
     for ids, lab in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
-        sup = [l for l in lab if l != tb.IGNORE]
+        sup = [l for l in lab if l != tdata.IGNORE]
         assert sup and sup[-1] == tok.convert_tokens_to_ids("<|im_end|>")
         text = tok.decode(sup)
         assert "<|im_start|>" not in text and "<|video_pad|>" not in text
 
 
 def test_labels_cover_all_text_but_not_video_or_padding(processor):
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=1, single_object=False)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=1, single_object=False)
     tok = processor.tokenizer
     vid = tok.convert_tokens_to_ids("<|video_pad|>")
     ids, lab, att = batch["input_ids"], batch["labels"], batch["attention_mask"]
     text = (ids != vid) & (att == 1)
     assert torch.equal(lab[text], ids[text])
-    assert (lab[~text] == tb.IGNORE).all()
-    assert "<|im_start|>user" in tok.decode(lab[0][lab[0] != tb.IGNORE].tolist())
+    assert (lab[~text] == tdata.IGNORE).all()
+    assert "<|im_start|>user" in tok.decode(lab[0][lab[0] != tdata.IGNORE].tolist())
 
 
 def test_token_labels_match_the_drawn_pixels():
     from specvlm import synth
     frames, truth = synth.generate(5, synth.SceneSpec(num_frames=8, height=112, width=168, text_prob=1.0))
-    lab = tb.token_labels(truth, frames)
+    lab = tdata.token_labels(truth, frames)
     what = lab["what"].reshape(4, 4, 6)
-    inv = {v: k for k, v in tb._COLOUR_IDX.items()}
+    inv = {v: k for k, v in tdata._COLOUR_IDX.items()}
     seen = set()
     for t, i, j in zip(*np.nonzero(what)):
         cell = frames[2 * t:2 * t + 2, 28 * i:28 * i + 28, 28 * j:28 * j + 28].reshape(-1, 3).astype(int)
         c = int(what[t, i, j])
-        if c == tb._TEXT_CLASS:   # the text box is drawn black with white glyphs
+        if c == tdata._TEXT_CLASS:   # the text box is drawn black with white glyphs
             assert ((cell == 0).all(-1) | (cell == 255).all(-1)).mean() > 0.15
         else:
             share = (np.abs(cell - np.array(synth.COLOURS[inv[c]])).sum(-1) == 0).mean()
             assert share > 0.15, (t, i, j, share)
         seen.add(c)
-    assert tb._TEXT_CLASS in seen and len(seen) >= 2
+    assert tdata._TEXT_CLASS in seen and len(seen) >= 2
     n = len(lab["what"])
     assert n == 4 * 4 * 6 and len(lab["shape"]) == n and len(lab["motion"]) == n
-    assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tb._TEXT_CLASS))).all()
+    assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tdata._TEXT_CLASS))).all()
     cover = lab["cover"].reshape(4, 4, 6)
     assert cover.dtype == np.float32 and (cover >= 0).all() and (cover <= 1).all()
     assert (cover[what > 0] >= 0.15).all() and cover.max() > 0.5 and (cover == 0).any()
@@ -91,7 +94,7 @@ def test_step_labels_follow_each_patch_move():
         frames, truth = synth.generate(seed, synth.SceneSpec(num_frames=16, height=112, width=112,
                                                              num_objects=1, text_prob=0.0))
         o = truth.objects[0]
-        steps = tb._local_steps(o.boxes, 8)
+        steps = tdata._local_steps(o.boxes, 8)
         b = np.asarray(o.boxes)
         for g, lab in enumerate(steps):
             (x0, y0), (x1, y1) = b[2 * g, :2], b[2 * g + 1, :2]
@@ -99,7 +102,7 @@ def test_step_labels_follow_each_patch_move():
                 assert lab == 0
                 continue
             want = "right" if x1 > x0 else "left" if x1 < x0 else "down" if y1 > y0 else "up" if y1 < y0 else "still"
-            assert tb.STEPS[lab - 1] == want
+            assert tdata.STEPS[lab - 1] == want
         vis = steps[steps > 0]
         if o.motion == "static":
             assert (vis == 1).all()
@@ -107,7 +110,7 @@ def test_step_labels_follow_each_patch_move():
             assert set(vis.tolist()) <= {1, 2} and (vis == 2).any()
         elif o.motion == "up":
             assert set(vis.tolist()) <= {1, 5} and (vis == 5).any()
-        lab = tb.token_labels(truth, frames)
+        lab = tdata.token_labels(truth, frames)
         on = lab["obj"] == 1
         per_token = np.repeat(steps, len(on) // len(steps))           # raster order: time is the outer axis
         assert (lab["step"][on] == per_token[on]).all() and (lab["step"][~on] == 0).all()
@@ -115,8 +118,8 @@ def test_step_labels_follow_each_patch_move():
 
 def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
     torch.manual_seed(0)
-    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=0, single_object=True)
+    model = tmodel.build_model(processor.tokenizer, tmodel.TINY_SIZE, seed=0)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=0, single_object=True)
     inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
@@ -130,10 +133,10 @@ def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
 
 
 def test_draft_forward_with_pruned_video(processor):
-    draft = tb.build_model(processor.tokenizer, tb.ModelSize(**{**tb.TINY_SIZE.__dict__, "layers": 1}), seed=1)
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=2, single_object=False)
-    full, idx_full = tb._draft_forward(draft, batch, None, np.random.default_rng(0))
-    pruned, idx = tb._draft_forward(draft, batch, 0.25, np.random.default_rng(0))
+    draft = tmodel.build_model(processor.tokenizer, tmodel.ModelSize(**{**tmodel.TINY_SIZE.__dict__, "layers": 1}), seed=1)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=2, single_object=False)
+    full, idx_full = tlosses.draft_forward(draft, batch, None, np.random.default_rng(0))
+    pruned, idx = tlosses.draft_forward(draft, batch, 0.25, np.random.default_rng(0))
     n_vid = int((batch["input_ids"][0] == draft.config.video_token_id).sum())
     assert full.shape[1] == batch["input_ids"].shape[1]
     assert pruned.shape[1] == full.shape[1] - n_vid + max(1, int(n_vid * 0.25))
@@ -141,24 +144,24 @@ def test_draft_forward_with_pruned_video(processor):
 
 
 def test_lr_schedule_constant_then_decay():
-    assert tb.lr_at(0.5, 1.0) == 1.0
-    assert tb.lr_at(0.99, 1.0) < 0.1
-    assert tb.lr_at(0.001, 1.0) < 1.0
+    assert tloop.lr_at(0.5, 1.0) == 1.0
+    assert tloop.lr_at(0.99, 1.0) < 0.1
+    assert tloop.lr_at(0.001, 1.0) < 1.0
 
 
 def test_vision_probe_loss_and_video_gap(processor):
     torch.manual_seed(0)
-    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=0, single_object=False)
-    box = tb._capture_video_features(model)
+    model = tmodel.build_model(processor.tokenizer, tmodel.TINY_SIZE, seed=0)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=0, single_object=False)
+    box = tlosses.capture_video_features(model)
     inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
     model(**inputs)
     feats = box.pop("feats")
     assert feats.shape[0] == len(batch["aux"]["what"])           # one label per video token, same order
-    probe = tb.VisionProbe(model.config.text_config.hidden_size, max_rms=1e-3)
+    probe = tlosses.VisionProbe(model.config.text_config.hidden_size, max_rms=1e-3)
     loss, acc = probe.loss(feats, batch["aux"])
     assert loss.requires_grad and float(loss) > 0 and set(acc) == {"what", "shape", "step", "glyph", "rms"}
-    right, wrong = tb.video_gap(model, batch)
+    right, wrong = tlosses.video_gap(model, batch)
     assert right > 0 and wrong > 0 and model.training
 
 
@@ -187,29 +190,29 @@ def test_smoke_run_with_polish_phase_continues_the_target(tmp_path, capsys):
 
 def test_object_weights_set_the_number_of_objects(processor, monkeypatch):
     seen = []
-    real = tb.synth.generate
+    real = synth.generate
 
     def spy(seed, spec):
         frames, truth = real(seed, spec)
         seen.append(len(truth.objects))
         return frames, truth
 
-    monkeypatch.setattr(tb.synth, "generate", spy)
-    recipe = dataclasses.replace(tb.SMOKE_RECIPE, object_weights=(0.0, 0.0, 1.0))
+    monkeypatch.setattr(synth, "generate", spy)
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, object_weights=(0.0, 0.0, 1.0))
     for step in range(3):
-        tb.make_batch(processor, recipe, seed=0, step=step, single_object=False)
+        tdata.make_batch(processor, recipe, seed=0, step=step, single_object=False)
     assert seen and set(seen) == {3}
     seen.clear()
-    tb.make_batch(processor, recipe, seed=0, step=0, single_object=True)   # the curriculum wins
+    tdata.make_batch(processor, recipe, seed=0, step=0, single_object=True)   # the curriculum wins
     assert set(seen) == {1}
 
 
 def test_focus_rows_span_the_prompt_after_the_video(processor):
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=3, single_object=False)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=3, single_object=False)
     tok = processor.tokenizer
     vid = tok.convert_tokens_to_ids("<|video_pad|>")
     header = tok("<|im_start|>assistant\n")["input_ids"]
-    idx, valid, keys_ok = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+    idx, valid, keys_ok = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
     for b in range(idx.shape[0]):
         rows = idx[b][valid[b]].tolist()
         ids = batch["input_ids"][b].tolist()
@@ -223,44 +226,44 @@ def test_focus_rows_span_the_prompt_after_the_video(processor):
 
 def test_focus_attention_equals_eager_weights_and_loss_moves_them(processor):
     torch.manual_seed(0)
-    tb._register_focus()
-    model = tb.build_model(processor.tokenizer, tb.TINY_SIZE, seed=0)
-    batch = tb.make_batch(processor, tb.SMOKE_RECIPE, seed=0, step=4, single_object=False)
+    tlosses.register_focus()
+    model = tmodel.build_model(processor.tokenizer, tmodel.TINY_SIZE, seed=0)
+    batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=4, single_object=False)
     tok = processor.tokenizer
     vid = model.config.video_token_id
     header = tok("<|im_start|>assistant\n")["input_ids"]
-    rows = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+    rows = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
     inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
     # reference: eager attention weights, averaged over heads and the same rows
     model.set_attn_implementation({"text_config": "eager"})
     with torch.no_grad():
         ref = model(**inputs, output_attentions=True).attentions
-    model.set_attn_implementation({"text_config": tb.FOCUS_IMPL})
-    tb._FOCUS["rows"], tb._FOCUS["out"] = rows, []
+    model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
+    tlosses.FOCUS["rows"], tlosses.FOCUS["out"] = rows, []
     try:
         logits = model(**inputs).logits
     finally:
-        tb._FOCUS["rows"] = None
-    got = tb._FOCUS["out"]
+        tlosses.FOCUS["rows"] = None
+    got = tlosses.FOCUS["out"]
     assert len(got) == len(ref) == model.config.text_config.num_hidden_layers
     idx, valid, _ = rows
     for a, w in zip(got, ref):
         for b in range(idx.shape[0]):
             r = idx[b][valid[b]]
             torch.testing.assert_close(a[b], w[b].mean(0)[r].mean(0), atol=1e-5, rtol=1e-4)
-    loss, share = tb.focus_loss(got, batch["input_ids"], vid, batch["aux"]["cover"])
+    loss, share = tlosses.focus_loss(got, batch["input_ids"], vid, batch["aux"]["cover"])
     assert 0.0 < share < 1.0 and float(loss) > 0
     # plain loss unchanged by the capture, and weight 1 = the model's own loss
-    torch.testing.assert_close(tb.weighted_lm_loss(logits, batch["labels"], [], 1.0),
+    torch.testing.assert_close(tlosses.weighted_lm_loss(logits, batch["labels"], [], 1.0),
                                model(**inputs, labels=batch["labels"]).loss, atol=1e-5, rtol=1e-5)
     # a few steps on the focus loss alone raise the object share
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     shares = []
     for _ in range(6):
-        tb._FOCUS["rows"], tb._FOCUS["out"] = rows, []
+        tlosses.FOCUS["rows"], tlosses.FOCUS["out"] = rows, []
         model(**inputs)
-        tb._FOCUS["rows"] = None
-        loss, share = tb.focus_loss(tb._FOCUS["out"], batch["input_ids"], vid, batch["aux"]["cover"])
+        tlosses.FOCUS["rows"] = None
+        loss, share = tlosses.focus_loss(tlosses.FOCUS["out"], batch["input_ids"], vid, batch["aux"]["cover"])
         shares.append(share)
         opt.zero_grad()
         loss.backward()
@@ -269,13 +272,13 @@ def test_focus_attention_equals_eager_weights_and_loss_moves_them(processor):
 
 
 def test_attribute_words_are_single_tokens_and_weighted(processor):
-    ids = tb.attribute_token_ids(processor.tokenizer)
+    ids = tdata.attribute_token_ids(processor.tokenizer)
     assert len(ids) >= 6
     logits = torch.randn(1, 5, len(processor.tokenizer) + 8)
-    labels = torch.tensor([[tb.IGNORE, ids[0], 7, ids[1], tb.IGNORE]])
-    plain = tb.weighted_lm_loss(logits, labels, ids, 1.0)
-    heavy = tb.weighted_lm_loss(logits, labels, ids, 1000.0)
-    ce = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:], reduction="none", ignore_index=tb.IGNORE)
+    labels = torch.tensor([[tdata.IGNORE, ids[0], 7, ids[1], tdata.IGNORE]])
+    plain = tlosses.weighted_lm_loss(logits, labels, ids, 1.0)
+    heavy = tlosses.weighted_lm_loss(logits, labels, ids, 1000.0)
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:], reduction="none", ignore_index=tdata.IGNORE)
     torch.testing.assert_close(plain, ce[[0, 1, 2]].mean())
     torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
 
@@ -283,24 +286,24 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
 def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):
     from specvlm import synth
     tok = processor.tokenizer
-    recipe = dataclasses.replace(tb.SMOKE_RECIPE, p_describe=1.0)
-    batch = tb.make_batch(processor, recipe, seed=0, step=5, single_object=False)
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, p_describe=1.0)
+    batch = tdata.make_batch(processor, recipe, seed=0, step=5, single_object=False)
     idx, valid, obj = batch["aux"]["attr"]
     assert valid.any()
-    colours = {i for c in synth.COLOURS for i in tb._single_ids(tok, c)}   # a caption starts with a bare colour
+    colours = {i for c in synth.COLOURS for i in tdata.single_ids(tok, c)}   # a caption starts with a bare colour
     shapes = {tok(" " + s)["input_ids"][0] for s in synth.SHAPES}
     for b in range(idx.shape[0]):
         ids = batch["input_ids"][b]
         rows = idx[b][valid[b]].tolist()
         for j, o in zip(rows, obj[b][valid[b]].tolist()):
-            if o == tb.TEXT_OBJ - 1:   # names the on-screen text: the next token is its value
-                assert tok.decode([int(ids[j + 1])]).strip() in tb.TEXT_VALUES
+            if o == tdata.TEXT_OBJ - 1:   # names the on-screen text: the next token is its value
+                assert tok.decode([int(ids[j + 1])]).strip() in tdata.TEXT_VALUES
             else:
                 assert int(ids[j]) in colours | shapes | {tok(" moves")["input_ids"][0]}
         # every object clause of the caption is covered by its colour position
         n_clauses = sum(int(ids[j]) in colours and int(ids[j + 1]) in shapes for j in range(len(ids) - 1))
         assert sum(int(ids[j]) in colours for j in rows) == n_clauses
-    assert (obj[valid] == tb.TEXT_OBJ - 1).any()      # some clip of this batch shows text
+    assert (obj[valid] == tdata.TEXT_OBJ - 1).any()      # some clip of this batch shows text
     # object labels: the named object's tokens exist in the video for most rows
     vid = tok.convert_tokens_to_ids("<|video_pad|>")
     labels = batch["aux"]["obj"].view(idx.shape[0], -1)
@@ -309,20 +312,20 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
     assert np.mean(hits) > 0.7
     # the routing loss raises the share of the named object's tokens in a few steps
     torch.manual_seed(0)
-    tb._register_focus()
-    model = tb.build_model(tok, tb.TINY_SIZE, seed=0)
-    model.set_attn_implementation({"text_config": tb.FOCUS_IMPL})
+    tlosses.register_focus()
+    model = tmodel.build_model(tok, tmodel.TINY_SIZE, seed=0)
+    model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
     header = tok("<|im_start|>assistant\n")["input_ids"]
     inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     shares = []
     for _ in range(6):
-        tb._FOCUS["rows"] = tb.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
-        tb._FOCUS["attr_rows"], tb._FOCUS["out"], tb._FOCUS["out_attr"] = idx, [], []
+        tlosses.FOCUS["rows"] = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+        tlosses.FOCUS["attr_rows"], tlosses.FOCUS["out"], tlosses.FOCUS["out_attr"] = idx, [], []
         model(**inputs)
-        tb._FOCUS["rows"] = tb._FOCUS["attr_rows"] = None
-        assert len(tb._FOCUS["out_attr"]) == model.config.text_config.num_hidden_layers
-        loss, share = tb.routing_loss(tb._FOCUS["out_attr"], batch["input_ids"], vid, batch["aux"]["obj"], valid, obj)
+        tlosses.FOCUS["rows"] = tlosses.FOCUS["attr_rows"] = None
+        assert len(tlosses.FOCUS["out_attr"]) == model.config.text_config.num_hidden_layers
+        loss, share = tlosses.routing_loss(tlosses.FOCUS["out_attr"], batch["input_ids"], vid, batch["aux"]["obj"], valid, obj)
         shares.append(share)
         opt.zero_grad()
         loss.backward()
@@ -331,7 +334,7 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
 
 
 def test_eval_scores_motion_per_object_and_tabulates_confusion():
-    import eval_bundled as ev
+    from scripts import eval_bundled as ev
     from specvlm import synth
     truth = None
     for seed in range(50):
@@ -354,7 +357,7 @@ def test_eval_scores_motion_per_object_and_tabulates_confusion():
 
 
 def test_eval_tree_options():
-    import eval_bundled as ev
+    from scripts import eval_bundled as ev
     from specvlm.config import TreeConfig
     args = ev.parse_args(["--tree", "chain", "--depth", "16", "--sets", "long"])
     assert args.tree_config == TreeConfig(shape="chain", depth=16) and ev._tree_text(args) == "chain, depth 16"
@@ -364,7 +367,7 @@ def test_eval_tree_options():
 
 
 def test_tau_differences_paired_bootstrap():
-    import eval_bundled as ev
+    from scripts import eval_bundled as ev
     rng = np.random.default_rng(0)
     recs = []
     for _ in range(60):
@@ -389,7 +392,7 @@ def test_tau_differences_paired_bootstrap():
 def test_eval_rerender_from_the_shipped_records(tmp_path):
     import json
 
-    import eval_bundled as ev
+    from scripts import eval_bundled as ev
     data = json.loads((ROOT / "assets" / "model" / "eval.json").read_text())
     short = [r for r in data["records"] if r["set"] == "short"][:6]
     long_ = [r for r in data["records"] if r["set"] == "long"][:6]

@@ -1,0 +1,308 @@
+"""Training data: synthetic clips from :mod:`specvlm.synth`, conversations, per-token labels, batches.
+
+Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses seeds >= 10**9.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specvlm import synth
+
+IGNORE = -100
+
+
+TRAIN_SEED_LIMIT = 10**8
+
+
+@dataclass
+class DataRecipe:
+    """Per-batch sampling of clip shapes and tasks."""
+
+    frames: tuple = (8, 8, 16, 16, 16, 16, 24, 32, 64, 96, 128)
+    sides: tuple = (112, 112, 112, 112, 112, 140, 168, 224)
+    fps: tuple = (1.0, 2.0, 4.0, 6.0, 8.0)   # low fps: temporal M-RoPE positions up to 4T/fps (256)
+    token_budget: int = 3000      # ~ (video + text tokens) per batch
+    max_batch: int = 24
+    min_batch: int = 2
+    p_describe: float = 0.35
+    n_questions: int = 4
+    curriculum: float = 0.2       # share of the target budget with single-object scenes only
+    object_weights: tuple | None = None  # P(1, 2, 3 objects) after the curriculum; None = synth's uniform draw
+    label_all_text: bool = True   # loss on every text token (the chat, user turns too), not only answers
+
+
+SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
+
+
+def _label_answers(ids: list[int], header: list[int], end_id: int) -> list[int]:
+    """Labels = ids on assistant answers (incl. the closing <|im_end|>), IGNORE elsewhere."""
+    labels = [IGNORE] * len(ids)
+    n, i = len(header), 0
+    while i < len(ids):
+        if ids[i:i + n] == header:
+            j = i + n
+            while j < len(ids) and ids[j] != end_id:
+                labels[j] = ids[j]
+                j += 1
+            if j < len(ids):
+                labels[j] = ids[j]
+            i = j
+        i += 1
+    return labels
+
+
+def _label_text(ids: list[int], skip: set[int]) -> list[int]:
+    """Labels = ids on every token except those in ``skip`` (video placeholders, padding).
+
+    Modelling the whole chat, user turns included, teaches what follows ``<|im_end|>``
+    (another turn), so a fixed-length benchmark run that decodes past the answer stays
+    in distribution for both target and draft.
+    """
+    return [IGNORE if i in skip else i for i in ids]
+
+
+def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -> list[dict]:
+    """Chat messages for one clip: a detailed description or ``n_q`` question turns."""
+    video = {"type": "video"}
+    if rng.random() < p_describe:
+        prompt = synth.DESCRIBE_PROMPTS[0] if rng.random() < 0.7 else \
+            synth.DESCRIBE_PROMPTS[rng.integers(len(synth.DESCRIBE_PROMPTS))]
+        msgs = [{"role": "user", "content": [video, {"type": "text", "text": prompt}]},
+                {"role": "assistant", "content": synth.describe(truth)}]
+        if rng.random() < 0.3:  # a follow-up question (cheap extra supervision)
+            q, a = synth.questions(truth, rng)[0]
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        return msgs
+    msgs: list[dict] = []
+    for k, (q, a) in enumerate(synth.questions(truth, rng)[:n_q]):
+        content = [video, {"type": "text", "text": q}] if k == 0 else [{"type": "text", "text": q}]
+        msgs += [{"role": "user", "content": content}, {"role": "assistant", "content": a}]
+    return msgs
+
+
+TEXT_VALUES = tuple(str(d) for d in range(10)) + tuple(synth.WORDS)   # every on-screen text the generator draws
+
+
+STEPS = ("still", "right", "left", "down", "up")
+"""Local motion of an object between the two frames of one temporal patch (the ``step`` probe)."""
+
+
+AUX_HEADS = {"what": 1 + len(synth.COLOURS) + 1, "shape": 1 + len(synth.SHAPES), "step": 1 + len(STEPS),
+             "glyph": 1 + len(TEXT_VALUES)}
+
+
+_COLOUR_IDX = {c: i + 1 for i, c in enumerate(synth.COLOURS)}
+
+
+_TEXT_CLASS = len(synth.COLOURS) + 1
+
+
+TEXT_OBJ = 15   # ``obj`` label of burned-in text tokens (objects are 1..3)
+
+
+def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
+                 min_cover: float = 0.15) -> dict[str, np.ndarray]:
+    """Per-video-token auxiliary labels from the generator's ground truth.
+
+    A video token of Qwen2.5-VL covers ``temporal`` frames x a ``merge`` x ``merge`` px
+    cell. An object covers a pixel where the pixel is inside its box and has its
+    colour (exact: shapes are drawn in flat colours). The label is the object covering
+    the largest share of the tube (at least ``min_cover``); burned-in text (its box, drawn
+    over everything) wins where it covers ``min_cover``; else background (0).
+
+    Args:
+        truth: :class:`specvlm.synth.SceneTruth`; frames: uint8 (T, H, W, 3) from the same call.
+
+    Returns:
+        dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
+        order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6: the object's whole-clip motion),
+        ``step`` (0 none, 1 + index in :data:`STEPS`: where the object's box moved between the
+        token's two frames; what a Conv3d patch over those frames can see, unlike ``motion``:
+        a bounce is locally an up or a down, a slow mover often a still), ``obj`` (0 none, k + 1 = ``truth.objects[k]``,
+        :data:`TEXT_OBJ` = the text), ``glyph`` (0 none, 1 + index in :data:`TEXT_VALUES` on text tokens);
+        plus ``cover`` (float32: share of
+        the tube's pixels that are object or text pixels, the eval's "object/text pixel" measure).
+    """
+    T, H, W = truth.num_frames, truth.height, truth.width
+    gt, gh, gw = T // temporal, H // merge, W // merge
+    T2 = gt * temporal
+
+    def share(mask: np.ndarray) -> np.ndarray:          # (T, H, W) bool -> (gt, gh, gw)
+        m = mask[:T2, :gh * merge, :gw * merge].reshape(gt, temporal, gh, merge, gw, merge)
+        return m.mean(axis=(1, 3, 5))
+
+    ys, xs = np.arange(H)[None, :, None], np.arange(W)[None, None, :]
+    what = np.zeros((gt, gh, gw), np.int64)
+    shape = np.zeros_like(what)
+    motion = np.zeros_like(what)
+    step = np.zeros_like(what)
+    obj = np.zeros_like(what)
+    glyph = np.zeros_like(what)
+    best = np.full((gt, gh, gw), min_cover, np.float64)
+    union = np.zeros((T, H, W), bool)
+    for k, o in enumerate(truth.objects):
+        b = np.asarray(o.boxes, np.int64)[:, :, None, None]           # (T, 4, 1, 1)
+        inside = (ys >= b[:, 1]) & (ys < b[:, 3]) & (xs >= b[:, 0]) & (xs < b[:, 2]) & (b[:, 0] >= 0)
+        colour = np.all(frames == np.array(synth.COLOURS[o.colour], np.uint8), axis=-1)
+        union |= inside & colour
+        c = share(inside & colour)
+        win = c > best
+        best = np.where(win, c, best)
+        what[win] = _COLOUR_IDX[o.colour]
+        shape[win] = synth.SHAPES.index(o.shape) + 1
+        motion[win] = synth.MOTIONS.index(o.motion) + 1
+        step[win] = np.broadcast_to(_local_steps(o.boxes, gt, temporal)[:, None, None], win.shape)[win]
+        obj[win] = k + 1
+    if truth.text is not None:
+        x0, y0, x1, y1 = truth.text.box
+        on = np.zeros((T, H, W), bool)
+        on[truth.text.start_frame:truth.text.end_frame, y0:y1, x0:x1] = True
+        win = share(on) > min_cover
+        what[win], shape[win], motion[win], step[win], obj[win] = _TEXT_CLASS, 0, 0, 0, TEXT_OBJ
+        glyph[win] = 1 + TEXT_VALUES.index(truth.text.text)
+        union |= on
+    return {"what": what.reshape(-1), "shape": shape.reshape(-1), "motion": motion.reshape(-1),
+            "step": step.reshape(-1),
+            "obj": obj.reshape(-1), "glyph": glyph.reshape(-1),
+            "cover": share(union).astype(np.float32).reshape(-1)}
+
+
+def _local_steps(boxes, gt: int, temporal: int = 2) -> np.ndarray:
+    """int64 (gt,) :data:`STEPS` label + 1 per temporal patch: the box's move from the patch's first
+    to its last frame (0 where the object is not visible in both)."""
+    b = np.asarray(boxes, np.int64)
+    first, last = b[:gt * temporal:temporal], b[temporal - 1:gt * temporal:temporal]
+    dx, dy = last[:, 0] - first[:, 0], last[:, 1] - first[:, 1]
+    lab = np.where(dx > 0, 2, np.where(dx < 0, 3, np.where(dy > 0, 4, np.where(dy < 0, 5, 1))))
+    return np.where((first[:, 0] >= 0) & (last[:, 0] >= 0), lab, 0).astype(np.int64)
+
+
+def after_video(ids: list[int], video_id: int) -> int:
+    """Index just after the last video placeholder (0 when there is none)."""
+    last = max((i for i, t in enumerate(ids) if t == video_id), default=-1)
+    return last + 1
+
+
+def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[torch.Tensor, ...]:
+    """Query rows that name one object, and which object: for the attention-routing loss.
+
+    Every ``<colour> <shape>`` word pair after the video (captions: "red circle moves ...";
+    questions: "Which direction does the red circle move?") gives the colour position (it
+    predicts the shape), the shape position (it predicts the motion verb) and, when the next
+    word is ``moves``, that position too (it predicts the direction). Every position whose next
+    token is the on-screen text's value ("text 7.", or the answer to "What text appears?")
+    names the text: its object is ``TEXT_OBJ - 1``, so ``obj + 1`` matches the text tokens' label.
+
+    Returns:
+        idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``
+        (``TEXT_OBJ - 1`` for a text row).
+    """
+    # bare and spaced forms: a caption starts with its first object's colour ("red circle ...")
+    colour = {i: c for c in synth.COLOURS for i in single_ids(tokenizer, c)}
+    shape = {tokenizer(" " + s)["input_ids"][0]: s for s in synth.SHAPES}
+    moves = tokenizer(" moves")["input_ids"][0]
+    video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    rows: list[list[tuple[int, int]]] = []
+    for ids, truth in zip(input_ids.tolist(), truths):
+        start = after_video(ids, video_id)
+        found = []
+        if truth.text is not None:
+            value = set(single_ids(tokenizer, truth.text.text))
+            found += [(j, TEXT_OBJ - 1) for j in range(start, len(ids) - 1) if ids[j + 1] in value]
+        for j in range(start, len(ids) - 1):
+            c, sh = colour.get(ids[j]), shape.get(ids[j + 1])
+            if c is None or sh is None:
+                continue
+            k = next((k for k, o in enumerate(truth.objects) if o.colour == c and o.shape == sh), None)
+            if k is None:
+                continue
+            found += [(j, k), (j + 1, k)]
+            if j + 2 < len(ids) and ids[j + 2] == moves:
+                found.append((j + 2, k))
+        rows.append(found)
+    R = max(1, max(len(r) for r in rows))
+    B = len(rows)
+    idx = torch.zeros(B, R, dtype=torch.long)
+    valid = torch.zeros(B, R, dtype=torch.bool)
+    obj = torch.zeros(B, R, dtype=torch.long)
+    for b, found in enumerate(rows):
+        for r, (j, k) in enumerate(found):
+            idx[b, r], valid[b, r], obj[b, r] = j, True, k
+    return idx, valid, obj
+
+
+def single_ids(tokenizer, word: str) -> list[int]:
+    """Ids of ``word`` and `` word`` where each is a single token."""
+    out = []
+    for w in (word, " " + word):
+        t = tokenizer(w)["input_ids"]
+        if len(t) == 1:
+            out.append(t[0])
+    return out
+
+
+def attribute_token_ids(tokenizer) -> list[int]:
+    """Token ids of the shape and motion words (``moves`` too: it decides moving vs bouncing vs still) and the on-screen text values (weighted up by ``--attr-weight``)."""
+    words = list(synth.SHAPES) + ["moves", "left", "right", "up", "down", "stays", "still", "bounces"]
+    ids = [i for w in words for i in single_ids(tokenizer, w)[-1:]]        # the spaced form
+    ids += [i for v in TEXT_VALUES for i in single_ids(tokenizer, v)]      # spaced (captions) and bare (answers)
+    return sorted(set(ids))
+
+
+def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
+    """Generate one training batch inline.
+
+    All clips in a batch share (T, H, W, fps), so video tensors need no padding.
+
+    Returns:
+        dict of tensors for Qwen2_5_VLForConditionalGeneration (input_ids (B, L),
+        attention_mask, mm_token_type_ids, pixel_values_videos (P, 1176),
+        video_grid_thw (B, 3), second_per_grid_ts (B,), labels (B, L)) plus
+        ``meta`` (T, H, W, B) and ``aux`` (per-video-token labels, see
+        :func:`token_labels`, concatenated over the batch).
+    """
+    rng = np.random.default_rng([seed, step])
+    T = int(rng.choice(recipe.frames))
+    side = int(rng.choice(recipe.sides))
+    if T >= 32:
+        side = min(side, 168)
+    if T >= 64:
+        side = min(side, 140)
+    other = side if rng.random() < 0.7 else int(rng.choice([s for s in recipe.sides if s <= side] or [side]))
+    H, W = (side, other) if rng.random() < 0.5 else (other, side)
+    fps = float(rng.choice(recipe.fps))
+    n_vid = (T // 2) * (H // 28) * (W // 28)
+    B = int(np.clip(recipe.token_budget // (n_vid + 40), recipe.min_batch, recipe.max_batch))
+    tok = processor.tokenizer
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    end_id = tok.convert_tokens_to_ids("<|im_end|>")
+    videos, texts, metas, aux, truths = [], [], [], [], []
+    for _ in range(B):
+        n_obj = 1 if single_object else None
+        if n_obj is None and recipe.object_weights is not None:
+            n_obj = int(rng.choice(len(recipe.object_weights), p=recipe.object_weights)) + 1
+        spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps, num_objects=n_obj)
+        frames, truth = synth.generate(int(rng.integers(TRAIN_SEED_LIMIT)), spec)
+        msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions)
+        texts.append(processor.apply_chat_template(msgs, tokenize=False))
+        videos.append(frames)
+        aux.append(token_labels(truth, frames))
+        truths.append(truth)
+        metas.append({"fps": fps, "total_num_frames": T, "frames_indices": list(range(T))})
+    batch = processor(text=texts, videos=videos, video_metadata=metas, padding=True, return_tensors="pt")
+    if recipe.label_all_text:
+        skip = {tok.convert_tokens_to_ids("<|video_pad|>"), tok.pad_token_id}
+        labels = [_label_text(ids, skip) for ids in batch["input_ids"].tolist()]
+    else:
+        labels = [_label_answers(ids, header, end_id) for ids in batch["input_ids"].tolist()]
+    batch = dict(batch)
+    batch["labels"] = torch.tensor(labels)
+    batch["labels"][batch["attention_mask"] == 0] = IGNORE
+    batch["meta"] = (T, H, W, B)
+    batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
+    batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok)
+    return batch
