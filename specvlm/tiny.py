@@ -189,3 +189,62 @@ def tiny_llava_onevision(seed: int = 0, hidden: int = 64, layers: int = 2, vocab
         vision_feature_select_strategy="full", chat_template=LLAVA_CHAT_TEMPLATE,
     )
     return model, processor
+
+
+SMOLVLM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<end_of_utterance>",
+                    "<fake_token_around_image>", "<global-img>", "<image>", "<video>"]
+
+
+def tiny_smolvlm(seed: int = 0, hidden: int = 64, layers: int = 2, vocab_size: int = 400, image_size: int = 512,
+                 patch: int = 16, scale_factor: int = 4, std: float = 0.15, pad_vocab_to: int = 8):
+    """A tiny SmolVLM2 model (SigLIP-style vision + Llama text) and its processor, fp32, eval mode.
+
+    The vision geometry is real (SmolVLM2-256M/500M by default: 512 px frames, patch 16, pixel
+    shuffle 4 -> 8 x 8 = 64 tokens per frame; SmolVLM2-2.2B: ``image_size=384, patch=14,
+    scale_factor=3`` -> 81); the widths and depths are tiny. The processor is built from local
+    pieces with the family's special tokens and ``<end_of_utterance>`` as EOS; it writes the
+    frame-count intro in words, so the ``num2words`` package must be installed.
+
+    Args:
+        seed: weight seed (the tokenizer is deterministic).
+        hidden: text hidden size (4 heads, 2 key/value heads).
+        layers: text decoder layers.
+        vocab_size: tokenizer vocabulary size.
+        image_size: the square side (px) every frame is resized to.
+        patch: vision patch size (px).
+        scale_factor: pixel-shuffle factor of the connector.
+        std: weight init scale.
+        pad_vocab_to: the LM head is padded to a multiple of this.
+
+    Returns:
+        (model, processor): ``SmolVLMForConditionalGeneration``, ``SmolVLMProcessor``.
+    """
+    from transformers import (SmolVLMConfig, SmolVLMForConditionalGeneration, SmolVLMImageProcessor,
+                              SmolVLMProcessor, SmolVLMVideoProcessor)
+    from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
+
+    tok = build_tokenizer(SMOLVLM_SPECIALS, vocab_size)
+    tok.eos_token = "<end_of_utterance>"
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SMOLVLM_SPECIALS}
+    config = SmolVLMConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=image_size, patch_size=patch),
+        text_config=dict(model_type="llama", vocab_size=len(tok) + (-len(tok)) % pad_vocab_to, hidden_size=hidden,
+                         intermediate_size=hidden * 2, num_hidden_layers=layers, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=False,
+                         bos_token_id=ids["<|im_start|>"], eos_token_id=ids["<end_of_utterance>"],
+                         pad_token_id=ids["<|endoftext|>"]),
+        image_token_id=ids["<image>"], scale_factor=scale_factor, tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = SmolVLMForConditionalGeneration(config).eval()
+    _scale_init(model, std, seed)
+    model.generation_config.eos_token_id = ids["<end_of_utterance>"]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    side = {"longest_edge": image_size}
+    processor = SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(size=side, max_image_size=side),
+        video_processor=SmolVLMVideoProcessor(size=side, max_image_size=side),
+        tokenizer=tok, image_seq_len=(image_size // patch // scale_factor) ** 2, chat_template=DEFAULT_CHAT_TEMPLATE,
+    )
+    return model, processor

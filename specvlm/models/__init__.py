@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from specvlm.models.base import (Adapter, ModelInputs, ModelLoadError, TokenizerMismatchError,
-                                 adapter_for)
+                                 adapter_for, supported_model_types)
 from specvlm.models.fit import (PresetTooLargeError, default_gpu_dtype, detect_gpus, estimate_pair,
                                 model_size, plan_placement)
 from specvlm.models.hub import hub_reachable
@@ -174,12 +174,12 @@ def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
     except Exception as exc:  # noqa: BLE001 - turned into one readable message
         raise ModelLoadError(
             f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300].rstrip('. ')}.{hint} Use a "
-            "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision model (remote "
-            "code is never run)."
+            "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision / SmolVLM2 model "
+            "(remote code is never run)."
         ) from exc
-    if cfg.model_type not in ("qwen2_5_vl", "llava_onevision"):
-        raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only qwen2_5_vl and llava_onevision "
-                             "are supported.")
+    if cfg.model_type not in supported_model_types():
+        raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only "
+                             f"{', '.join(supported_model_types())} are supported.")
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "sdpa", "local_files_only": local}
     if device_map:
         kwargs["device_map"] = device_map

@@ -163,12 +163,17 @@ def adapter_for(model: Any) -> Adapter:
     Raises:
         ModelLoadError: the family is not supported.
     """
-    from specvlm.models import llava_onevision, qwen2_5_vl  # noqa: F401  (registration)
-
     mt = getattr(model.config, "model_type", None)
-    if mt not in _ADAPTERS:
+    if mt not in supported_model_types():
         raise ModelLoadError(
-            f"model type {mt!r} is not supported: use a Qwen2.5-VL or LLaVA-OneVision checkpoint "
-            f"(supported: {', '.join(sorted(_ADAPTERS))})."
+            f"model type {mt!r} is not supported: use a Qwen2.5-VL, LLaVA-OneVision or SmolVLM2 checkpoint "
+            f"(supported: {', '.join(supported_model_types())})."
         )
     return _ADAPTERS[mt]
+
+
+def supported_model_types() -> list[str]:
+    """The ``config.model_type`` values with a registered adapter, sorted."""
+    from specvlm.models import llava_onevision, qwen2_5_vl, smolvlm  # noqa: F401  (registration)
+
+    return sorted(_ADAPTERS)

@@ -1,0 +1,215 @@
+"""SmolVLM2: prompt layout, token grid, losslessness against vanilla and ``generate()``, Std-SD, sampling, CLI.
+
+The tiny models have the real vision geometry (512 px frames, patch 16, pixel shuffle 4 -> 64
+tokens per frame; 384 px, patch 14, shuffle 3 -> 81 for the 2.2B layout) and the family's special
+tokens and chat template; widths and depths are tiny.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_clip
+from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
+from specvlm.decoding import generate
+from specvlm.models import pair_from_models
+from specvlm.models.smolvlm import clip_metadata
+from specvlm.types import VideoClip
+
+PROMPT = "describe this video in detail"
+N = 32
+
+
+def _cfg(method="vanilla", shape="dynamic", n=N, **tree):
+    return DecodeConfig(method=method, max_new_tokens=n, stop_at_eos=False, tree=TreeConfig(shape=shape, **tree))
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from specvlm.tiny import tiny_smolvlm
+    return tiny_smolvlm(seed=0)
+
+
+@pytest.fixture(scope="module")
+def smol_draft():
+    """A 1-layer draft with the same tokenizer and geometry and a differently padded vocabulary."""
+    from specvlm.tiny import tiny_smolvlm
+    return tiny_smolvlm(seed=1, hidden=32, layers=1, pad_vocab_to=64)
+
+
+@pytest.fixture(scope="module")
+def pairs(smol, smol_draft):
+    return {"self": pair_from_models(*smol), "std": pair_from_models(smol[0], smol[1], smol_draft[0], smol_draft[1])}
+
+
+@pytest.fixture(scope="module")
+def vanilla(pairs):
+    return generate(pairs["self"], make_clip(), PROMPT, _cfg())
+
+
+def _hf_ids(model, processor, inputs, clip, n=N):
+    enc = processor(text=[inputs.prompt_text], videos=[clip.frames], video_metadata=[clip_metadata(clip)],
+                    do_sample_frames=False, return_tensors="pt")
+    assert torch.equal(enc["input_ids"], inputs.input_ids)
+    out = model.generate(**enc, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, enc["input_ids"].shape[1]:].tolist()
+
+
+def test_prompt_layout_and_token_grid(pairs):
+    pair = pairs["self"]
+    clip = make_clip(8, 112, fps=4.0)
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    tok = pair.processor.tokenizer
+    assert inputs.num_video_tokens == 8 * 64 and inputs.frames_per_token == 1
+    assert inputs.positions.shape == (1, inputs.input_ids.shape[1])
+    assert torch.equal(inputs.positions[0], torch.arange(inputs.input_ids.shape[1]))
+    grid = inputs.token_grid
+    assert grid.shape == (512, 3)
+    assert grid[:, 0].bincount().tolist() == [64] * 8                 # 8 x 8 tokens per frame
+    assert grid[63].tolist() == [0, 7, 7] and grid[64].tolist() == [1, 0, 0] and grid[9].tolist() == [0, 1, 1]
+    ids = inputs.input_ids[0]
+    fake = tok.convert_tokens_to_ids("<fake_token_around_image>")
+    glob = tok.convert_tokens_to_ids("<global-img>")
+    runs = inputs.video_index.reshape(8, 64)
+    assert torch.equal(runs[:, -1] - runs[:, 0], torch.full((8,), 63))   # each frame is one run of 64
+    assert (ids[runs[:, 0] - 1] == glob).all() and (ids[runs[:, 0] - 2] == fake).all()
+    assert (ids[runs[:, -1] + 1] == fake).all()
+    text = tok.decode(ids)
+    assert "series of eight frames from a 0:00:02 [H:MM:SS] video" in text
+    assert [f"Frame from 00:0{s}:" in text for s in (0, 1)] == [True, True]
+    assert text.count("Frame from") == 8 and text.endswith("Assistant:")
+
+
+def test_clip_metadata_carries_real_times_and_duration():
+    clip = VideoClip(np.zeros((3, 32, 32, 3), np.uint8), np.array([0.0, 65.2, 130.4]), native_fps=25.0,
+                     total_frames=3500, duration=140.0)
+    meta = clip_metadata(clip)
+    assert meta["fps"] == 25.0 and meta["duration"] == 140.0 and meta["total_num_frames"] == 3500
+    assert [i / meta["fps"] for i in meta["frames_indices"]] == [0.0, 65.2, 130.4]
+    bare = VideoClip(np.zeros((4, 32, 32, 3), np.uint8), np.arange(4) / 2.0)      # in memory: no stream facts
+    meta = clip_metadata(bare)
+    assert meta["fps"] == 2.0 and meta["duration"] == 2.0 and meta["frames_indices"] == [0, 1, 2, 3]
+
+
+def test_duration_and_frame_times_are_prompt_text(pairs):
+    """A long clip's times reach the prompt as MM:SS and its duration as H:MM:SS (not the last frame's time)."""
+    pair = pairs["self"]
+    clip = VideoClip(make_clip(3, 64).frames, np.array([0.0, 65.2, 130.4]), native_fps=25.0, total_frames=3500,
+                     duration=140.0)
+    text = pair.processor.tokenizer.decode(pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT).input_ids[0])
+    assert "series of three frames from a 0:02:20 [H:MM:SS] video" in text
+    assert "Frame from 01:05:" in text and "Frame from 02:10:" in text
+
+
+def test_tiny_model_is_varied_and_vanilla_equals_hf_generate(pairs, vanilla):
+    pair = pairs["self"]
+    assert len(set(vanilla.token_ids)) >= 8, vanilla.token_ids
+    clip = make_clip()
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    assert _hf_ids(pair.target, pair.processor, inputs, clip) == vanilla.token_ids
+
+
+def test_draft_vanilla_equals_hf_generate(smol_draft):
+    """The draft model (1 layer, padded vocabulary) is itself a SmolVLM: our vanilla == generate()."""
+    pair = pair_from_models(*smol_draft)
+    clip = make_clip(4, 96, seed=2)
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    van = generate(pair, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    assert _hf_ids(pair.target, pair.processor, inputs, clip, n=16) == van.token_ids
+
+
+@pytest.mark.parametrize("method", PRUNE_METHODS)
+def test_every_pruning_method_is_lossless(pairs, vanilla, method):
+    res = generate(pairs["self"], make_clip(), PROMPT, _cfg(method))
+    assert res.token_ids == vanilla.token_ids
+    expected_k = 512 if method == "none" else int(512 * 0.1 + 1e-9)
+    assert res.num_kept == expected_k
+
+
+@pytest.mark.parametrize("mode", ["self", "std"])
+@pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
+def test_tree_shapes_self_and_std_sd_are_lossless(pairs, vanilla, mode, shape):
+    for method in ("specvlm", "none"):
+        res = generate(pairs[mode], make_clip(), PROMPT, _cfg(method, shape))
+        assert res.token_ids == vanilla.token_ids, (mode, method, shape)
+        assert all(0 <= a <= 5 for a in res.accept_lengths)
+
+
+def test_std_sd_shares_the_padded_vocabulary(pairs):
+    pair = pairs["std"]
+    t, d = pair.target.lm_head.weight.shape[0], pair.draft.lm_head.weight.shape[0]
+    assert t != d and pair.shared_vocab == min(t, d)
+
+
+def test_self_sd_without_pruning_accepts_whole_chains(pairs, vanilla):
+    res = generate(pairs["self"], make_clip(), PROMPT, _cfg("none", "chain", depth=4))
+    assert res.token_ids == vanilla.token_ids
+    assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
+
+
+def test_the_2_2b_geometry_is_81_tokens_per_frame_and_lossless():
+    from specvlm.tiny import tiny_smolvlm
+
+    pair = pair_from_models(*tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3))
+    clip = make_clip(4, 96, seed=1)
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    assert inputs.num_video_tokens == 4 * 81 and inputs.token_grid[80].tolist() == [0, 8, 8]
+    assert tuple(inputs.vision["pixel_values"].shape[-2:]) == (384, 384)     # frames resized to the square
+    van = generate(pair, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    assert _hf_ids(pair.target, pair.processor, inputs, clip, n=16) == van.token_ids
+    assert generate(pair, clip, PROMPT, _cfg("specvlm", n=16), inputs=inputs).token_ids == van.token_ids
+
+
+def test_subtitles_are_lossless_in_every_mode(pairs):
+    from specvlm.subtitles import Cue
+
+    cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
+    clip = make_clip()
+    base = generate(pairs["std"], clip, PROMPT, _cfg(n=16), subtitles=cues)
+    assert base.prefill.target_subtitle_tokens > 5
+    for mode in ("both", "target", "draft"):
+        van = generate(pairs["std"], clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
+        spec = generate(pairs["std"], clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+        assert spec.token_ids == van.token_ids, mode
+
+
+# --------------------------------------------------------------------------- sampling
+def _sample_cfg(method, shape="dynamic", t=1.0, seed=0, n=24):
+    return DecodeConfig(method=method, max_new_tokens=n, stop_at_eos=False, tree=TreeConfig(shape=shape),
+                        sampling=SamplingConfig(temperature=t, seed=seed))
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
+def test_sampling_at_tiny_temperature_is_greedy_and_seeded(pairs, vanilla, shape):
+    for mode in ("self", "std"):
+        got = generate(pairs[mode], make_clip(), PROMPT, _sample_cfg("specvlm", shape, t=1e-4, n=N)).token_ids
+        assert got == vanilla.token_ids, mode
+    a = generate(pairs["std"], make_clip(), PROMPT, _sample_cfg("specvlm", shape, seed=7)).token_ids
+    b = generate(pairs["std"], make_clip(), PROMPT, _sample_cfg("specvlm", shape, seed=7)).token_ids
+    assert a == b and len(a) == 24
+
+
+def test_sampling_with_the_target_as_its_own_full_draft_accepts_every_sample(pairs):
+    """Draft distribution == target distribution: rejection sampling must accept every drafted token."""
+    res = generate(pairs["self"], make_clip(), PROMPT, _sample_cfg("none", "chain", n=40))
+    assert res.accept_lengths[:-1] == [5] * (len(res.accept_lengths) - 1)
+
+
+# --------------------------------------------------------------------------- CLI on saved folders
+def test_cli_std_sd_on_saved_folders_is_identical_to_vanilla(smol, smol_draft, tmp_path):
+    from test_cli import run_cli, write_mp4
+
+    for name, (model, proc) in {"target": smol, "draft": smol_draft}.items():
+        model.save_pretrained(tmp_path / name)
+        proc.save_pretrained(tmp_path / name)
+    video = write_mp4(tmp_path / "clip.mp4", make_clip(16, 96).frames)
+    r = run_cli("generate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--video",
+                str(video), "--prompt", PROMPT, "--num-frames", "6", "--max-new-tokens", "24", "--no-eos", "--json",
+                "--method", "specvlm", "--compare")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["identical"] is True and len(out["token_ids"]) == 24
+    assert out["num_video_tokens"] == 6 * 64 and out["num_kept"] == int(6 * 64 * 0.1)
