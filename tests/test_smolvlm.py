@@ -213,3 +213,18 @@ def test_cli_std_sd_on_saved_folders_is_identical_to_vanilla(smol, smol_draft, t
     out = json.loads(r.stdout)
     assert out["identical"] is True and len(out["token_ids"]) == 24
     assert out["num_video_tokens"] == 6 * 64 and out["num_kept"] == int(6 * 64 * 0.1)
+
+
+# --------------------------------------------------------------------------- presets
+def test_cpu_default_is_smolvlm2_with_the_hub_and_the_bundled_pair_offline(monkeypatch):
+    from specvlm.models import hub, presets
+
+    monkeypatch.setattr(presets.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=2.0: True)
+    assert presets.default_preset_name() == presets.SMOLVLM2_CPU
+    smol = presets.default_preset()
+    assert smol.target == "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
+    assert smol.draft == "HuggingFaceTB/SmolVLM2-256M-Video-Instruct" and not smol.requires_cuda
+    assert "r = 0.9" in smol.description and "λ = 0.4" in smol.description
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=2.0: False)
+    assert presets.default_preset_name() == presets.BUNDLED_STD

@@ -2,7 +2,9 @@
 
 The bundled pair under ``assets/model/`` (a small Qwen2.5-VL target and a 1-layer
 draft with the same tokenizer, trained on synthetic shape videos) is the default
-when no CUDA device is present; with CUDA the default is Qwen2.5-VL-7B Self-SD.
+offline; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
+reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
+models share a tokenizer and a 64-tokens-per-frame geometry).
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4.1 (model pairs, 64 frames for
 LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); DESIGN 5.
@@ -45,6 +47,7 @@ class Preset:
 BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
 BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
 QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
+SMOLVLM2_CPU = "SmolVLM2-500M + 256M draft (CPU)"
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
@@ -61,6 +64,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "LLaVA-OV-7B drafting for itself", num_frames=64),
     Preset("LLaVA-OneVision-72B + 7B draft", "llava-hf/llava-onevision-qwen2-72b-ov-hf",
            "llava-hf/llava-onevision-qwen2-7b-ov-hf", "Std-SD, paper: up to 2.68x", num_frames=64),
+    Preset(SMOLVLM2_CPU, "HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "HuggingFaceTB/SmolVLM2-256M-Video-Instruct",
+           "Real video LLM small enough for a CPU (downloaded from the Hub); Std-SD, 64 tokens per frame for both; "
+           "SpecVLM r = 0.9, λ = 0.4 (the paper's defaults, not tuned for SmolVLM2)",
+           num_frames=16, requires_cuda=False, max_new_tokens=128),
 ]}
 
 
@@ -78,10 +85,18 @@ def preset_available(preset: Preset) -> bool:
 
 
 def default_preset_name() -> str:
-    """Qwen2.5-VL-7B Self-SD with CUDA when it can be loaded (cached or Hub reachable), else the bundled pair."""
-    if torch.cuda.is_available() and preset_available(PRESETS[QWEN7_SELF]):
-        return QWEN7_SELF
-    return BUNDLED_STD
+    """The preset a user gets without choosing one.
+
+    With CUDA: Qwen2.5-VL-7B Self-SD when it can be loaded (cached or Hub reachable). Without CUDA
+    and with the Hub reachable (:func:`specvlm.models.hub.hub_reachable`): the SmolVLM2 500M + 256M
+    pair, a real video LLM that runs on a CPU. Otherwise (offline, or the 7B unavailable): the
+    bundled pair, which only knows synthetic shape videos.
+    """
+    from specvlm.models.hub import hub_reachable
+
+    if torch.cuda.is_available():
+        return QWEN7_SELF if preset_available(PRESETS[QWEN7_SELF]) else BUNDLED_STD
+    return SMOLVLM2_CPU if hub_reachable() else BUNDLED_STD
 
 
 def default_preset() -> Preset:
