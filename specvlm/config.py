@@ -31,6 +31,12 @@ DECODE_METHODS = ("vanilla",) + PRUNE_METHODS
 TREE_SHAPES = ("dynamic", "static", "chain")
 
 
+NEAR_TIE_MARGIN: dict[str, float] = {"float32": 1e-3, "float16": 0.125, "bfloat16": 0.5}
+"""Largest target top-1 minus top-2 logit margin (logit units) at which greedy speculative output may
+legitimately differ from vanilla output, per model dtype; see :func:`specvlm.metrics.compare_outputs`
+for how the numbers were chosen."""
+
+
 class ConfigError(ValueError):
     """A setting is out of range; the message names the setting and the valid range."""
 

@@ -23,7 +23,7 @@ import torch
 from specvlm import kv
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
-from specvlm.metrics import Timer, tau as mean_tau, tokens_per_target_forward
+from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair
 from specvlm.pruning import prune
 from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
@@ -485,7 +485,8 @@ def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tenso
     t_dec = time.perf_counter()
     first = pick(last_logits)
     em.take([first])
-    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1)
+    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1,
+                                             margin=logit_margin(last_logits))
 
 
 def _stream_vanilla(pair, inputs, config, t0, should_stop):
@@ -509,7 +510,8 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
         pos += 1
         new = em.take([root])
         yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
-                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids))
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids),
+                        margin=logit_margin(logits[-1]))
 
 
 def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
@@ -617,4 +619,5 @@ def generate(pair: ModelPair, clip: VideoInput | None, prompt: str, config: Deco
         decode_s=decode_s, total_s=total, tokens_per_s=(len(ids) / decode_s) if decode_s > 0 else 0.0,
         draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3,
         prefill=info, steps=steps,
+        margins=[] if config.speculative else [s.margin for s in steps if s.token_ids],
     )

@@ -1,15 +1,20 @@
-"""Decoding metrics: τ, tokens per target forward, timers, first divergence, peak memory.
+"""Decoding metrics: τ, tokens per target forward, timers, first divergence and its cause, peak memory.
 
-Source: DESIGN 4.11-4.12; SpecVLM (arXiv 2508.16201) Sec. 4 for τ excluding the bonus token.
+Source: docs/design.md §4.11-4.12; SpecVLM (arXiv 2508.16201) Sec. 4 for τ excluding the bonus token.
 """
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+from specvlm.config import NEAR_TIE_MARGIN
 
 
 def _is_cuda(device: torch.device | str | None) -> bool:
@@ -35,7 +40,7 @@ class Timer:
         ms: elapsed time in milliseconds (0.0 until the block exits).
         device: the device synchronised, or None for a plain CPU timer.
 
-    Source: DESIGN 4.12 ("On GPU, synchronise before reading clocks").
+    Source: docs/design.md §4.12 ("On GPU, synchronise before reading clocks").
     """
 
     def __init__(self, device: torch.device | str | None = None) -> None:
@@ -71,7 +76,7 @@ def tau(accept_lengths: Sequence[int]) -> float:
     Returns:
         The mean in tokens per verify step; 0.0 for no steps.
 
-    Source: DESIGN 4.12 (paper and official code convention).
+    Source: docs/design.md §4.12 (paper and official code convention).
     """
     if len(accept_lengths) == 0:
         return 0.0
@@ -91,7 +96,7 @@ def tokens_per_target_forward(num_tokens: int, num_forwards: int) -> float:
     Raises:
         ValueError: a negative count.
 
-    Source: DESIGN 4.12.
+    Source: docs/design.md §4.12.
     """
     if num_tokens < 0 or num_forwards < 0:
         raise ValueError(f"counts must be >= 0, got num_tokens={num_tokens}, num_forwards={num_forwards}.")
@@ -111,7 +116,7 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
         The first index i with a[i] != b[i]; if one is a strict prefix of the
         other, the shorter length; None if identical.
 
-    Source: DESIGN 4.11 (report the first divergence honestly).
+    Source: docs/design.md §4.11 (report the first divergence honestly).
     """
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -119,6 +124,126 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     if len(a) != len(b):
         return min(len(a), len(b))
     return None
+
+
+def logit_margin(logits: torch.Tensor) -> float:
+    """Top-1 minus top-2 of one row of target logits, in logit units (0.0 for an exact tie).
+
+    Args:
+        logits: float (V,) logits of any float dtype and device (V >= 2).
+
+    Returns:
+        The margin as a Python float (computed in float32 from the model's own values).
+    """
+    top = logits.float().topk(2).values
+    return float(top[0] - top[1])
+
+
+DivergenceKind = Literal["identical", "near-tie", "mismatch"]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """How a speculative output compares with the vanilla output of the same request.
+
+    Attributes:
+        identical: True when the token ids are equal.
+        index: the first differing token (the shorter length when one is a prefix of the other), or None.
+        margin: the target's top-1 minus top-2 logit margin at ``index`` as vanilla decoding saw it
+            (logit units), or None (identical, or vanilla has no token there).
+        kind: ``identical``; ``near-tie`` (margin below the dtype's threshold: rounding in batched
+            verification may flip it); or ``mismatch`` (a real difference: a bug).
+        threshold: the near-tie threshold used (logit units), or None when identical.
+    """
+
+    identical: bool
+    index: int | None
+    margin: float | None
+    kind: DivergenceKind
+    threshold: float | None = None
+
+    def describe(self) -> str:
+        """One line for a summary, e.g. ``near-tie at token 12 (margin 0.031 < 0.5)``."""
+        if self.identical:
+            return "identical"
+        m = "no vanilla margin" if self.margin is None else f"margin {self.margin:.3g}"
+        rel = "" if self.margin is None else (" < " if self.kind == "near-tie" else " >= ") + f"{self.threshold:g}"
+        return f"{self.kind} at token {self.index} ({m}{rel})"
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready fields (identical, index, margin, kind, threshold)."""
+        return {"identical": self.identical, "index": self.index, "margin": self.margin, "kind": self.kind,
+                "threshold": self.threshold}
+
+
+def near_tie_threshold(dtype: torch.dtype | str) -> float:
+    """The near-tie threshold for a model dtype (see :func:`compare_outputs`).
+
+    Args:
+        dtype: a torch dtype or its name (``float32``, ``bfloat16``, ``float16``, ``fp32``, ...).
+
+    Returns:
+        Threshold in logit units.
+
+    Raises:
+        ValueError: a dtype other than float32, bfloat16 or float16.
+    """
+    name = str(dtype).removeprefix("torch.")
+    name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
+            "float": "float32"}.get(name, name)
+    if name not in NEAR_TIE_MARGIN:
+        raise ValueError(f"dtype {dtype!r} has no near-tie threshold: use float32, bfloat16 or float16.")
+    return NEAR_TIE_MARGIN[name]
+
+
+def compare_outputs(vanilla_ids: Sequence[int], spec_ids: Sequence[int], margins: Sequence[float],
+                    dtype: torch.dtype | str) -> Divergence:
+    """Compare a greedy speculative output with vanilla output; classify the first divergence.
+
+    Speculative decoding verifies many tokens in one batched forward, vanilla one token per
+    forward. Both compute the same function, but kernels for different shapes sum in a different
+    order, so the target's logits differ by rounding. Where the target's best two tokens are
+    closer than that noise, either may win: a divergence there is a *near-tie* (allowed); anywhere
+    else it is a *mismatch* (a bug, e.g. in positions, masks or the KV commit).
+
+    Thresholds (:data:`specvlm.config.NEAR_TIE_MARGIN`, logit units), for logits of magnitude
+    |z| <= 32 (typical of these models' top tokens) after tens of layers:
+
+    * float32: 1e-3. One ulp at |z| = 32 is 2**-18 = 3.8e-6; differently ordered sums over a
+      hidden size d accumulate ~sqrt(d) ulps per layer, which stays around 1e-5 to 1e-4 for 8k
+      hidden sizes and 80 layers. 1e-3 sits above that with room to spare and is far below the
+      margins a real bug produces (order 1), so float32 outputs are expected to be identical.
+    * float16: 0.125 = eight ulps at |z| in [16, 32) (ulp 2**-6); intermediate activations carry
+      10 mantissa bits, so layer-to-layer drift of a few ulps of the logits is common.
+    * bfloat16: 0.5 = four ulps at |z| in [16, 32) (ulp 2**-3): with 8 mantissa bits the logits
+      themselves are rounded in steps of 0.125 there, and hidden-state rounding through the
+      layers moves them by a few steps between batched and single-token kernels.
+
+    Args:
+        vanilla_ids: token ids of greedy vanilla decoding.
+        spec_ids: token ids of greedy speculative decoding on the same request.
+        margins: per vanilla token, the target's top-1 minus top-2 logit margin
+            (``DecodeResult.margins`` of the vanilla run; ``StepEvent.margin`` per event).
+        dtype: the target model's dtype (torch dtype or name).
+
+    Returns:
+        Divergence. Where vanilla has no token (or no margin) at the divergence, the margin is None
+        and the kind is ``mismatch``: nothing shows the target was undecided there.
+
+    Raises:
+        ValueError: unsupported dtype.
+
+    Source: docs/design.md §4.11 (lossless: report the first divergence honestly).
+    """
+    threshold = near_tie_threshold(dtype)
+    index = first_divergence(vanilla_ids, spec_ids)
+    if index is None:
+        return Divergence(True, None, None, "identical")
+    margin = None
+    if index < min(len(vanilla_ids), len(margins)):
+        margin = float(margins[index])
+    tie = margin is not None and math.isfinite(margin) and margin < threshold
+    return Divergence(False, index, margin, "near-tie" if tie else "mismatch", threshold)
 
 
 def peak_memory_mb(device: torch.device | str | None = None) -> float:
@@ -133,7 +258,7 @@ def peak_memory_mb(device: torch.device | str | None = None) -> float:
     Returns:
         Peak memory in MiB.
 
-    Source: DESIGN 4.12.
+    Source: docs/design.md §4.12.
     """
     if _is_cuda(device):
         return torch.cuda.max_memory_allocated(device) / 2**20

@@ -110,6 +110,9 @@ class StepEvent:
         elapsed_s: decode wall time since the first decode step began (s), excludes prefill.
         num_generated: tokens generated so far including this step.
         tree: the drafted tree, when recorded.
+        margin: the target's top-1 minus top-2 logit margin (logit units) for this step's token, on
+            vanilla steps and on step 0 (the prefill's token); None on speculative verify steps.
+            :func:`specvlm.metrics.compare_outputs` uses it to tell near-ties from mismatches.
     """
 
     step: int
@@ -123,6 +126,7 @@ class StepEvent:
     elapsed_s: float = 0.0
     num_generated: int = 0
     tree: DraftTreeRecord | None = None
+    margin: float | None = None
 
 
 @dataclass
@@ -174,6 +178,8 @@ class DecodeResult:
         verify_s: total target verify/decode time (s).
         prefill: the PrefillInfo.
         steps: all StepEvents.
+        margins: vanilla only: per generated token, the target's top-1 minus top-2 logit margin
+            (logit units; :func:`specvlm.metrics.compare_outputs`); empty for speculative methods.
     """
 
     token_ids: list[int]
@@ -189,6 +195,7 @@ class DecodeResult:
     verify_s: float
     prefill: PrefillInfo
     steps: list[StepEvent]
+    margins: list[float] = field(default_factory=list)
 
     @property
     def num_video_tokens(self) -> int:

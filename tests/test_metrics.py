@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from specvlm.metrics import Timer, first_divergence, peak_memory_mb, tau, tokens_per_target_forward
+from specvlm.metrics import (Divergence, Timer, compare_outputs, first_divergence, logit_margin, near_tie_threshold,
+                             peak_memory_mb, tau, tokens_per_target_forward)
 
 
 def test_timer_measures_ms():
@@ -59,3 +60,44 @@ def test_peak_memory_cpu():
     mb = peak_memory_mb("cpu")
     assert 1.0 < mb < 1e6
     assert peak_memory_mb() == pytest.approx(mb, rel=0.5)
+
+
+# --------------------------------------------------------------------------- near-tie vs mismatch
+def test_logit_margin_of_crafted_logits():
+    logits = torch.tensor([0.5, 3.25, -1.0, 3.0])
+    assert logit_margin(logits) == pytest.approx(0.25)
+    assert logit_margin(logits.to(torch.bfloat16)) == pytest.approx(0.25)
+    assert logit_margin(torch.tensor([2.0, 2.0, 1.0])) == 0.0
+
+
+@pytest.mark.parametrize("dtype,tie,real", [
+    (torch.float32, 5e-4, 2e-3), ("float32", 5e-4, 0.01),
+    (torch.bfloat16, 0.375, 0.75), ("bf16", 0.25, 2.0),
+    (torch.float16, 0.0625, 0.25), ("float16", 0.1, 1.0),
+])
+def test_compare_outputs_classifies_by_the_vanilla_margin(dtype, tie, real):
+    van = [5, 6, 7, 8]
+    assert compare_outputs(van, list(van), [1.0] * 4, dtype) == Divergence(True, None, None, "identical")
+    d = compare_outputs(van, [5, 6, 9, 8], [1.0, 1.0, tie, 1.0], dtype)
+    assert (d.identical, d.index, d.margin, d.kind) == (False, 2, tie, "near-tie")
+    assert d.threshold == near_tie_threshold(dtype) and tie < d.threshold < real
+    d = compare_outputs(van, [5, 6, 9, 8], [1.0, 1.0, real, 1.0], dtype)
+    assert (d.identical, d.index, d.margin, d.kind) == (False, 2, real, "mismatch")
+    assert "mismatch at token 2" in d.describe() and d.to_dict()["kind"] == "mismatch"
+
+
+def test_compare_outputs_edges():
+    # spec stops early: the first missing token is judged by vanilla's margin there
+    d = compare_outputs([1, 2, 3], [1, 2], [1.0, 1.0, 1e-5], torch.float32)
+    assert (d.index, d.kind) == (2, "near-tie")
+    # spec runs past vanilla's end (e.g. past EOS): no vanilla margin, so it is a mismatch
+    d = compare_outputs([1, 2], [1, 2, 3], [1.0, 1.0], torch.float32)
+    assert (d.index, d.margin, d.kind) == (2, None, "mismatch")
+    assert "no vanilla margin" in d.describe()
+    assert compare_outputs([], [], [], "fp32").identical
+    with pytest.raises(ValueError, match="float64"):
+        compare_outputs([1], [2], [0.0], torch.float64)
+    # the documented order: fp32 tight, fp16 looser, bf16 loosest
+    assert near_tie_threshold(torch.float32) < near_tie_threshold(torch.float16) < near_tie_threshold(torch.bfloat16)
+    with pytest.raises(AttributeError):
+        Divergence(True, None, None, "identical").kind = "mismatch"      # frozen
