@@ -533,7 +533,9 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
                       _subtitle_tokens(inputs, "target"), _subtitle_tokens(inputs, "draft"))
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
     yield event
-    runner = DraftRunner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
+    from specvlm.fastdraft import make_draft_runner  # fused draft forward, DraftRunner where unsupported
+
+    runner = make_draft_runner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)

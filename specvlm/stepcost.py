@@ -149,3 +149,125 @@ def verify_cost_curve(model: Any, kv_tokens: int, sizes: tuple[int, ...] = tuple
     return VerifyCost(kv_tokens=L, decode_ms=statistics.median(per[0]),
                       verify_ms={n: statistics.median(per[n]) for n in sizes},
                       ratio={n: statistics.median(ratios[n]) for n in sizes}, rounds=rounds)
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """Result of :func:`draft_cost`: one draft tree level against one target decode step.
+
+    Attributes:
+        target_tokens / draft_tokens: tokens cached by the target / the draft before each step.
+        width: nodes fed in the measured draft level (siblings under a 4-D tree mask).
+        decode_ms: median 1-token target decode step (ms).
+        level_ms: median draft level of ``width`` nodes (ms).
+        chain_ms: median draft feed of one chain node (no mask; ms).
+        level_ratio / chain_ratio: medians over rounds of level / decode and chain / decode
+            measured in the same round.
+        runner: class name of the draft runner measured.
+        rounds: interleaved rounds.
+    """
+
+    target_tokens: int
+    draft_tokens: int
+    width: int
+    decode_ms: float
+    level_ms: float
+    chain_ms: float
+    level_ratio: float
+    chain_ratio: float
+    runner: str
+    rounds: int
+
+
+def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int = 4, fast: bool = True,
+               rounds: int = 7, iters: int = 5, warmup: int = 3, seed: int = 0) -> DraftCost:
+    """Time a target decode step, a draft tree level and a draft chain node, interleaved.
+
+    The draft side is what the engine runs per tree level: the draft runner's ``feed_nodes``
+    over ``width`` sibling nodes (each sees the cache and itself: the 4-D tree mask), and over
+    one chain node (no mask), rolled back after every call. Ratios are taken per round, so
+    machine drift hits both sides alike.
+
+    Args:
+        pair: the model pair (a Self-SD pair measures the target drafting for itself).
+        target_tokens: L, tokens in the target's cache (prompt incl. video tokens).
+        draft_tokens: tokens in the draft's cache (text + kept video tokens).
+        width: nodes in the measured level (the dynamic tree's ``top_k``).
+        fast: the engine's draft runner (:func:`specvlm.fastdraft.make_draft_runner`); False
+            measures the module-stack :class:`specvlm.decoding.DraftRunner`.
+        rounds, iters, warmup: as in :func:`verify_cost_curve`.
+        seed: token-id seed.
+
+    Returns:
+        :class:`DraftCost` (times in ms, ratios dimensionless).
+
+    Raises:
+        ValueError: a token count < 1, ``width`` < 1, or ``rounds``/``iters`` < 1.
+    """
+    from specvlm.fastdraft import make_draft_runner
+    from specvlm.tree import DraftTree
+
+    if min(target_tokens, draft_tokens, width, rounds, iters) < 1:
+        raise ValueError(f"draft_cost needs token counts, width, rounds and iters >= 1 (got {target_tokens}, "
+                         f"{draft_tokens}, {width}, {rounds}, {iters}).")
+    dev = str(pair.target.get_input_embeddings().weight.device)
+    with torch.inference_mode():
+        t_cache, ad = random_prefill(pair.target, target_tokens, seed=seed)
+        d_cache, _ = random_prefill(pair.draft, draft_tokens, seed=seed + 1)
+        runner = make_draft_runner(pair, d_cache, 3, 0, fast=fast)
+        runner.feed_pending([7], draft_tokens)
+        tok = torch.tensor([7])
+        level = DraftTree(tokens=torch.arange(width) + 3, parents=torch.full((width,), -1),
+                          depths=torch.ones(width, dtype=torch.long), scores=torch.zeros(width))
+        chain = DraftTree(tokens=torch.tensor([3]), parents=torch.tensor([-1]), depths=torch.ones(1, dtype=torch.long),
+                          scores=torch.zeros(1))
+        steps = {
+            "decode": (lambda: lm_forward(pair.target, ad, embed_tokens(pair.target, tok),
+                                          torch.full((3, 1), target_tokens), t_cache),
+                       lambda: kv.truncate(t_cache, target_tokens)),
+            "level": (lambda: runner.feed_nodes(list(range(width)), level), runner.rollback),
+            "chain": (lambda: runner.feed_nodes([0], chain), runner.rollback),
+        }
+        per: dict[str, list[float]] = {k: [] for k in steps}
+        for r in range(rounds):
+            for k, (fn, reset) in steps.items():
+                per[k].append(median_ms(fn, reset, dev, iters, warmup if r == 0 else 0))
+    ratio = {k: statistics.median(a / b for a, b in zip(per[k], per["decode"])) for k in ("level", "chain")}
+    return DraftCost(target_tokens, draft_tokens, width, statistics.median(per["decode"]),
+                     statistics.median(per["level"]), statistics.median(per["chain"]), ratio["level"],
+                     ratio["chain"], type(runner).__name__, rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specvlm.stepcost``: draft level / target step ratios on a preset, as JSON lines."""
+    import argparse
+    import dataclasses
+    import json
+
+    from specvlm.models import load_pair
+    from specvlm.models.presets import PRESETS, default_preset_name
+    from specvlm.threads import configure
+
+    p = argparse.ArgumentParser(prog="python -m specvlm.stepcost", description=main.__doc__)
+    p.add_argument("--preset", default=default_preset_name(), choices=sorted(PRESETS))
+    p.add_argument("--video-tokens", type=int, nargs="+", default=[768, 16384])
+    p.add_argument("--text-tokens", type=int, default=40, help="prompt tokens besides the video")
+    p.add_argument("--drop-rate", type=float, default=0.9, help="share of video tokens the draft does not see")
+    p.add_argument("--width", type=int, default=4, help="nodes per measured draft level")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--slow", action="store_true", help="measure the module-stack DraftRunner too")
+    p.add_argument("--threads", default=None, help="torch threads (default: specvlm.threads policy)")
+    a = p.parse_args(argv)
+    choice = configure(a.threads)
+    preset = PRESETS[a.preset]
+    pair = load_pair(preset.target, preset.draft)
+    for v in a.video_tokens:
+        for fast in ((True, False) if a.slow else (True,)):
+            c = draft_cost(pair, v + a.text_tokens, max(1, round(v * (1 - a.drop_rate))) + a.text_tokens,
+                           width=a.width, fast=fast, rounds=a.rounds)
+            print(json.dumps({"video_tokens": v, "threads": choice.describe(), **dataclasses.asdict(c)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

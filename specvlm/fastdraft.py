@@ -1,0 +1,318 @@
+"""A draft runner with few, fused ops over a static KV buffer.
+
+The draft's numerics never change the output (the target verifies every drafted token,
+docs/design.md §4.9), so the draft may take any fast path. On a CPU a small draft's step is
+mostly per-op fixed cost: Python and ATen dispatch through transformers' module stack (a
+1-token linear costs 15-27 us, an RMSNorm ~50 us, plus mask building and cache bookkeeping).
+:class:`FastDraftRunner` runs the same decoder layers with the module's own weights, read once
+through public module attributes: q/k/v and gate/up projections fused into one matmul each
+(when the fused copy is small), ``F.rms_norm``, RoPE from a per-request position table built
+with the model's own rotary module, grouped-query attention folded onto the KV heads (one SDPA
+per layer), and keys/values written in place into a preallocated buffer (rollback moves one
+integer). It has :class:`specvlm.decoding.DraftRunner`'s interface (``feed_pending``,
+``feed_nodes``, ``rollback``) and returns the same log-probs up to float rounding.
+
+Supported: pre-norm decoder layers with ``self_attn.{q,k,v,o}_proj`` linears, no per-head q/k
+norms, a gated SiLU MLP (``mlp.{gate,up,down}_proj``), RMS norms with a plain ``weight``,
+full attention in every layer, and a ``rotary_emb`` whose cos/sin depend only on the position
+(Qwen2 / Qwen2.5-VL / LLaVA-OneVision's Qwen2 / Llama-style text stacks). Anything else falls
+back to ``DraftRunner`` (:func:`make_draft_runner`).
+
+Source: docs/design.md §4.8 (draft tree feeds, positions = root + depth) and §7 (per-forward
+fixed cost on a CPU); grouped-query attention (Ainslie et al. 2023); RoPE (Su et al. 2021).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specvlm import kv
+
+log = logging.getLogger(__name__)
+
+FUSE_LIMIT_BYTES = 256 * 2**20
+"""Fuse q/k/v and gate/up weights into one matrix only when the fused copies stay under this
+(bytes); larger drafts keep separate matmuls on the model's own tensors (no second copy)."""
+GROW = 512
+"""Extra token slots allocated whenever the KV buffer or the position table grows."""
+
+
+class FastDraftUnsupported(ValueError):
+    """The draft's layers are not the plain pre-norm decoder this runner implements."""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's weights, read from the module (fused copies or the module's own)."""
+
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    qkv: tuple[tuple[torch.Tensor, torch.Tensor | None], ...]   # one fused (w, b) or three
+    o: tuple[torch.Tensor, torch.Tensor | None]
+    gate_up: tuple[torch.Tensor, ...]                           # one fused weight or (gate, up)
+    down: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Dims:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    eps: float
+    scale: float
+
+
+def _linear(mod: Any, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    lin = getattr(mod, name, None)
+    if not isinstance(lin, torch.nn.Linear):
+        raise FastDraftUnsupported(f"the draft layer has no linear {name!r}: use DraftRunner.")
+    return lin.weight, lin.bias
+
+
+def _norm_weight(norm: Any) -> torch.Tensor:
+    w = getattr(norm, "weight", None)
+    if w is None or getattr(norm, "variance_epsilon", None) is None:
+        raise FastDraftUnsupported("the draft's norm is not an RMS norm with a weight: use DraftRunner.")
+    x = torch.randn(1, w.shape[0], generator=torch.Generator().manual_seed(0)).to(w)
+    if not torch.allclose(norm(x), F.rms_norm(x, (w.shape[0],), w, norm.variance_epsilon), rtol=1e-3, atol=1e-4):
+        raise FastDraftUnsupported("the draft's norm is not weight * x / rms(x): use DraftRunner.")
+    return w
+
+
+def read_layers(lm: Any, fuse_limit: int = FUSE_LIMIT_BYTES) -> tuple[list[_Layer], _Dims]:
+    """Read the decoder layers' weights through public module attributes.
+
+    Args:
+        lm: the text decoder stack (``layers``, ``norm``, ``rotary_emb``, ``config``).
+        fuse_limit: bytes up to which q/k/v and gate/up are fused into one weight each.
+
+    Returns:
+        (per-layer weights, dimensions).
+
+    Raises:
+        FastDraftUnsupported: a layer is not the supported pre-norm attention + gated-SiLU decoder.
+    """
+    cfg = lm.config
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"} or getattr(cfg, "hidden_act", "silu") != "silu":
+        raise FastDraftUnsupported("the draft uses sliding-window layers or a non-SiLU MLP: use DraftRunner.")
+    if not hasattr(lm, "rotary_emb") or not hasattr(lm, "norm") or not hasattr(lm, "layers"):
+        raise FastDraftUnsupported("the draft's text model has no rotary_emb / norm / layers: use DraftRunner.")
+    with torch.no_grad():
+        return _read_layers(lm, cfg, fuse_limit)
+
+
+def _read_layers(lm: Any, cfg: Any, fuse_limit: int) -> tuple[list[_Layer], _Dims]:
+    params = sum(p.numel() * p.element_size() for p in lm.layers.parameters())
+    fuse = params <= fuse_limit
+    out = []
+    for layer in lm.layers:
+        att, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if att is None or mlp is None or any(hasattr(att, a) for a in ("q_norm", "k_norm")):
+            raise FastDraftUnsupported("the draft layer has per-head q/k norms or no self_attn/mlp: use DraftRunner.")
+        q, k, v = (_linear(att, n) for n in ("q_proj", "k_proj", "v_proj"))
+        gate, up, down = (_linear(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
+        if gate[1] is not None or up[1] is not None or down[1] is not None:
+            raise FastDraftUnsupported("the draft's MLP has biases: use DraftRunner.")
+        if fuse:
+            bias = None if q[1] is None else torch.cat([q[1], k[1], v[1]])
+            qkv = ((torch.cat([q[0], k[0], v[0]]), bias),)
+            gate_up = (torch.cat([gate[0], up[0]]),)
+        else:
+            qkv, gate_up = (q, k, v), (gate[0], up[0])
+        out.append(_Layer(_norm_weight(layer.input_layernorm), _norm_weight(layer.post_attention_layernorm),
+                          qkv, _linear(att, "o_proj"), gate_up, down[0]))
+    att0 = lm.layers[0].self_attn
+    head_dim = int(getattr(att0, "head_dim", cfg.hidden_size // cfg.num_attention_heads))
+    dims = _Dims(int(cfg.num_attention_heads), int(cfg.num_key_value_heads), head_dim,
+                 int(lm.layers[0].mlp.down_proj.in_features), float(lm.norm.variance_epsilon),
+                 float(getattr(att0, "scaling", head_dim ** -0.5)))
+    return out, dims
+
+
+class FastDraftRunner:
+    """Drop-in :class:`specvlm.decoding.DraftRunner` with fused eager ops over a static KV buffer.
+
+    Args:
+        pair: the model pair (``pair.draft``, ``pair.draft_adapter``, ``pair.shared_vocab``).
+        cache: the draft's cache after draft prefill (P tokens; copied into the runner's buffer).
+        rope_dims: R, rows of the position ids.
+        pos_offset: draft position - target position for the same token.
+
+    Raises:
+        FastDraftUnsupported: the draft's architecture is not supported (use DraftRunner).
+    """
+
+    def __init__(self, pair: Any, cache: Any, rope_dims: int, pos_offset: int = 0):
+        model, ad = pair.draft, pair.draft_adapter
+        self.lm, self.ad, self.R, self.offset = ad.language_model(model), ad, rope_dims, int(pos_offset)
+        self.layers, self.dims = read_layers(self.lm)
+        self.embed = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+        self.head_w, self.head_b = head.weight, getattr(head, "bias", None)
+        self.final_norm = _norm_weight(self.lm.norm)
+        self.vocab = int(pair.shared_vocab)
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.length = kv.cache_length(cache)
+        self.k, self.v = self._copy_cache(cache, self.length + GROW)
+        self.cos = self.sin = torch.empty(0, self.dims.head_dim, dtype=self.dtype, device=self.device)
+        self.base, self.root_pos = self.length, 0
+        self.slot: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ buffers
+    def _copy_cache(self, cache: Any, cap: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per layer (KV, cap, d) key and value buffers holding the prefill's tokens."""
+        ks, vs = [], []
+        for layer in cache.layers:
+            k, v = layer.keys[0], layer.values[0]      # (KV, P, d)
+            kb = k.new_empty(k.shape[0], cap, k.shape[-1])
+            vb = v.new_empty(v.shape[0], cap, v.shape[-1])
+            kb[:, : self.length] = k[:, : self.length]
+            vb[:, : self.length] = v[:, : self.length]
+            ks.append(kb)
+            vs.append(vb)
+        return ks, vs
+
+    def _reserve(self, need: int) -> None:
+        cap = self.k[0].shape[1]
+        if need <= cap:
+            return
+        new = max(need + GROW, 2 * cap)
+        for bufs in (self.k, self.v):
+            for i, b in enumerate(bufs):
+                nb = b.new_empty(b.shape[0], new, b.shape[2])
+                nb[:, : self.length] = b[:, : self.length]
+                bufs[i] = nb
+
+    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin (n, d) for 1-D positions ``pos`` (n,), from the model's rotary module."""
+        top = int(pos.max()) + 1
+        if top > self.cos.shape[0]:
+            n = top + GROW
+            rows = torch.arange(n, device=self.device).expand(self.R, n)
+            x = self.embed[:1][None]
+            cos, sin = self.lm.rotary_emb(x, self.ad.lm_positions(rows))
+            cos, sin = cos.reshape(n, -1), sin.reshape(n, -1)
+            h = sin.shape[-1] // 2
+            self.cos, self.sin = cos, torch.cat([-sin[:, :h], sin[:, h:]], -1)
+        return self.cos[pos], self.sin[pos]
+
+    # ------------------------------------------------------------------ forward
+    def _attend(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        """One layer's attention block on x (n, D); writes the n new keys/values at [length, length + n)."""
+        d, lw = self.dims, self.layers[i]
+        n, H, KV, hd = x.shape[0], d.heads, d.kv_heads, d.head_dim
+        h = F.rms_norm(x, (x.shape[-1],), lw.ln1, d.eps)
+        qkv = torch.cat([F.linear(h, w, b) for w, b in lw.qkv], -1) if len(lw.qkv) > 1 else F.linear(h, *lw.qkv[0])
+        qk = qkv[:, : (H + KV) * hd].view(n, H + KV, hd)
+        qk = qk * cos[:, None] + qk.view(n, H + KV, 2, hd // 2).flip(2).view(n, H + KV, hd) * sin[:, None]
+        end = self.length + n
+        self.k[i][:, self.length:end] = qk[:, H:].transpose(0, 1)
+        self.v[i][:, self.length:end] = qkv[:, (H + KV) * hd:].view(n, KV, hd).transpose(0, 1)
+        g = H // KV
+        q = qk[:, :H].reshape(n, KV, g, hd).permute(1, 2, 0, 3).reshape(1, KV, g * n, hd)
+        o = F.scaled_dot_product_attention(q, self.k[i][None, :, :end], self.v[i][None, :, :end],
+                                           attn_mask=mask, scale=d.scale)
+        o = o.view(KV, g, n, hd).permute(2, 0, 1, 3).reshape(n, H * hd)
+        return x + F.linear(o, *lw.o)
+
+    def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        lw, inter = self.layers[i], self.dims.inter
+        h = F.rms_norm(x, (x.shape[-1],), lw.ln2, self.dims.eps)
+        if len(lw.gate_up) == 1:
+            gu = F.linear(h, lw.gate_up[0])
+            a = F.silu(gu[:, :inter]).mul_(gu[:, inter:])
+        else:
+            a = F.silu(F.linear(h, lw.gate_up[0])).mul_(F.linear(h, lw.gate_up[1]))
+        return x + F.linear(a, lw.down)
+
+    def _forward(self, tokens: torch.Tensor, pos: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        """n new tokens through every layer; returns float32 (n, vocab) log-probs (shared vocab).
+
+        Args:
+            tokens: int64 (n,); pos: int64 (n,) 1-D positions (all RoPE rows equal);
+            allowed: bool (n, T) visibility of the last T cached-or-new keys, or None = all visible.
+        """
+        n = tokens.shape[0]
+        self._reserve(self.length + n)
+        x = F.embedding(tokens.to(self.device), self.embed)
+        cos, sin = self._rope(pos.to(self.device))
+        mask = None
+        if allowed is not None:
+            end, g = self.length + n, self.dims.heads // self.dims.kv_heads
+            m = torch.zeros(n, end, dtype=self.dtype, device=self.device)
+            m[:, end - allowed.shape[1]:].masked_fill_(~allowed.to(self.device), torch.finfo(self.dtype).min)
+            mask = m[None].expand(g, n, end).reshape(1, 1, g * n, end)
+        for i in range(len(self.layers)):
+            x = self._mlp(i, self._attend(i, x, cos, sin, mask))
+        self.length += n
+        h = F.rms_norm(x, (x.shape[-1],), self.final_norm, self.dims.eps)
+        logits = F.linear(h, self.head_w[: self.vocab], None if self.head_b is None else self.head_b[: self.vocab])
+        return torch.log_softmax(logits.float(), -1)
+
+    # ------------------------------------------------------------------ DraftRunner interface
+    def feed_pending(self, tokens: list[int], root_pos: int) -> torch.Tensor:
+        """Feed tokens not yet in the draft cache, ending with the root at target position ``root_pos``.
+
+        Returns:
+            float32 (vocab,) draft log-probs after the root.
+        """
+        n = len(tokens)
+        root_pos = root_pos + self.offset
+        pos = torch.arange(root_pos - n + 1, root_pos + 1)
+        causal = torch.ones(n, n, dtype=torch.bool).tril_() if n > 1 else None
+        logp = self._forward(torch.as_tensor(tokens, dtype=torch.long), pos, causal)
+        self.base, self.root_pos, self.slot = self.length, root_pos, {}
+        return logp[-1]
+
+    def feed_nodes(self, nodes: list[int], tree: Any) -> torch.Tensor:
+        """Feed tree nodes whose ancestors are already fed; returns float32 (F, vocab) log-probs.
+
+        Args:
+            nodes: F node indices of ``tree`` (a :class:`specvlm.tree.DraftTree`).
+        """
+        par = tree.parents.tolist()
+        n_fed, F_ = len(self.slot), len(nodes)
+        allowed = torch.zeros(F_, n_fed + F_, dtype=torch.bool)
+        for r, node in enumerate(nodes):
+            allowed[r, n_fed + r] = True
+            p = par[node]
+            while p >= 0:
+                allowed[r, self.slot[p] - self.base] = True
+                p = par[p]
+        idx = torch.as_tensor(nodes, dtype=torch.long)
+        logp = self._forward(tree.tokens[idx], self.root_pos + tree.depths[idx],
+                             None if bool(allowed.all()) else allowed)
+        for r, node in enumerate(nodes):
+            self.slot[node] = self.base + n_fed + r
+        return logp
+
+    def rollback(self) -> None:
+        """Drop every tree node (back to after the pending tokens): the buffer keeps its contents."""
+        self.length, self.slot = self.base, {}
+
+
+def make_draft_runner(pair: Any, cache: Any, rope_dims: int, pos_offset: int = 0, fast: bool = True) -> Any:
+    """The draft runner for one request: :class:`FastDraftRunner` where supported, else DraftRunner.
+
+    Args:
+        pair: the model pair; cache: the draft cache after draft prefill; rope_dims: R;
+        pos_offset: draft position - target position; fast: False forces DraftRunner.
+
+    Returns:
+        An object with ``feed_pending``, ``feed_nodes`` and ``rollback``.
+    """
+    from specvlm.decoding import DraftRunner
+
+    if fast:
+        try:
+            return FastDraftRunner(pair, cache, rope_dims, pos_offset)
+        except FastDraftUnsupported as e:
+            log.info("fast draft runner not used: %s", e)
+    return DraftRunner(pair, cache, rope_dims, pos_offset)

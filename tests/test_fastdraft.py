@@ -1,0 +1,134 @@
+"""The fused draft runner: same draft log-probs as DraftRunner, lossless output, fallback."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+import specvlm.decoding as dec
+import specvlm.fastdraft as fd
+from conftest import make_clip
+from specvlm.config import DecodeConfig, TreeConfig
+from specvlm.fastdraft import FastDraftRunner, FastDraftUnsupported, make_draft_runner
+from specvlm.models import pair_from_models
+from specvlm.tree import build_tree
+
+PROMPT = "describe this video in detail"
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "assets" / "model"
+
+
+def _prefilled(pair, stride=3):
+    inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(), PROMPT)
+    tp = dec.prefill_target(pair, inputs.for_target(), with_scores=False)
+    d_cache, _ = dec.prefill_draft(pair, inputs, tp, torch.arange(0, inputs.num_video_tokens, stride))
+    return inputs, tp, d_cache
+
+
+def _compare_runners(pair, steps=4, **fast_kwargs):
+    """Drive DraftRunner and FastDraftRunner through the same pending feeds and tree levels."""
+    with torch.inference_mode():
+        inputs, tp, d_cache = _prefilled(pair)
+        R = dec._rope_dims(inputs)
+        fast = FastDraftRunner(pair, d_cache, R, 2, **fast_kwargs)   # copies the cache before ref extends it
+        ref = dec.DraftRunner(pair, d_cache, R, 2)
+        pos, pending, worst = inputs.next_position, [tp.first_token], 0.0
+        for _ in range(steps):
+            a, b = ref.feed_pending(pending, pos), fast.feed_pending(pending, pos)
+            assert a.shape == b.shape == (pair.shared_vocab,)
+            worst = max(worst, float((a - b).abs().max()))
+            got: dict[str, list[torch.Tensor]] = {"r": [], "f": []}
+
+            def spy(runner, key):
+                return lambda nodes, tree: got[key].append(runner.feed_nodes(nodes, tree)) or got[key][-1]
+
+            t_ref = build_tree(a, spy(ref, "r"), TreeConfig(depth=4, top_k=3, total_tokens=10))
+            t_fast = build_tree(a, spy(fast, "f"), TreeConfig(depth=4, top_k=3, total_tokens=10))
+            assert torch.equal(t_ref.tokens, t_fast.tokens) and torch.equal(t_ref.parents, t_fast.parents)
+            assert len(got["r"]) == len(got["f"]) >= 3
+            worst = max(worst, max(float((x - y).abs().max()) for x, y in zip(got["r"], got["f"])))
+            ref.rollback()
+            fast.rollback()
+            pending = t_ref.tokens[:2].tolist() + [int(a.argmax())]
+            pos += len(pending)
+        assert fast.length == fast.base == ref.base
+    return worst
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+@pytest.mark.parametrize("mode", ["std", "self"])
+def test_same_log_probs_as_draft_runner(pairs, fam, mode):
+    assert _compare_runners(pairs[(fam, mode)]) < 1e-5
+
+
+def test_unfused_weights_and_buffer_growth_give_the_same_log_probs(pairs, monkeypatch):
+    monkeypatch.setattr(fd, "GROW", 1)          # every feed reallocates the KV buffer and the RoPE table
+    monkeypatch.setattr(fd, "FUSE_LIMIT_BYTES", 0)
+    assert _compare_runners(pairs[("qwen", "std")], steps=3) < 1e-5
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_speculative_output_is_token_identical_with_the_fast_runner(pairs, fam, monkeypatch):
+    made = []
+    real = fd.make_draft_runner
+    monkeypatch.setattr(fd, "make_draft_runner", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    pair, clip = pairs[(fam, "std")], make_clip()
+    cfg = DecodeConfig(method="vanilla", max_new_tokens=40, stop_at_eos=False)
+    vanilla = dec.generate(pair, clip, PROMPT, cfg)
+    for shape in ("dynamic", "chain"):
+        spec = dec.generate(pair, clip, PROMPT, DecodeConfig(max_new_tokens=40, stop_at_eos=False,
+                                                             tree=TreeConfig(shape=shape)))
+        assert spec.token_ids == vanilla.token_ids, shape
+    assert made and all(isinstance(r, FastDraftRunner) for r in made)
+    assert vanilla.token_ids[1:] != vanilla.token_ids[:-1]  # varied output, not one repeated token
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    kw = ({"do_sample_frames": False, "video_metadata": [{"fps": 4.0, "total_num_frames": 8,
+                                                          "frames_indices": list(range(8))}]}
+          if fam == "qwen" else {})
+    enc = pair.processor(text=[inputs.prompt_text], videos=[clip.frames], return_tensors="pt", **kw)
+    assert torch.equal(enc["input_ids"], inputs.input_ids)
+    out = pair.target.generate(**enc, max_new_tokens=40, min_new_tokens=40, do_sample=False)
+    assert out[0, enc["input_ids"].shape[1]:].tolist() == spec.token_ids
+
+
+def test_unsupported_draft_falls_back_to_draft_runner(pairs):
+    pair = pairs[("qwen", "std")]
+    draft = copy.deepcopy(pair.draft)
+    pair.draft_adapter.language_model(draft).layers[0].self_attn.q_norm = torch.nn.Identity()
+    odd = pair_from_models(pair.target, pair.processor, draft, pair.processor)
+    with torch.inference_mode():
+        inputs, tp, d_cache = _prefilled(odd)
+        with pytest.raises(FastDraftUnsupported, match="q/k norms"):
+            FastDraftRunner(odd, d_cache, dec._rope_dims(inputs))
+        assert type(make_draft_runner(odd, d_cache, dec._rope_dims(inputs))) is dec.DraftRunner
+        assert type(make_draft_runner(pair, d_cache, dec._rope_dims(inputs), fast=False)) is dec.DraftRunner
+
+
+@pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
+def test_bundled_pair_same_log_probs_and_lossless():
+    from specvlm.models import load_pair
+
+    pair = load_pair(str(BUNDLED / "target"), str(BUNDLED / "draft"), device="cpu", dtype="float32")
+    assert _compare_runners(pair, steps=3) < 1e-4
+    clip = make_clip(num_frames=8, side=112)
+    cfg = DecodeConfig(method="vanilla", max_new_tokens=48, stop_at_eos=False)
+    vanilla = dec.generate(pair, clip, "Describe this video in detail.", cfg)
+    spec = dec.generate(pair, clip, "Describe this video in detail.",
+                        DecodeConfig(max_new_tokens=48, stop_at_eos=False))
+    assert spec.token_ids == vanilla.token_ids and spec.tau > 0
+
+
+def test_draft_cost_measures_both_runners(pairs):
+    from specvlm.stepcost import draft_cost
+
+    pair = pairs[("qwen", "std")]
+    fast = draft_cost(pair, 64, 16, width=3, rounds=1, iters=1, warmup=1)
+    slow = draft_cost(pair, 64, 16, width=3, fast=False, rounds=1, iters=1, warmup=1)
+    assert (fast.runner, slow.runner) == ("FastDraftRunner", "DraftRunner")
+    for c in (fast, slow):
+        assert c.decode_ms > 0 and c.level_ms > 0 and c.chain_ms > 0 and c.level_ratio > 0
+        assert (c.target_tokens, c.draft_tokens, c.width, c.rounds) == (64, 16, 3, 1)
+    with pytest.raises(ValueError, match="width"):
+        draft_cost(pair, 64, 16, width=0)
