@@ -25,6 +25,7 @@ from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
 from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair
+from specvlm.models.base import encode_video, video_lm_kwargs
 from specvlm.pruning import prune
 from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
 from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
@@ -41,7 +42,8 @@ def _device(model: Any) -> torch.device:
 
 
 def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.Tensor, cache: Any,
-               mask: torch.Tensor | None = None, rows: slice | None = slice(-1, None)) -> torch.Tensor | None:
+               mask: torch.Tensor | None = None, rows: slice | None = slice(-1, None),
+               extra: dict[str, Any] | None = None) -> torch.Tensor | None:
     """One language-model forward over ``n`` new tokens, appending to ``cache``.
 
     Args:
@@ -52,6 +54,8 @@ def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.
         cache: KV cache holding P tokens; P + n afterwards.
         mask: float additive (1, 1, n, P + n) or None for plain causal attention.
         rows: which of the n rows to run the LM head on (None = none).
+        extra: more language-model keywords for this chunk (the video tokens' side features,
+            :func:`specvlm.models.base.video_lm_kwargs`), or None.
 
     Returns:
         logits float (rows, vocab), or None when ``rows`` is None.
@@ -59,7 +63,7 @@ def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.
     dev = _device(model)
     out = adapter.language_model(model)(
         inputs_embeds=embeds, position_ids=adapter.lm_positions(positions.to(dev)), attention_mask=mask,
-        cache=cache, use_cache=True,
+        cache=cache, use_cache=True, **(extra or {}),
     )
     if rows is None:
         return None
@@ -72,18 +76,38 @@ def embed_tokens(model: Any, token_ids: list[int] | torch.Tensor) -> torch.Tenso
     return model.get_input_embeddings()(ids)
 
 
-def prompt_embeds(model: Any, adapter: Any, inputs: ModelInputs) -> torch.Tensor:
-    """Prompt embeddings with the video encoder's features at the video positions: float (1, L, D).
+def prompt_video(model: Any, adapter: Any, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Prompt embeddings with the video encoder's features at the video positions, and side features.
 
     The video encoder runs once here (per model).
+
+    Returns:
+        (float (1, L, D) embeddings, float (S, V, D) side features or None; see
+        :class:`specvlm.models.base.VideoEncoding`).
+
+    Raises:
+        ValueError: the encoder's features do not match the prompt's video tokens.
     """
-    feats = adapter.video_features(model, inputs)
+    enc = encode_video(adapter, model, inputs)
+    feats = enc.features
     emb = model.get_input_embeddings()(inputs.input_ids.to(_device(model))).clone()
     if feats.shape[0] != inputs.num_video_tokens:
         raise ValueError(f"video features ({feats.shape[0]}) and video tokens ({inputs.num_video_tokens}) do "
                          "not match: the prompt must contain exactly one video placeholder.")
     emb[0, inputs.video_index.to(emb.device)] = feats.to(emb.dtype)
-    return emb
+    return emb, enc.side
+
+
+def prompt_embeds(model: Any, adapter: Any, inputs: ModelInputs) -> torch.Tensor:
+    """Prompt embeddings with the video encoder's features at the video positions: float (1, L, D)."""
+    return prompt_video(model, adapter, inputs)[0]
+
+
+def _is_video(inputs: ModelInputs) -> torch.Tensor:
+    """Bool (L,): which prompt positions hold video tokens."""
+    flags = torch.zeros(inputs.input_ids.shape[1], dtype=torch.bool)
+    flags[inputs.video_index] = True
+    return flags
 
 
 # --------------------------------------------------------------------------- prefill
@@ -97,6 +121,8 @@ class TargetPrefill:
         embeds: float (1, L, D) prompt embeddings (reused by a Self-SD draft).
         scores: float32 (V,) text-to-video attention scores, or None.
         last_logits: float (vocab,) target logits after the prompt (first token under sampling).
+        side: float (S, V, D) the video tokens' side features (e.g. DeepStack), or None; reused,
+            cut to the kept tokens, by a Self-SD draft.
     """
 
     cache: Any
@@ -104,6 +130,7 @@ class TargetPrefill:
     embeds: torch.Tensor
     scores: torch.Tensor | None
     last_logits: torch.Tensor | None = None
+    side: torch.Tensor | None = None
 
 
 def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
@@ -153,14 +180,15 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     model, ad = pair.target, pair.adapter
     if inputs.num_video_tokens == 0:
         raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
-    emb = prompt_embeds(model, ad, inputs)
+    emb, side = prompt_video(model, ad, inputs)
     L = emb.shape[1]
     last = int(inputs.video_index[-1])
     if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
         last = max(last, int(inputs.subtitle_mask.nonzero().max()))  # transcript: pass A, not a score query
     split = min(last + 1, L - 1)
     cache = kv.new_cache(model)
-    lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None)
+    extra = video_lm_kwargs(ad, _is_video(inputs)[:split], side)  # every video token is in pass A
+    lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None, extra=extra)
     scores = None
     if with_scores:
         impl = text_attn_implementation(model)
@@ -178,7 +206,7 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
         scores = attention_scores(sink, inputs.video_index)
     else:
         logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
-    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1])
+    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1], side)
 
 
 def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor,
@@ -206,6 +234,7 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
         seq_keep &= ~drop
     idx = seq_keep.nonzero().flatten()
     draft = pair.draft
+    side = target.side
     if pair.self_sd and target_inputs is not None and target_inputs is not inputs:
         emb = embed_tokens(draft, inputs.input_ids).clone()
         feats = target.embeds[0, target_inputs.video_index.to(target.embeds.device)]
@@ -213,10 +242,13 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
     elif pair.self_sd:
         emb = target.embeds
     else:
-        emb = prompt_embeds(draft, pair.draft_adapter, inputs)
+        emb, side = prompt_video(draft, pair.draft_adapter, inputs)
     emb = emb[:, idx.to(emb.device)]
+    if side is not None:  # side features of the kept video tokens, in sequence order
+        side = side[:, torch.unique(keep).to(side.device)]
+    extra = video_lm_kwargs(pair.draft_adapter, _is_video(inputs)[idx], side)
     cache = kv.new_cache(draft)
-    lm_forward(draft, pair.draft_adapter, emb, inputs.positions[:, idx], cache, rows=None)
+    lm_forward(draft, pair.draft_adapter, emb, inputs.positions[:, idx], cache, rows=None, extra=extra)
     return cache, int(idx.numel())
 
 

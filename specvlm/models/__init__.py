@@ -174,8 +174,8 @@ def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
     except Exception as exc:  # noqa: BLE001 - turned into one readable message
         raise ModelLoadError(
             f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300].rstrip('. ')}.{hint} Use a "
-            "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision / SmolVLM2 model "
-            "(remote code is never run)."
+            "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision / SmolVLM2 / "
+            "Qwen3-VL model (remote code is never run)."
         ) from exc
     if cfg.model_type not in supported_model_types():
         raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only "

@@ -104,14 +104,62 @@ class Adapter(Protocol):
         (:mod:`specvlm.prompting`); ``subtitle_mode`` says who sees it.
         """
 
-    def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
-        """Run the video encoder once: float (V, D) in the model's dtype, D = text hidden size."""
+    def video_features(self, model: Any, inputs: ModelInputs) -> "torch.Tensor | VideoEncoding":
+        """Run the video encoder once: float (V, D) in the model's dtype, D = text hidden size.
+
+        A family whose language model also takes per-video-token features beside the input
+        embeddings (e.g. DeepStack) returns a :class:`VideoEncoding` and implements
+        ``lm_video_kwargs``.
+        """
 
     def language_model(self, model: Any) -> torch.nn.Module:
         """The decoder stack taking ``inputs_embeds``, ``position_ids``, ``attention_mask``, ``cache``."""
 
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Convert (R, n) positions to what the language model expects."""
+
+
+@dataclass(frozen=True)
+class VideoEncoding:
+    """What a video encoder produced for one prompt.
+
+    Attributes:
+        features: float (V, D), one embedding per video token, in video-token order.
+        side: float (S, V, D) per-video-token features the language model takes beside its input
+            embeddings (S feature sets, e.g. DeepStack's per-layer features), or None. Generic code
+            slices dim 1 like the video tokens (a draft keeps the columns of its kept tokens).
+    """
+
+    features: torch.Tensor
+    side: torch.Tensor | None = None
+
+
+def encode_video(adapter: Adapter, model: Any, inputs: ModelInputs) -> VideoEncoding:
+    """Run ``adapter.video_features`` once and return a :class:`VideoEncoding` (side = None for plain tensors)."""
+    out = adapter.video_features(model, inputs)
+    return out if isinstance(out, VideoEncoding) else VideoEncoding(out)
+
+
+def video_lm_kwargs(adapter: Adapter, is_video: torch.Tensor, side: torch.Tensor | None) -> dict[str, Any]:
+    """Extra language-model keywords for one forward chunk holding video tokens.
+
+    Args:
+        adapter: the model's family adapter.
+        is_video: bool (n,), which of the chunk's n tokens are video tokens (v of them).
+        side: float (S, v, D) side features of exactly those v tokens, in order, or None.
+
+    Returns:
+        ``adapter.lm_video_kwargs(is_video, side)``, or {} without side features or video tokens.
+
+    Raises:
+        ValueError: ``side`` does not have one column per video token of the chunk.
+    """
+    if side is None or not bool(is_video.any()):
+        return {}
+    if side.shape[1] != int(is_video.sum()):
+        raise ValueError(f"side features for {side.shape[1]} video tokens do not match the {int(is_video.sum())} "
+                         "video tokens of this chunk: slice them with the kept video-token indices.")
+    return adapter.lm_video_kwargs(is_video, side)
 
 
 def message_for(prompt: str, block: str = "") -> list[dict]:
@@ -166,7 +214,7 @@ def adapter_for(model: Any) -> Adapter:
     mt = getattr(model.config, "model_type", None)
     if mt not in supported_model_types():
         raise ModelLoadError(
-            f"model type {mt!r} is not supported: use a Qwen2.5-VL, LLaVA-OneVision or SmolVLM2 checkpoint "
+            f"model type {mt!r} is not supported: use a Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision or SmolVLM2 checkpoint "
             f"(supported: {', '.join(supported_model_types())})."
         )
     return _ADAPTERS[mt]
@@ -174,6 +222,6 @@ def adapter_for(model: Any) -> Adapter:
 
 def supported_model_types() -> list[str]:
     """The ``config.model_type`` values with a registered adapter, sorted."""
-    from specvlm.models import llava_onevision, qwen2_5_vl, smolvlm  # noqa: F401  (registration)
+    from specvlm.models import llava_onevision, qwen2_5_vl, qwen3_vl, smolvlm  # noqa: F401  (registration)
 
     return sorted(_ADAPTERS)

@@ -75,12 +75,16 @@ class ModelSize:
 
 
 _QWEN_VIDEO = 128.0  # 16x16 = 256 merged tokens per 2-frame group at 448x448
+_QWEN3_VIDEO = 98.0  # 14x14 = 196 merged tokens per 2-frame group at 448x448 (patch 16, merge 2)
 _LLAVA_VIDEO = 196.0  # 14x14 pooled SigLIP tokens per frame at 384x384
 KNOWN_SIZES: dict[str, ModelSize] = {
     "Qwen/Qwen2.5-VL-3B-Instruct": ModelSize(3.75e9, 36, 2, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-7B-Instruct": ModelSize(8.29e9, 28, 4, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-32B-Instruct": ModelSize(33.5e9, 64, 8, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-72B-Instruct": ModelSize(73.4e9, 80, 8, 128, _QWEN_VIDEO),
+    "Qwen/Qwen3-VL-8B-Instruct": ModelSize(8.77e9, 36, 8, 128, _QWEN3_VIDEO),
+    "Qwen/Qwen3-VL-32B-Instruct": ModelSize(33.4e9, 64, 8, 128, _QWEN3_VIDEO),
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": ModelSize(31.1e9, 48, 4, 128, _QWEN3_VIDEO),
     "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": ModelSize(0.894e9, 24, 2, 64, _LLAVA_VIDEO),
     "llava-hf/llava-onevision-qwen2-7b-ov-hf": ModelSize(8.03e9, 28, 4, 128, _LLAVA_VIDEO),
     "llava-hf/llava-onevision-qwen2-72b-ov-hf": ModelSize(73.2e9, 80, 8, 128, _LLAVA_VIDEO),

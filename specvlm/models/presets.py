@@ -60,6 +60,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
     Preset("Qwen2.5-VL-32B + 7B draft", "Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
            "Std-SD, paper: up to 2.11x", num_frames=128),
+    # Qwen3-VL: dense and MoE share one tokenizer, so the MoE target takes the dense 8B draft; r = 0.9 and
+    # lambda = 0.4 (the paper's defaults, specvlm.config.PruneConfig) apply unchanged
+    Preset("Qwen3-VL-8B Self-SD", "Qwen/Qwen3-VL-8B-Instruct", None,
+           "Qwen3-VL-8B drafting for itself (r = 0.9, lambda = 0.4)", num_frames=128),
+    Preset("Qwen3-VL-32B + 8B draft", "Qwen/Qwen3-VL-32B-Instruct", "Qwen/Qwen3-VL-8B-Instruct",
+           "Std-SD, dense 32B target, 8B draft (r = 0.9, lambda = 0.4)", num_frames=128),
+    Preset("Qwen3-VL-30B-A3B + 8B draft", "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct",
+           "Std-SD, MoE target (3B active), dense 8B draft, shared tokenizer (r = 0.9, lambda = 0.4)",
+           num_frames=128),
     Preset("LLaVA-OneVision-7B Self-SD", "llava-hf/llava-onevision-qwen2-7b-ov-hf", None,
            "LLaVA-OV-7B drafting for itself", num_frames=64),
     Preset("LLaVA-OneVision-72B + 7B draft", "llava-hf/llava-onevision-qwen2-72b-ov-hf",
