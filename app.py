@@ -1,18 +1,31 @@
 """Start SpecVLM Studio: ``python app.py [--host HOST] [--port PORT] [--share] [limits]``.
 
-Also the ``app_file`` of the Hugging Face Space. Models load on the first Run, not here.
-Every limit has an environment variable (used when the flag is absent), e.g. on a Space:
+Also the ``app_file`` of the Hugging Face Space. The default preset's models load here, at start
+(on ZeroGPU to the CPU, then ``.to("cuda")`` as the ``spaces`` package arranges), so a Run's GPU
+window is spent decoding. Every limit has an environment variable (used when the flag is absent;
+``app.settings.Limits`` holds the defaults), e.g. on a Space:
 ``SPECVLM_MAX_UPLOAD_MB=100 SPECVLM_MAX_DURATION_S=300``.
 """
 from __future__ import annotations
+
+try:  # ZeroGPU: ``spaces`` must be imported before anything initialises CUDA
+    import spaces  # noqa: F401
+except ImportError:
+    pass
 
 import argparse
 import logging
 import os
 
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
+LIMIT_HELP = {
+    "max_upload_mb": "largest video upload in MB",
+    "max_duration_s": "longest video in seconds",
+    "max_prompt_chars": "longest prompt in characters",
+    "max_frames": "most frames sampled per video",
+    "max_new_tokens": "largest generation budget per run",
+    "video_timeout_s": "time limit to probe and decode one video",
+}
+"""``app.settings.Limits`` field -> flag help (the default and env variable are added from ``Limits``)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,23 +40,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0 (default: CUDA if available)")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    from app.settings import Limits
     g = p.add_argument_group("limits (per request)")
-    g.add_argument("--max-upload-mb", type=float, default=float(_env("SPECVLM_MAX_UPLOAD_MB", "200")),
-                   help="largest video upload in MB (env SPECVLM_MAX_UPLOAD_MB, default 200)")
-    g.add_argument("--max-duration-s", type=float, default=float(_env("SPECVLM_MAX_DURATION_S", "600")),
-                   help="longest video in seconds (env SPECVLM_MAX_DURATION_S, default 600)")
-    g.add_argument("--max-prompt-chars", type=int, default=int(_env("SPECVLM_MAX_PROMPT_CHARS", "2000")),
-                   help="longest prompt in characters (env SPECVLM_MAX_PROMPT_CHARS, default 2000)")
-    g.add_argument("--max-frames", type=int, default=int(_env("SPECVLM_MAX_FRAMES", "256")),
-                   help="most frames sampled per video (env SPECVLM_MAX_FRAMES, default 256)")
-    g.add_argument("--max-new-tokens", type=int, default=int(_env("SPECVLM_MAX_NEW_TOKENS", "1024")),
-                   help="largest generation budget per run (env SPECVLM_MAX_NEW_TOKENS, default 1024)")
-    g.add_argument("--video-timeout-s", type=float, default=float(_env("SPECVLM_VIDEO_TIMEOUT_S", "60")),
-                   help="time limit to probe and decode one video (env SPECVLM_VIDEO_TIMEOUT_S, default 60)")
-    g.add_argument("--max-queue", type=int, default=int(_env("SPECVLM_MAX_QUEUE", "64")),
+    defaults = Limits.from_env()
+    for name, text in LIMIT_HELP.items():
+        value = getattr(defaults, name)
+        g.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value,
+                       help=f"{text} (env {Limits.ENV[name]}, default {getattr(Limits, name):g})")
+    g.add_argument("--max-queue", type=int, default=int(os.environ.get("SPECVLM_MAX_QUEUE") or 64),
                    help="requests waiting at most; later ones are told the queue is full "
                         "(env SPECVLM_MAX_QUEUE, default 64)")
-    g.add_argument("--cache-ttl-s", type=int, default=int(_env("SPECVLM_CACHE_TTL_S", "3600")),
+    g.add_argument("--cache-ttl-s", type=int, default=int(os.environ.get("SPECVLM_CACHE_TTL_S") or 3600),
                    help="delete Gradio's cached files (gallery images) older than this "
                         "(env SPECVLM_CACHE_TTL_S, default 3600; 0 = keep)")
     args = p.parse_args(argv)
@@ -55,31 +62,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             check_device(args.device)
         except ModelLoadError as e:
             p.error(f"--device: {e}")
-    for name in ("max_upload_mb", "max_duration_s", "max_prompt_chars", "max_frames", "max_new_tokens",
-                 "video_timeout_s", "max_queue"):
+    for name in (*LIMIT_HELP, "max_queue"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     return args
 
 
 def limits_from_args(args: argparse.Namespace):
-    """The :class:`app.backend.Limits` the flags describe."""
-    from app.backend import Limits
-    return Limits(max_upload_mb=args.max_upload_mb, max_duration_s=args.max_duration_s,
-                  max_prompt_chars=args.max_prompt_chars, max_frames=args.max_frames,
-                  max_new_tokens=args.max_new_tokens, video_timeout_s=args.video_timeout_s)
+    """The :class:`app.settings.Limits` the flags describe."""
+    from app.settings import Limits
+    return Limits(**{name: getattr(args, name) for name in LIMIT_HELP})
 
 
 def main(argv: list[str] | None = None) -> None:
     """Build the page over a real backend and serve it until interrupted."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from app.backend import MB, Backend
+    from app.backend import Backend
+    from app.settings import MB
     from app.ui import build_demo
 
     limits = limits_from_args(args)
-    demo = build_demo(Backend(device=args.device, dtype=args.dtype, limits=limits),
-                      cache_ttl_s=args.cache_ttl_s or None)
+    backend = Backend(device=args.device, dtype=args.dtype, limits=limits)
+    note = backend.preload()
+    if note:
+        logging.getLogger("app").warning(note)
+    demo = build_demo(backend, cache_ttl_s=args.cache_ttl_s or None)
     try:
         demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
             server_name=args.host, server_port=args.port, share=args.share,

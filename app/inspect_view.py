@@ -9,7 +9,7 @@ maps of the frames), and :func:`build_inspect_tab` which lays out the Gradio com
 (upload a run JSON to replay without a model, pick a step by clicking a bar, a row or the
 step box). ``app/ui.py`` puts it in the "Inspect" tab.
 
-Source: SpecVLM Studio issue 8; DESIGN 4.8-4.9 (trees, acceptance), 4.12 (τ).
+Source: docs/design.md §4.8-4.9 (trees, acceptance), §4.12 (τ).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ colour-coded token HTML. Pure functions: no model, no Gradio, no global state.
 
 Shapes: V video tokens, T frames, H/W pixels, (gh, gw) the merged token grid of one frame group.
 
-Source: SpecVLM Studio issue 4; DESIGN 4.4-4.6 (stages), 4.12 (τ); EAGLE's demo for the
+Source: docs/design.md §4.4-4.6 (stages), §4.12 (τ); EAGLE's demo for the
 token colouring.
 """
 from __future__ import annotations

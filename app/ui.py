@@ -1,6 +1,6 @@
 """The Gradio page: layout and wiring only. All work happens in :class:`app.backend.Backend`.
 
-Source: SpecVLM Studio issue 4; DESIGN 8 (one decode at a time, Stop ends the loop).
+Source: docs/design.md §8 (one decode at a time, Stop ends the loop), §9 (ZeroGPU).
 """
 from __future__ import annotations
 
@@ -16,15 +16,13 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from app.inspect_view import build_inspect_tab
 from app import plots
-from app.backend import (DEFAULT_PROMPT, HEATMAP_MODES, OUTPUT_KEYS, SUBTITLE_MODE_CHOICES, Backend, Settings,
-                         UploadJanitor, UserError)
-
-try:  # Hugging Face ZeroGPU: decorate the GPU work when available
-    import spaces  # type: ignore
-except ImportError:
-    spaces = None
+from app.backend import Backend
+from app.inspect_view import build_inspect_tab
+from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
+                          TREE_SHAPES, RunRequest, RunSettings, UserError)
+from app.uploads import UploadJanitor
+from app.view import OUTPUT_KEYS, pick_heatmaps
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +31,6 @@ EXAMPLES_DIR = REPO_ROOT / "assets" / "videos"
 GPU_QUEUE = "gpu"
 """concurrency_id shared by every event that runs models: one decode at a time per device."""
 
-TREE_SHAPES = ("dynamic", "static", "chain")
-COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
-                  "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
-                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob")
-"""Components passed to ``/compare``, in order (new ones are appended, so API callers that pass
-fewer arguments keep working)."""
-FALLBACK_METHODS = ("specvlm", "none", "random", "uniform", "window-front", "window-middle",
-                    "window-end", "frame", "attention")
 
 INTRO = """# SpecVLM Studio
 Lossless speculative decoding for video LLMs (SpecVLM, EMNLP 2025). Upload a video, press **Run**:
@@ -69,9 +59,6 @@ def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
     return rows
 
 
-REAL_WORLD_PROMPT = "Describe this video in detail."
-
-
 def real_world_examples() -> list[list[Any]]:
     """A real-world example row: gradio's bundled ``world.mp4`` (30 s, 480x270, shipped inside the
     gradio package and found through its public ``gradio.media.get_video``), or none if this gradio
@@ -80,7 +67,7 @@ def real_world_examples() -> list[list[Any]]:
     try:
         from gradio.media import get_video
 
-        return [[get_video("world.mp4"), REAL_WORLD_PROMPT, None, None]]
+        return [[get_video("world.mp4"), DEFAULT_PROMPT, None, None]]
     except (ImportError, ValueError, OSError):
         return []
 
@@ -89,14 +76,6 @@ def _example_rows(examples: list[list[Any]]) -> list[list[Any]]:
     """Rows padded with None to :data:`EXAMPLE_COLUMNS` (older 3-column rows have no ground truth)."""
     n = len(EXAMPLE_COLUMNS)
     return [list(row)[:n] + [None] * (n - len(row)) for row in examples]
-
-
-def _methods() -> Sequence[str]:
-    try:
-        from specvlm.config import PRUNE_METHODS
-        return PRUNE_METHODS
-    except ImportError:
-        return FALLBACK_METHODS
 
 
 def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
@@ -221,7 +200,7 @@ def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
 def _input_column(backend: Backend) -> dict[str, Any]:
     """Video upload, limits, prompt, subtitles (and who sees them), ground truth and text forcing."""
     limits = getattr(backend, "limits", None)
-    d = Settings()
+    d = RunSettings()
     return dict(
         video=gr.Video(label="Video", sources=["upload"], format=None, include_audio=True, elem_id="video",
                        height=300),
@@ -251,7 +230,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                           placeholder="overrides the preset when filled", elem_id="custom-model"),
     )
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
-        c["method"] = gr.Dropdown(list(_methods()), value=d.method, label="Pruning method (right panel)",
+        c["method"] = gr.Dropdown(list(PRUNE_METHODS), value=d.method, label="Pruning method (right panel)",
                                   elem_id="method")
         c["drop_rate"] = gr.Slider(0.0, 0.999, value=d.drop_rate, step=0.001, label="Drop rate r",
                                    info="share of video tokens the draft does not see", elem_id="drop-rate")
@@ -322,35 +301,43 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in COMPARE_INPUTS]
 
-    def compare(video_path, prompt_text, preset_name, custom_model, method_name, r, lam, tree_shape,
-                depth_v, top_k_v, total_v, frames_v, max_new_v, mode, temperature=0.0, top_p_sampling=1.0,
-                seed=0, srt_path=None, subtitle_mode="both", truth_path=None, keep_text=False, min_prob=0.0,
+    d = backend.default_settings()
+
+    def compare(video=None, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
+                drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
+                total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
+                temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
+                subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
                 request: gr.Request = None, progress=gr.Progress()):
-        """Run vanilla then speculative decoding and stream both panels."""
-        settings = Settings(preset=preset_name, custom_model=custom_model or "", method=method_name,
-                            drop_rate=r, top_p=lam, tree_shape=tree_shape, depth=depth_v, top_k=top_k_v,
-                            total_tokens=total_v, num_frames=frames_v, max_new_tokens=max_new_v,
-                            temperature=temperature, top_p_sampling=top_p_sampling,
-                            seed=0 if seed is None else seed, subtitle_mode=subtitle_mode or "both",
-                            keep_text=bool(keep_text), min_prob=0.0 if min_prob is None else min_prob)
+        """Run vanilla then speculative decoding and stream both panels (inputs: :data:`COMPARE_INPUTS`,
+        each with a default but the video)."""
+        named = dict(locals())
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS})
         session = getattr(request, "session_hash", None)
-        with janitor.using([video_path, srt_path, truth_path]), request_scratch(scratch_dir) as tmp:
-            for upd in backend.run(video_path, prompt_text, settings, srt=srt_path or None,
-                                   truth=truth_path or None, session=session,
-                                   progress=lambda f, desc: progress(f, desc=desc), heatmap_mode=mode):
+        with janitor.using([req.video, req.srt, req.truth]), request_scratch(scratch_dir) as tmp, \
+                contextlib.closing(backend.run(req, session=session,
+                                               progress=lambda f, desc: progress(f, desc=desc))) as updates:
+            for upd in updates:
                 err = upd.pop("error", None)
                 if err:
                     gr.Warning(err)
                 if "gallery" in upd:
                     upd["gallery"] = gallery_files(upd["gallery"], tmp)
+                if upd.get("record", "") is None:  # no new record: Inspect keeps the last one
+                    upd["record"] = gr.skip()
                 yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
 
-    if spaces is not None:
-        compare = spaces.GPU(duration=180)(compare)
-
     def stop(request: gr.Request):
-        """End the session's decode loop at its next step (the run itself reports 'Stopped')."""
+        """End the session's Run: its worker is closed, which ends the decode loop at its next step (the
+        Stop button also cancels the Run event, which closes the same worker)."""
         gr.Info(backend.stop(getattr(request, "session_hash", None)))
+
+    def mark_stopped(vanilla_stats: str, spec_stats: str):
+        """The panels say "stopped" even when the cancel ends the Run before its last update."""
+        stats = [_stopped_stats(s) for s in (vanilla_stats, spec_stats)]
+        if stats == [vanilla_stats, spec_stats]:  # nothing was running
+            return gr.skip(), gr.skip(), gr.skip()
+        return "**Stopped.** Ready for the next run.", *stats
 
     def show_subtitles(path, request: gr.Request):
         """Parse the uploaded .srt and show its cues."""
@@ -384,7 +371,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     def toggle_heatmaps(state, mode):
         """Switch the gallery between pruning stages and raw scores."""
         with request_scratch(scratch_dir) as tmp:
-            items, legend = backend.pick_heatmaps(state, mode)
+            items, legend = pick_heatmaps(state, mode)
             yield gallery_files(items, tmp), legend
 
     def on_preset(name):
@@ -394,15 +381,11 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
 
     run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
                                concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
-    if "record" in c and hasattr(backend, "last_record"):
-        def hand_over_record(request: gr.Request = None):
-            """The finished run's record goes to the Inspect tab."""
-            rec = backend.last_record(getattr(request, "session_hash", None))
-            return rec if rec is not None else gr.skip()
-
-        run_event.then(hand_over_record, inputs=None, outputs=[c["record"]], api_visibility="private")
-    c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop",
-                    concurrency_limit=None, show_progress="hidden")
+    c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
+                    show_progress="hidden", cancels=[run_event]).then(
+        mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
+        outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
+        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
                       show_progress="hidden")
@@ -413,3 +396,11 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                        api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
+
+
+def _stopped_stats(stats: str | None) -> str:
+    """A run's stats line with a running state ("decoding", "waiting") replaced by "stopped"."""
+    stats = stats or ""
+    for state in ("decoding", "waiting"):
+        stats = stats.replace(f" · {state} · ", " · stopped · ")
+    return stats

@@ -30,6 +30,9 @@ DECODE_METHODS = ("vanilla",) + PRUNE_METHODS
 
 TREE_SHAPES = ("dynamic", "static", "chain")
 
+DEFAULT_PROMPT = "Describe this video in detail."
+"""The prompt used when none is given (CLI, app, bench); the bundled CPU model was trained on it."""
+
 
 NEAR_TIE_MARGIN: dict[str, float] = {"float32": 1e-3, "float16": 0.125, "bfloat16": 0.5}
 """Largest target top-1 minus top-2 logit margin (logit units) at which greedy speculative output may

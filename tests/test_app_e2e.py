@@ -82,7 +82,7 @@ def test_speculative_run_leaves_an_inspection_record():
     reason = engine_ready()
     if reason:
         pytest.skip(f"real-engine run skipped: {reason}")
-    from app.backend import Settings
+    from app.settings import RunRequest, RunSettings
     from specvlm.inspect import step_tree
 
     engine, preset, _ = real_engine()
@@ -90,11 +90,10 @@ def test_speculative_run_leaves_an_inspection_record():
     video = sample_video()
     if video is None:
         pytest.skip("no sample video")
-    settings = Settings(preset=preset, num_frames=8, max_new_tokens=16)
-    for _ in backend.run(str(video), "Describe the video.", settings, session="s1"):
-        pass
-    rec = backend.last_record("s1")
-    assert rec is not None and backend.last_record("other") is None
+    settings = RunSettings(preset=preset, num_frames=8, max_new_tokens=16)
+    ups = list(backend.run(RunRequest(str(video), "Describe the video.", settings), session="s1"))
+    rec = ups[-1]["record"]  # the record is an output of the run (the page keeps it in a gr.State)
+    assert rec is not None and all("record" not in u for u in ups[:-1])
     steps = [s for s in rec.steps if s.step > 0]
     assert steps and sum(len(s.token_ids) for s in rec.steps) == 16
     tree = step_tree(rec, steps[0].step)

@@ -169,7 +169,7 @@ def real_engine():
     The bundled default preset when its weights exist; otherwise an in-process tiny
     Qwen2.5-VL (random weights, Self-SD, fp32) through the real ``specvlm.decoding``.
     """
-    from app.backend import Engine
+    from app.engine import Engine
     try:
         from specvlm.models.presets import PRESETS, default_preset_name
         name = default_preset_name()

@@ -15,7 +15,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_app_fakes import engine_ready  # noqa: E402
 
-from app.backend import Backend, Engine, Settings  # noqa: E402
+from app.backend import Backend  # noqa: E402
+from app.engine import Engine  # noqa: E402
+from app.settings import RunRequest, RunSettings  # noqa: E402
 
 if engine_ready():
     pytest.skip(engine_ready(), allow_module_level=True)
@@ -88,17 +90,18 @@ def clip_files(tmp_path_factory):
 
 
 def _settings(**kw):
-    return Settings(**{**dict(preset=TINY, num_frames=8, max_new_tokens=10, depth=3, top_k=2, total_tokens=6), **kw})
+    return RunSettings(**{**dict(preset=TINY, num_frames=8, max_new_tokens=10, depth=3, top_k=2, total_tokens=6), **kw})
 
 
 def _run(engine, files, **kw):
     srt, truth = kw.pop("srt", None), kw.pop("truth", None)
     b = Backend(engine, device="cpu", dtype="float32", update_interval_s=0.05)
-    ups = list(b.run(files.video, "Describe the video.", _settings(**kw), srt=srt, truth=truth, session="s"))
+    ups = list(b.run(RunRequest(files.video, "Describe the video.", _settings(**kw), srt=srt, truth=truth),
+                     session="s"))
     last = ups[-1]
     assert "error" not in last, last.get("error")
     van, spec = engine.runs["vanilla"], engine.runs["specvlm"]
-    return last, van, spec, b.last_record("s")
+    return last, van, spec, last.get("record")
 
 
 def _ids(events):
@@ -173,9 +176,9 @@ def test_bad_inputs_are_readable_and_the_app_keeps_working(engine, clip_files, t
     bad_json = tmp_path / "clip.json"
     bad_json.write_text('{"width": 112, "height": 112, "fps": 4.0}')
     for kw, msg in ((dict(srt=str(junk)), "junk.srt"), (dict(truth=str(bad_json)), "'clip.json'")):
-        last = list(b.run(clip_files.video, "", _settings(keep_text=True), session="s", **kw))[-1]
+        last = list(b.run(RunRequest(clip_files.video, "", _settings(keep_text=True), **kw), session="s"))[-1]
         assert last["status"].startswith("**Error:**") and msg in last["error"], last["error"]
-    last = list(b.run(clip_files.video, "", _settings(keep_text=True), srt=clip_files.srt,
-                      truth=clip_files.truth, session="s"))[-1]  # the same backend, good files
+    last = list(b.run(RunRequest(clip_files.video, "", _settings(keep_text=True), srt=clip_files.srt,
+                                 truth=clip_files.truth), session="s"))[-1]  # the same backend, good files
     assert last["status"].startswith("**Done.**") and "on-screen-text token" in last["status"]
     assert _ids(engine.runs["vanilla"]) == _ids(engine.runs["specvlm"])

@@ -15,7 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_app_fakes import STAGE1, STAGE2, FakeEngine, prefill_info  # noqa: E402
 
 from app import plots  # noqa: E402
-from app.backend import OUTPUT_KEYS, Backend, Settings, UserError, parse_model_spec  # noqa: E402
+from app.backend import Backend, parse_model_spec  # noqa: E402
+from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs  # noqa: E402
+from app.view import OUTPUT_KEYS, pick_heatmaps  # noqa: E402
 
 
 def _blend(base, rgb, a=plots.OVERLAY_ALPHA):
@@ -122,11 +124,11 @@ def _video_files(tmp_path, monkeypatch):
 
 
 def _settings(**kw):
-    return Settings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=24), **kw})
+    return RunSettings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=24), **kw})
 
 
 def _run(backend, **kw):
-    ups = list(backend.run(kw.pop("video", "clip.mp4"), "Describe.", _settings(**kw), session="s"))
+    ups = list(backend.run(RunRequest(kw.pop("video", "clip.mp4"), "Describe.", _settings(**kw)), session="s"))
     return ups, ups[-1]
 
 
@@ -142,7 +144,7 @@ def test_backend_run_streams_both_panels_and_summary():
     assert "32 → 6" in last["summary"] and "τ =" in last["summary"]
     assert "tok-draft" in last["spec_html"] and "tok-target" in last["spec_html"]
     assert len(last["gallery"]) == 2 and "one video token covers 2" in last["heatmap_legend"].lower()
-    gallery, legend = b.pick_heatmaps(last["heatmaps"], "Raw attention scores")
+    gallery, legend = pick_heatmaps(last["heatmaps"], "Raw attention scores")
     assert len(gallery) == 2 and "attention" in legend
     _run(b)
     assert eng.loads == 1  # the pair is cached across requests
@@ -189,7 +191,7 @@ def test_parse_model_spec():
 def test_stop_ends_the_engine_loop():
     eng = FakeEngine(step_s=0.01)
     b = Backend(eng, update_interval_s=0.02)
-    gen = b.run("clip.mp4", "", _settings(max_new_tokens=1000), session="u1")
+    gen = b.run(RunRequest("clip.mp4", "", _settings(max_new_tokens=1000)), session="u1")
     assert b.stop("other") == "Nothing is running."
     stopped_at = None
     for upd in gen:
@@ -208,7 +210,7 @@ def test_stop_ends_the_engine_loop():
 
 def test_closing_the_page_stops_the_worker():
     eng = FakeEngine(step_s=0.01)
-    gen = Backend(eng, update_interval_s=0.02).run("clip.mp4", "", _settings(max_new_tokens=1000))
+    gen = Backend(eng, update_interval_s=0.02).run(RunRequest("clip.mp4", "", _settings(max_new_tokens=1000)))
     for upd in gen:
         if "vanilla_html" in upd and "tokens" in upd.get("vanilla_stats", ""):
             break
@@ -263,24 +265,16 @@ def test_build_demo_wires_components(tmp_path):
 
 
 def test_sampling_settings_reach_the_decode_config():
-    from app.backend import Backend, Settings
-
-    backend = Backend()
-    dec, _ = backend.build_configs(Settings(preset="x", temperature=0.7, top_p_sampling=0.9, seed=3))
+    dec, _ = build_configs(RunSettings(preset="x", temperature=0.7, top_p_sampling=0.9, seed=3), Limits())
     assert dec.sampling.temperature == 0.7 and dec.sampling.top_p_sampling == 0.9 and dec.sampling.seed == 3
-    import pytest
-
-    from app.backend import UserError
     with pytest.raises(UserError, match="temperature"):
-        backend.build_configs(Settings(preset="x", temperature=9.0))
+        build_configs(RunSettings(preset="x", temperature=9.0), Limits())
 
 
 def test_early_stop_setting_reaches_the_tree_config():
-    from app.backend import Backend, Settings
-
-    dec, _ = Backend().build_configs(Settings(preset="x", tree_shape="chain", depth=12, min_prob=0.5))
+    dec, _ = build_configs(RunSettings(preset="x", tree_shape="chain", depth=12, min_prob=0.5), Limits())
     assert dec.tree.shape == "chain" and dec.tree.depth == 12 and dec.tree.min_prob == 0.5
-    assert Backend().build_configs(Settings(preset="x"))[0].tree.min_prob == 0.0
+    assert build_configs(RunSettings(preset="x"), Limits())[0].tree.min_prob == 0.0
 
 
 # ---- subtitles and on-screen-text forcing (issue 8) ----------------------------------------
@@ -349,7 +343,8 @@ def test_compare_with_fewer_args_keeps_working():
 def test_settings_reach_the_engine_through_backend_run(tmp_path):
     eng = FakeEngine(step_s=0.0)
     b = Backend(eng, update_interval_s=0.0)
-    ups = list(b.run("clip.mp4", "Describe.", _settings(subtitle_mode="Draft only"), srt="a.srt", session="s"))
+    ups = list(b.run(RunRequest("clip.mp4", "Describe.", _settings(subtitle_mode="Draft only"), srt="a.srt"),
+                     session="s"))
     assert "error" not in ups[-1] and [k["subtitle_mode"] for k in eng.stream_kwargs] == ["draft", "draft"]
     eng.stream_kwargs.clear()
     _run(b)  # no .srt, no forcing: the engine is called exactly as before
@@ -363,8 +358,8 @@ def test_settings_reach_the_engine_through_backend_run(tmp_path):
 def test_keep_text_without_usable_truth_still_runs(tmp_path, truth, why):
     eng = FakeEngine(step_s=0.0)
     path = _truth_file(tmp_path / "notext.json", text=False) if truth else None
-    ups = list(Backend(eng, update_interval_s=0.0).run("clip.mp4", "Describe.", _settings(keep_text=True),
-                                                       truth=path, session="s"))
+    ups = list(Backend(eng, update_interval_s=0.0).run(RunRequest("clip.mp4", "Describe.", _settings(keep_text=True),
+                                                                  truth=path), session="s"))
     last = ups[-1]
     assert "error" not in last and "Outputs identical" in last["summary"]
     assert "no on-screen-text tokens were forced" in last["status"] and why in last["status"]
@@ -375,7 +370,7 @@ def test_truth_is_ignored_unless_keep_text(tmp_path):
     eng = FakeEngine(step_s=0.0)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    ups = list(Backend(eng, update_interval_s=0.0).run("clip.mp4", "", _settings(), truth=str(bad)))
+    ups = list(Backend(eng, update_interval_s=0.0).run(RunRequest("clip.mp4", "", _settings(), truth=str(bad))))
     assert "error" not in ups[-1] and eng.stream_kwargs == [{}, {}]
 
 
@@ -394,7 +389,7 @@ def test_malformed_truth_gives_a_readable_error_then_the_app_keeps_working(tmp_p
     b = Backend(eng, update_interval_s=0.0)
     bad = tmp_path / "truth.json"
     bad.write_text(content)
-    last = list(b.run("clip.mp4", "", _settings(keep_text=True), truth=str(bad), session="s"))[-1]
+    last = list(b.run(RunRequest("clip.mp4", "", _settings(keep_text=True), truth=str(bad)), session="s"))[-1]
     assert last["status"].startswith("**Error:**") and "'truth.json'" in last["error"] and msg in last["error"]
     assert eng.streams == [] and eng.loads == 0  # refused before any model work
     _, last = _run(b)
@@ -418,8 +413,9 @@ def test_malformed_srt_gives_a_readable_error_then_the_app_keeps_working(tmp_pat
 
 def test_bad_subtitle_mode_is_refused():
     b = Backend(FakeEngine(step_s=0.0))
-    assert b.check_subtitle_mode("Target only") == "target" and b.check_subtitle_mode("none") == "none"
-    assert b.check_subtitle_mode(None) == "both"
+    from app.settings import check_subtitle_mode
+    assert check_subtitle_mode("Target only") == "target" and check_subtitle_mode("none") == "none"
+    assert check_subtitle_mode(None) == "both"
     _, last = _run(b, subtitle_mode="everyone")
     assert "subtitles go to 'everyone'" in last["error"]
 
@@ -471,12 +467,12 @@ def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
 
 
 def test_preset_info_shows_project_paths_relative():
-    from app.backend import _shown
+    from app.backend import shown_name as _shown
     from specvlm.models.presets import PRESETS
     root = Path(__file__).resolve().parents[1]
     assert _shown(str(root / "assets" / "model" / "target")) == "assets/model/target"
     assert _shown("Qwen/Qwen2.5-VL-7B-Instruct") == "Qwen/Qwen2.5-VL-7B-Instruct"
-    from app.backend import Engine
+    from app.engine import Engine
     b = Backend(Engine())
     bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
     text, _, _ = b.preset_info(bundled)

@@ -27,8 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_app_fakes import FakeEngine  # noqa: E402
 from test_video import _audio_only, _marker, _palette_frame, _png, write_video  # noqa: E402
 
-from app.backend import (DEFAULT_PROMPT, WORKER_PREFIX, Backend, Engine, Limits, Settings,  # noqa: E402
-                         UploadJanitor, UserError)
+from app.backend import WORKER_PREFIX, Backend  # noqa: E402
+from app.engine import Engine  # noqa: E402
+from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError  # noqa: E402
+from app.uploads import UploadJanitor  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,11 +65,11 @@ class IOEngine(Engine):
 
 
 def _settings(**kw):
-    return Settings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=12), **kw})
+    return RunSettings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=12), **kw})
 
 
 def _run(backend, video, prompt="Describe.", session="s", **kw):
-    ups = list(backend.run(str(video) if video else video, prompt, _settings(**kw), session=session))
+    ups = list(backend.run(RunRequest(str(video) if video else video, prompt, _settings(**kw)), session=session))
     return ups[-1]
 
 
@@ -176,8 +178,8 @@ def test_one_frame_16px_video_through_the_real_engine_and_tiny_model(tmp_path):
     from test_robust_server import TINY, TinyEngine
     path = write_video(tmp_path / "dot.mp4", n=1, w=16, h=16)
     b = Backend(TinyEngine(), device="cpu", dtype="float32", limits=Limits())
-    ups = list(b.run(path, "What is shown?", Settings(preset=TINY, num_frames=4, max_new_tokens=6, depth=3,
-                                                       top_k=2, total_tokens=6), session="t"))
+    ups = list(b.run(RunRequest(path, "What is shown?", RunSettings(preset=TINY, num_frames=4, max_new_tokens=6,
+                                                                    depth=3, top_k=2, total_tokens=6)), session="t"))
     last = _ok(ups[-1])
     assert "Outputs identical" in last["summary"] and "upscaled 16x16 -> 32x32" in last["status"]
 
@@ -438,7 +440,7 @@ def _workers():
 def test_stop_ends_the_decode_thread_then_a_new_run_works(clip):
     eng = IOEngine(FakeEngine(step_s=0.01))
     b = Backend(eng, update_interval_s=0.02)
-    gen = b.run(str(clip), "", _settings(max_new_tokens=1000), session="u")
+    gen = b.run(RunRequest(str(clip), "", _settings(max_new_tokens=1000)), session="u")
     for upd in gen:
         if "0 tokens" not in upd.get("vanilla_stats", "0 tokens"):
             assert b.active_workers(), "the decode runs in a worker thread"
@@ -463,13 +465,13 @@ def test_stop_before_decoding_starts_skips_the_decode(clip):
         return orig(*a)
 
     eng.load_pair = load_and_stop
-    ups = list(b.run(str(clip), "", _settings(), session="u"))
+    ups = list(b.run(RunRequest(str(clip), "", _settings()), session="u"))
     assert "Stopped" in ups[-1]["status"] and eng.fake.streams == [] and not _workers()
 
 
 def test_closing_the_page_mid_run_ends_the_worker(clip):
     eng = IOEngine(FakeEngine(step_s=0.01))
-    gen = Backend(eng, update_interval_s=0.02).run(str(clip), "", _settings(max_new_tokens=1000))
+    gen = Backend(eng, update_interval_s=0.02).run(RunRequest(str(clip), "", _settings(max_new_tokens=1000)))
     for upd in gen:
         if "0 tokens" not in upd.get("vanilla_stats", "0 tokens"):
             break

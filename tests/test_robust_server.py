@@ -24,7 +24,9 @@ from test_app_fakes import FakeEngine, free_port  # noqa: E402
 
 pytest.importorskip("gradio_client")
 
-from app.backend import WORKER_PREFIX, Backend, Engine, Limits  # noqa: E402
+from app.backend import WORKER_PREFIX, Backend  # noqa: E402
+from app.engine import Engine  # noqa: E402
+from app.settings import Limits  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 

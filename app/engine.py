@@ -1,0 +1,124 @@
+"""The app's thin facade over ``specvlm`` (presets, loading, video, subtitles, the event stream).
+
+Tests swap it for a fake with the same methods. Nothing heavy is imported until a method runs.
+
+Source: docs/design.md §2 (data flow), §3 (layout).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from app.settings import Limits
+
+
+class Engine:
+    """Lazy facade over ``specvlm``.
+
+    Args:
+        video_timeout_s: time limit for probing / decoding one video (seconds).
+    """
+
+    def __init__(self, video_timeout_s: float = Limits.video_timeout_s) -> None:
+        self.video_timeout_s = video_timeout_s
+
+    def presets(self) -> dict[str, Any]:
+        """Preset name -> Preset."""
+        from specvlm.models.presets import PRESETS
+        return dict(PRESETS)
+
+    def default_preset(self) -> str:
+        """The preset to select first (bundled CPU pair without CUDA)."""
+        from specvlm.models.presets import default_preset_name
+        return default_preset_name()
+
+    def cuda_available(self) -> bool:
+        """True if a CUDA device is usable."""
+        import torch
+        return bool(torch.cuda.is_available())
+
+    def load_pair(self, target: str, draft: str | None, device: str | None, dtype: str | None) -> Any:
+        """Load a ModelPair (draft None = Self-SD). Never runs a repository's own code: transformers
+        is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast)."""
+        from transformers import dynamic_module_utils
+
+        from specvlm.models import load_pair
+        dynamic_module_utils.TIME_OUT_REMOTE_CODE = 0  # no interactive "run custom code? [y/N]" prompt
+        return load_pair(target, draft, device=device, dtype=dtype)
+
+    def probe_video(self, path: str) -> Any:
+        """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""
+        from specvlm.video import probe_video
+        return probe_video(path, count_frames=False, timeout_s=self.video_timeout_s)
+
+    def load_video(self, path: str, config: Any) -> Any:
+        """Decode and sample frames into a VideoClip (load_video upscales sides under 28 px)."""
+        from specvlm.video import load_video
+        return load_video(path, config, timeout_s=self.video_timeout_s)
+
+    def load_srt(self, path: str) -> list[Any]:
+        """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""
+        from specvlm.subtitles import load_srt
+        return load_srt(path)
+
+    def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool], *,
+               subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both",
+               truth: dict[str, Any] | None = None) -> Iterator[Any]:
+        """The engine's event stream: one PrefillInfo, then StepEvents (speculative runs record their
+        draft trees for the Inspect tab).
+
+        Args:
+            subtitles: cues put in the prompt as a transcript; ``subtitle_mode`` says who sees it
+                (the vanilla run sees it exactly when the target does).
+            truth: a generated clip's ground truth (``SceneTruth.to_dict()``); a speculative run then
+                forces the draft to keep the video tokens covering its burned-in text.
+        """
+        from specvlm.decoding import stream
+        kw: dict[str, Any] = dict(should_stop=should_stop, record_trees=config.method != "vanilla")
+        if truth is not None and config.method != "vanilla":
+            kw["inputs"] = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
+        elif subtitles:
+            kw.update(subtitles=list(subtitles), subtitle_mode=subtitle_mode)
+        return stream(pair, clip, prompt, config, **kw)
+
+    def prepare_forced(self, pair: Any, clip: Any, prompt: str, truth: dict[str, Any],
+                       subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both") -> Any:
+        """ModelInputs (as ``stream`` prepares them) whose ``force_keep`` holds the video tokens
+        covering the truth's burned-in text (empty when it has none or it is not in the sampled frames)."""
+        import torch
+
+        from specvlm.inspect import text_tokens_from_truth
+        with torch.inference_mode():
+            if subtitles:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt, subtitles=list(subtitles),
+                                              subtitle_mode=subtitle_mode)
+            else:
+                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
+            tokens = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
+        if tokens.numel() == 0:
+            return inputs
+        return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
+
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
+        """A :class:`specvlm.inspect.RunRecord` of a finished speculative run (for the Inspect tab)."""
+        from specvlm.inspect import record_from_events
+        return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
+
+    def is_oom(self, exc: BaseException) -> bool:
+        """True for out-of-memory errors (CUDA, MPS or host)."""
+        if isinstance(exc, MemoryError):
+            return True
+        import torch
+        if isinstance(exc, (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError)):
+            return True
+        text = str(exc).lower()
+        return "out of memory" in text or "can't allocate memory" in text
+
+    def free_memory(self) -> None:
+        """Release cached accelerator memory after a failure."""
+        import gc
+        import torch
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

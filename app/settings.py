@@ -1,0 +1,295 @@
+"""What a request may ask and what it asks: server limits (one home for each default and its
+environment variable), the run settings of the panel and the typed run request.
+
+The run settings take their defaults from :mod:`specvlm.config` (``DecodeConfig``, ``TreeConfig``,
+``PruneConfig``, ``SamplingConfig``, ``VideoConfig``); only the app's own choices live here (a
+smaller token budget on a CPU, who sees the subtitles, on-screen-text forcing). Everything here is
+plain data: a :class:`RunRequest` can be built, checked and pickled without a model.
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4 for the paper defaults; docs/design.md §1 (the app).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, PruneConfig,
+                            SamplingConfig, TreeConfig, VideoConfig)
+from specvlm.prompting import SUBTITLE_MODES
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_PROMPT", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
+           "RunSettings", "RunRequest", "build_configs", "check_prompt", "check_subtitle_mode"]
+
+MB = 1024 * 1024
+MAX_SRT_MB = 5
+"""Largest subtitle file accepted (MiB); real .srt files are kilobytes."""
+MAX_TRUTH_MB = 20
+"""Largest ground-truth .json accepted (MiB); a generated clip's truth is tens of kilobytes."""
+UPDATE_INTERVAL_S = 0.15
+"""Minimum time between streamed UI updates while decoding."""
+PLOT_INTERVAL_S = 1.0
+"""Minimum time between chart updates while decoding (re-drawing plotly figures is the browser's heaviest work)."""
+CPU_MAX_NEW_TOKENS = 128
+"""The app's token budget on a CPU when the preset names none (``DecodeConfig.max_new_tokens`` with CUDA)."""
+
+HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
+"""Heatmap toggle label -> :func:`app.plots.heatmap_gallery` mode."""
+
+SUBTITLE_MODE_CHOICES = tuple(zip(
+    ("Both models", "Target only", "Draft only", "Neither (ignore them)"), SUBTITLE_MODES))
+"""(label, mode) pairs of the "Subtitles go to" radio, one per :data:`specvlm.prompting.SUBTITLE_MODES`."""
+
+
+class UserError(ValueError):
+    """A problem the person can fix (bad file, bad setting, missing model); message is shown as-is."""
+
+
+def _env_num(name: str, default: float) -> float:
+    """A number from the environment (default when unset or unparsable)."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number", name, raw)
+        return default
+
+
+def duration_text(seconds: float) -> str:
+    """'45 s', '10 min', '1 h 30 min'."""
+    s = float(seconds)
+    if s < 120:
+        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    m = s / 60
+    if m < 120:
+        return f"{m:.0f} min" if abs(m - round(m)) < 0.05 else f"{m:.1f} min"
+    return f"{int(m // 60)} h {int(m % 60)} min"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the server (``app.py`` flags, ``SPECVLM_*`` env vars).
+
+    Attributes:
+        max_upload_mb: largest video file accepted (MiB); also Gradio's upload cap.
+        max_duration_s: longest video accepted (seconds of stream duration).
+        max_prompt_chars: longest prompt accepted (characters).
+        max_frames: most frames one request may sample (the Frames slider's maximum).
+        max_new_tokens: largest generation budget per run (the slider's maximum).
+        video_timeout_s: time limit for probing and decoding one video (seconds).
+    """
+
+    max_upload_mb: float = 200.0
+    max_duration_s: float = 600.0
+    max_prompt_chars: int = 2000
+    max_frames: int = 256
+    max_new_tokens: int = 1024
+    video_timeout_s: float = 60.0
+
+    ENV = {"max_upload_mb": "SPECVLM_MAX_UPLOAD_MB", "max_duration_s": "SPECVLM_MAX_DURATION_S",
+           "max_prompt_chars": "SPECVLM_MAX_PROMPT_CHARS", "max_frames": "SPECVLM_MAX_FRAMES",
+           "max_new_tokens": "SPECVLM_MAX_NEW_TOKENS", "video_timeout_s": "SPECVLM_VIDEO_TIMEOUT_S"}
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"limit {f.name}={v!r} must be a positive number.")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "Limits":
+        """Defaults, replaced by ``SPECVLM_*`` environment variables, replaced by non-None overrides."""
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            v = _env_num(cls.ENV[f.name], getattr(cls, f.name))
+            kw[f.name] = int(v) if f.type in ("int", int) else float(v)
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+    def describe(self) -> str:
+        """One Markdown line for the page."""
+        return (f"Limits on this server: videos up to **{self.max_upload_mb:g} MB** and "
+                f"**{duration_text(self.max_duration_s)}**, prompts up to {self.max_prompt_chars} characters, "
+                f"≤ {self.max_frames} frames, ≤ {self.max_new_tokens} new tokens. "
+                "Large videos are downscaled and sampled, never decoded whole.")
+
+
+_DEC, _VID = DecodeConfig(), VideoConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """Everything the settings panel sets; defaults are the library's (:mod:`specvlm.config`).
+
+    Attributes:
+        preset: model preset name.
+        custom_model: Hub id or local path overriding the preset; ``"target + draft"`` or
+            ``"target, draft"`` for Std-SD, a single id for Self-SD.
+        method: pruning method of the speculative run (``specvlm`` or a baseline).
+        drop_rate: r.  top_p: λ (Stage I attention share).
+        tree_shape, depth, top_k, total_tokens, min_prob: the draft tree (``TreeConfig``).
+        num_frames: frames sampled from the video.
+        max_new_tokens: generation budget per run (the app's CPU default, :data:`CPU_MAX_NEW_TOKENS`).
+        temperature, top_p_sampling, seed: sampling (temperature 0 = greedy).
+        subtitle_mode: who sees an uploaded transcript (:data:`SUBTITLE_MODES`; vanilla sees it
+            exactly when the target does).
+        keep_text: force the draft to keep the video tokens covering the clip's burned-in text
+            (needs a ground-truth ``.json`` of a generated clip).
+    """
+
+    preset: str = ""
+    custom_model: str = ""
+    method: str = _DEC.method
+    drop_rate: float = _DEC.prune.drop_rate
+    top_p: float = _DEC.prune.top_p
+    tree_shape: str = _DEC.tree.shape
+    depth: int = _DEC.tree.depth
+    top_k: int = _DEC.tree.top_k
+    total_tokens: int = _DEC.tree.total_tokens
+    min_prob: float = _DEC.tree.min_prob
+    num_frames: int = _VID.num_frames
+    max_new_tokens: int = CPU_MAX_NEW_TOKENS
+    temperature: float = _DEC.sampling.temperature
+    top_p_sampling: float = _DEC.sampling.top_p_sampling
+    seed: int = _DEC.sampling.seed
+    subtitle_mode: str = SUBTITLE_MODES[0]
+    keep_text: bool = False
+
+
+COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
+                  "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
+                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob")
+"""Inputs of ``/compare`` by component name, in order (new ones are appended, so API callers that
+pass fewer arguments keep working)."""
+
+_SETTING_OF = {"preset": "preset", "custom": "custom_model", "method": "method", "drop_rate": "drop_rate",
+               "top_p": "top_p", "tree": "tree_shape", "depth": "depth", "top_k": "top_k", "total": "total_tokens",
+               "frames": "num_frames", "max_new": "max_new_tokens", "temperature": "temperature",
+               "top_p_sampling": "top_p_sampling", "seed": "seed", "subtitle_mode": "subtitle_mode",
+               "keep_text": "keep_text", "min_prob": "min_prob"}
+"""Component name -> :class:`RunSettings` field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """One press of Run: the uploads, the prompt and the settings (plain, picklable data).
+
+    Attributes:
+        video: path of the uploaded video (None: nothing uploaded).
+        prompt: the question (empty: :data:`DEFAULT_PROMPT`).
+        settings: the panel's settings.
+        srt: path of an uploaded .srt; its cues go to both runs as ``settings.subtitle_mode`` says.
+        truth: path of a generated clip's ground-truth .json (used with ``settings.keep_text``).
+        heatmap_mode: ``"stages"`` or ``"scores"`` (or a :data:`HEATMAP_MODES` label) for the gallery.
+    """
+
+    video: str | None
+    prompt: str = DEFAULT_PROMPT
+    settings: RunSettings = RunSettings()
+    srt: str | None = None
+    truth: str | None = None
+    heatmap_mode: str = "stages"
+
+    @classmethod
+    def from_inputs(cls, values: Mapping[str, Any]) -> "RunRequest":
+        """Build from ``/compare``'s inputs keyed by :data:`COMPARE_INPUTS` names (missing ones: defaults;
+        None numbers, e.g. an empty Seed box, fall back to the default)."""
+        d = RunSettings()
+        kw = {field: values[name] for name, field in _SETTING_OF.items()
+              if name in values and values[name] is not None}
+        kw["custom_model"] = kw.get("custom_model") or ""
+        kw["subtitle_mode"] = kw.get("subtitle_mode") or d.subtitle_mode
+        kw["keep_text"] = bool(kw.get("keep_text", d.keep_text))
+        return cls(video=values.get("video") or None, prompt=values.get("prompt") or "",
+                   settings=RunSettings(**kw), srt=values.get("srt") or None, truth=values.get("truth") or None,
+                   heatmap_mode=HEATMAP_MODES.get(values.get("hm_mode") or "stages", values.get("hm_mode") or "stages"))
+
+
+def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoConfig]:
+    """Validate settings into (DecodeConfig, VideoConfig).
+
+    Raises:
+        UserError: a setting is missing or out of range (message names it).
+    """
+    if s.method == "vanilla":
+        raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
+    try:
+        ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
+                                                       "max_new_tokens")}
+        prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
+                            top_p=_as_float("λ", s.top_p))
+        tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
+                          total_tokens=ints["total_tokens"],
+                          min_prob=_as_float("early stop (min draft probability)", s.min_prob))
+        sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
+                                  top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
+                                  seed=_as_int("seed", s.seed))
+        dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree,
+                           sampling=sampling)
+        vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
+    except ConfigError as e:
+        raise UserError(f"Invalid setting: {e}") from e
+    for name, key, cap in (("frames", "num_frames", limits.max_frames),
+                           ("max new tokens", "max_new_tokens", limits.max_new_tokens)):
+        if ints[key] > cap:
+            raise UserError(f"Invalid setting: {name}={ints[key]} is above this server's limit of {cap}; "
+                            f"use 1 to {cap}.")
+    return dec, vid
+
+
+def check_prompt(prompt: Any, limits: Limits) -> tuple[str, str]:
+    """(prompt to use, note). An empty prompt becomes :data:`DEFAULT_PROMPT` (and says so).
+
+    Raises:
+        UserError: longer than ``limits.max_prompt_chars``, or not text.
+    """
+    if prompt is None:
+        prompt = ""
+    if not isinstance(prompt, str):
+        raise UserError(f"The prompt must be text, got {type(prompt).__name__}.")
+    prompt = prompt.replace("\x00", "").strip()
+    if not prompt:
+        return DEFAULT_PROMPT, "The prompt was empty, so the default prompt was used."
+    if len(prompt) > limits.max_prompt_chars:
+        raise UserError(f"The prompt is {len(prompt)} characters long; this server accepts up to "
+                        f"{limits.max_prompt_chars}. Shorten it.")
+    return prompt, ""
+
+
+def check_subtitle_mode(mode: Any) -> str:
+    """A :data:`SUBTITLE_MODES` value from a mode or its radio label (empty: ``both``).
+
+    Raises:
+        UserError: anything else.
+    """
+    if mode is None or mode == "":
+        return SUBTITLE_MODES[0]
+    mode = dict(SUBTITLE_MODE_CHOICES).get(mode, mode)
+    if mode not in SUBTITLE_MODES:
+        raise UserError(f"Invalid setting: subtitles go to {mode!r}; use one of {', '.join(SUBTITLE_MODES)}.")
+    return mode
+
+
+def _as_int(name: str, v: Any) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"Invalid setting: {name} must be a whole number, got {v!r}.") from None
+    if not math.isfinite(f) or f != int(f):
+        raise UserError(f"Invalid setting: {name} must be a whole number, got {v!r}.")
+    return int(f)
+
+
+def _as_float(name: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"Invalid setting: {name} must be a number, got {v!r}.") from None
+    if not math.isfinite(f):
+        raise UserError(f"Invalid setting: {name} must be a finite number, got {v!r}.")
+    return f

@@ -1,0 +1,359 @@
+"""The run view, in the main process: folds the worker's plain messages (:mod:`app.worker`) into
+two :class:`RunProgress` and builds the page's updates from them (dicts keyed by
+:data:`OUTPUT_KEYS`): streaming panels, stats, summary, charts, heatmap gallery, status, record.
+
+Each update carries only what changed, the last one everything. Charts are redrawn at most every
+``plot_interval_s`` and at the end (re-drawing plotly figures is the browser's heaviest work).
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, tokens per forward, speedup); docs/design.md §1.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from app import plots
+from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
+from app.worker import ClipReady, Failure, Outcome, Phase, Prefill, Record, RunEnd, Step
+
+OUTPUT_KEYS = (
+    "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
+    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps", "record",
+)
+"""Keys of the update dicts, in the UI's output order. ``heatmaps`` is the per-session heatmap state
+for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export."""
+
+PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (vanilla)"),
+          "spec": (0.6, "Prefill + pruning")}
+"""Worker phase -> (progress fraction, description)."""
+
+
+@dataclasses.dataclass
+class RunProgress:
+    """One run as the page shows it (text pieces, timings, steps), folded from worker messages."""
+
+    name: str
+    prefill: Prefill | None = None
+    ids: list[int] = dataclasses.field(default_factory=list)
+    pieces: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
+    text: str = ""
+    times: list[float] = dataclasses.field(default_factory=list)
+    counts: list[int] = dataclasses.field(default_factory=list)
+    accept: list[int] = dataclasses.field(default_factory=list)
+    step_texts: list[str] = dataclasses.field(default_factory=list)
+    step_tokens: int = 0  # tokens emitted by verify/decode steps (step >= 1)
+    elapsed: float = 0.0
+    done: bool = False
+    stopped: bool = False
+    error: str | None = None
+
+    def add(self, st: Step) -> None:
+        """Fold one step in."""
+        text = "".join(p for p, _ in st.pieces)
+        self.ids.extend(st.token_ids)
+        self.pieces.extend(st.pieces)
+        self.text += text
+        self.elapsed = st.elapsed_s
+        self.times.append(st.elapsed_s)
+        self.counts.append(st.num_generated)
+        if st.step >= 1:
+            self.accept.append(st.accept_length)
+            self.step_texts.append(text)
+            self.step_tokens += len(st.token_ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.counts[-1] / self.elapsed if self.counts and self.elapsed > 0 else 0.0
+
+    @property
+    def tau(self) -> float:
+        return sum(self.accept) / len(self.accept) if self.accept else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.step_tokens / len(self.accept) if self.accept else 0.0
+
+    def stats_md(self, speculative: bool) -> str:
+        """'0.84 s · 37 tokens · 44.0 tok/s' (+ τ) with a phase marker."""
+        n = self.counts[-1] if self.counts else 0
+        parts = [f"{self.elapsed:.2f} s", f"{n} tokens", f"{self.tokens_per_s:.1f} tok/s"]
+        if speculative and self.accept:
+            parts.append(f"τ {self.tau:.2f}")
+        if self.prefill is not None:
+            parts.append(f"prefill {self.prefill.prefill_s:.2f} s")
+        state = ("error" if self.error else "stopped" if self.stopped else "done" if self.done
+                 else "decoding" if self.counts else "waiting")
+        return f"**{self.name}** · {state} · " + " · ".join(parts)
+
+
+class RunView:
+    """The page's view of one Run.
+
+    Args:
+        label: the speculative panel's name (``SpecVLM`` or ``SD (method)``).
+        dec: the speculative run's ``DecodeConfig`` (tree depth for the chart, sampling for the summary).
+        mode: heatmap mode shown (``stages`` / ``scores``).
+        notes: input notes known before the worker starts (subtitles, ground truth).
+        prompt_note: the note on the prompt ("" if none).
+        forced_requested: the run asked to force on-screen-text tokens.
+        plot_interval_s: minimum seconds between chart updates while decoding.
+    """
+
+    def __init__(self, label: str, dec: Any, mode: str = "stages", notes: list[str] | None = None,
+                 prompt_note: str = "", forced_requested: bool = False,
+                 plot_interval_s: float = PLOT_INTERVAL_S) -> None:
+        self.runs = {"vanilla": RunProgress("Vanilla"), "spec": RunProgress(label)}
+        self.dec, self.mode = dec, mode
+        self.notes = [n for n in (notes or []) if n]
+        self.prompt_note = prompt_note
+        self.forced_requested = forced_requested
+        self.plot_interval_s = plot_interval_s
+        self.started = False  # the video is decoded and both panels exist
+        self.heatmaps: dict | None = None
+        self.outcome: Outcome | None = None
+        self.record: Any = None
+        self.failure: str | None = None
+        self._plotted = 0.0
+        self._seen: list[str] = []
+
+    # ---- folding -----------------------------------------------------------------------------
+
+    def fold(self, batch: list[Any], progress: Any = None) -> dict[str, Any]:
+        """Fold one batch of worker messages; returns the update it calls for."""
+        upd: dict[str, Any] = {}
+        changed: list[str] = []
+        for msg in batch:
+            if isinstance(msg, Phase):
+                upd.update(self._phase(msg.name, progress))
+            elif isinstance(msg, ClipReady):
+                self._clip(msg)
+                upd.update(self.full(), status=f"Prefill (vanilla)… {msg.num_frames} frames. {self.notes_text()}")
+            elif isinstance(msg, Prefill):
+                self.runs[msg.run].prefill = msg
+                if msg.heatmaps is not None:
+                    self.heatmaps = msg.heatmaps
+                    upd["heatmaps"] = msg.heatmaps
+                    upd["gallery"], upd["heatmap_legend"] = pick_heatmaps(msg.heatmaps, self.mode)
+                changed.append(msg.run)
+            elif isinstance(msg, Step):
+                self.runs[msg.run].add(msg)
+                changed.append(msg.run)
+            elif isinstance(msg, RunEnd):
+                self.runs[msg.run].done = True
+                changed.append(msg.run)
+            elif isinstance(msg, Outcome):
+                self.outcome = msg
+            elif isinstance(msg, Record):
+                self.record = _record(msg.data)
+            elif isinstance(msg, Failure):
+                self.failure = msg.message
+        for name in dict.fromkeys(changed):
+            upd.update(self.step_update(name))
+        return upd
+
+    def _phase(self, name: str, progress: Any) -> dict[str, Any]:
+        frac, desc = PHASES[name]
+        if name == "spec":
+            desc = f"{desc} ({self.runs['spec'].name})"
+        if progress is not None:
+            progress(frac, desc)
+        if name == "frames":
+            return {"status": "Decoding video frames…"}
+        if name == "spec":
+            return {"status": f"Prefill, scoring and pruning ({self.runs['spec'].name})…"}
+        return {}
+
+    def _clip(self, msg: ClipReady) -> None:
+        self.started = True
+        notes = [*msg.notes, *self.notes]
+        if msg.transcript_gap:
+            notes = [n for n in notes if "subtitle cue" not in n] + [msg.transcript_gap]
+        self.notes = notes
+
+    def notes_text(self) -> str:
+        """The input notes as one line (the prompt's first)."""
+        return "; ".join(n for n in [self.prompt_note.rstrip("."), *self.notes] if n)
+
+    # ---- updates -----------------------------------------------------------------------------
+
+    def step_update(self, name: str) -> dict[str, Any]:
+        """Text and stats of one run; charts at most every ``plot_interval_s`` and at the end."""
+        st = self.runs[name]
+        spec = name == "spec"
+        if name not in self._seen:
+            self._seen.append(name)
+        upd: dict[str, Any] = {}
+        if spec:
+            upd["spec_html"] = plots.tokens_html(st.pieces, legend=False, placeholder="prefill…")
+            upd["spec_stats"] = st.stats_md(True)
+        else:
+            upd["vanilla_html"] = plots.plain_text_html(st.text, placeholder="prefill…")
+            upd["vanilla_stats"] = st.stats_md(False)
+        phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
+        upd["status"] = f"{st.name} {phase}: {st.counts[-1] if st.counts else 0} tokens"
+        now = time.perf_counter()
+        if st.done or st.stopped or now - self._plotted >= self.plot_interval_s:
+            self._plotted = now
+            upd["time_plot"] = self._time_fig()
+            if spec:
+                upd["accept_plot"] = self._accept_fig()
+        return upd
+
+    def _accept_fig(self) -> Any:
+        st = self.runs["spec"]
+        return plots.accept_length_figure(st.accept, st.step_texts,
+                                          max_depth=getattr(getattr(self.dec, "tree", None), "depth", None))
+
+    def _time_fig(self) -> Any:
+        return plots.tokens_over_time_figure({self.runs[n].name: (self.runs[n].times, self.runs[n].counts)
+                                              for n in self._seen})
+
+    def full(self) -> dict[str, Any]:
+        """A complete update (every key but ``record``) from the current state."""
+        van, spec = self.runs["vanilla"], self.runs["spec"]
+        self._seen = ["vanilla", "spec"]
+        gallery, legend = pick_heatmaps(self.heatmaps, self.mode)
+        return {
+            "status": "",
+            "vanilla_html": plots.plain_text_html(van.text, placeholder="waiting…"),
+            "vanilla_stats": van.stats_md(False),
+            "spec_html": plots.tokens_html(spec.pieces, legend=False, placeholder="waiting…"),
+            "spec_stats": spec.stats_md(True),
+            "summary": summary_md(van, spec, self.dec, self.outcome),
+            "gallery": gallery,
+            "heatmap_legend": legend,
+            "accept_plot": self._accept_fig(),
+            "time_plot": self._time_fig(),
+            "heatmaps": self.heatmaps,
+        }
+
+    def final(self, stopped: bool) -> dict[str, Any]:
+        """The last update: everything, the status line and the record (None when the run kept none)."""
+        for st in self.runs.values():
+            if not st.done:
+                st.stopped = stopped
+        if self.failure is not None:
+            return self.fail(self.failure)
+        notes = "; ".join(n for n in [self.notes_text(), self._forced_note()] if n)
+        head = "**Stopped.** Ready for the next run." if stopped else "**Done.** Ready for the next run."
+        upd = self.full() if self.started else {}
+        upd["status"] = f"{head}  \n*Input notes: {notes}*" if notes else head
+        upd["record"] = self.record
+        return upd
+
+    def fail(self, msg: str) -> dict[str, Any]:
+        """The error update: runs not finished are marked failed; ``error`` is also shown as a toast."""
+        for st in self.runs.values():
+            if not st.done:
+                st.error = msg
+        upd = self.full() if self.started else {}
+        upd.update(status=f"**Error:** {msg}", error=msg)
+        return upd
+
+    def _forced_note(self) -> str:
+        """The status note on forced on-screen-text tokens ("" if none were asked for or the run stopped)."""
+        p = self.runs["spec"].prefill
+        if not self.forced_requested or p is None or not self.runs["spec"].done:
+            return ""
+        if p.num_forced:
+            n = p.num_forced
+            budget = " (the whole draft budget)" if p.num_kept is not None and n >= p.num_kept else ""
+            return f"kept {n} on-screen-text token{'s' if n != 1 else ''}{budget}"
+        if p.num_kept is None:
+            return "no on-screen-text tokens were forced: this run did not prune"
+        return "no on-screen-text tokens were forced: the text is on none of the sampled frames"
+
+
+def final_status(stopped: bool) -> str:
+    """The status line of a Run that ended before the worker started."""
+    return "**Stopped.** Ready for the next run." if stopped else "**Done.** Ready for the next run."
+
+
+def _record(data: dict) -> Any:
+    from specvlm.inspect import from_dict
+    return from_dict(data)
+
+
+def pick_heatmaps(state: dict[str, Any] | None, mode: str) -> tuple[list, str]:
+    """(gallery items, legend HTML) for a heatmap state and a mode.
+
+    Args:
+        state: the ``heatmaps`` value of a run (None before any run).
+        mode: a :data:`HEATMAP_MODES` label or ``"stages"`` / ``"scores"``.
+    """
+    mode = HEATMAP_MODES.get(mode, mode)
+    if not state:
+        return [], plots.heatmap_legend_html(mode)
+    legend = plots.heatmap_legend_html(mode, state.get("fpt", 1))
+    if state.get("summary"):
+        legend = f"<div><b>{state['summary']}</b></div>" + legend
+    if state.get("note"):
+        legend += f"<div><i>{state['note']}</i></div>"
+    items = state.get(mode)
+    if items is None:
+        return [], legend + "<div><i>Raw scores are not available for this method.</i></div>"
+    return items, legend
+
+
+def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Outcome | None = None) -> str:
+    """The comparison summary (Markdown): speedup, τ, tokens/forward, prefill, kept tokens,
+    identical or first divergence.
+
+    Args:
+        van: the vanilla run.  spec: the speculative run.  dec: the DecodeConfig.
+        outcome: the worker's comparison of the two outputs (None: not compared).
+    """
+    if not van.counts and not spec.counts:
+        return ""
+    rows = ["| | Vanilla | " + spec.name + " |", "|---|---|---|",
+            f"| decode time | {van.elapsed:.2f} s | {spec.elapsed:.2f} s |",
+            f"| tokens | {_last(van.counts)} | {_last(spec.counts)} |",
+            f"| tokens/s | {van.tokens_per_s:.1f} | {spec.tokens_per_s:.1f} |",
+            f"| prefill | {_prefill(van)} | {_prefill(spec)} |"]
+    facts = []
+    if van.tokens_per_s > 0 and spec.tokens_per_s > 0:
+        facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio)")
+    if spec.accept:
+        facts.append(f"τ = **{spec.tau:.2f}**")
+        facts.append(f"**{spec.tokens_per_forward:.2f}** tokens / target forward")
+    p = spec.prefill
+    if p is not None and p.num_kept is not None:
+        r = 1 - p.num_kept / max(1, p.num_video_tokens)
+        facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
+        if p.num_forced:
+            facts.append(f"kept **{p.num_forced}** on-screen-text token{'s' if p.num_forced != 1 else ''} (forced)")
+    lines = ["\n".join(rows), "", " · ".join(facts), ""]
+    sampling = getattr(dec, "sampling", None)
+    if sampling is not None and not sampling.greedy:
+        lines.append(f"Sampling (temperature {sampling.temperature:g}, nucleus {sampling.top_p_sampling:g}, seed "
+                     f"{sampling.seed}): both runs draw from the same target distribution (exact, by recursive "
+                     "rejection sampling), but with different random draws, so token-by-token identity is not "
+                     "expected.")
+    else:
+        lines.append(_identity(van, spec, outcome))
+    return "\n".join(lines)
+
+
+def _identity(van: RunProgress, spec: RunProgress, outcome: Outcome | None) -> str:
+    if not (van.done and spec.done) or outcome is None:
+        return "Outputs not compared: a run did not finish."
+    if outcome.index is None:
+        return f"**Outputs identical** ✓ ({outcome.num_tokens} tokens): speculative decoding was lossless."
+    return (f"**Outputs differ from token {outcome.index}** (vanilla …{outcome.vanilla_context!r} vs speculative "
+            f"…{outcome.spec_context!r}). Low-precision (bf16/fp16) verification can flip near-ties; fp32 should "
+            "match exactly.")
+
+
+def _prefill(st: RunProgress) -> str:
+    p = st.prefill
+    if p is None:
+        return "–"
+    s = f"{p.prefill_s:.2f} s"
+    if p.num_kept is not None:
+        s += f" (+ prune & draft prefill {p.prune_s + p.draft_prefill_s:.2f} s)"
+    return s
+
+
+def _last(xs: list[int]) -> int:
+    return xs[-1] if xs else 0

@@ -1,0 +1,477 @@
+"""The GPU work of one Run: decode the video, run vanilla then speculative decoding, and yield
+plain, picklable data only (text pieces, numbers, lists, numpy arrays, small frozen dataclasses).
+
+On a Hugging Face ZeroGPU Space :meth:`DecodeWorker.run` is decorated with ``spaces.GPU`` (see
+:func:`gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
+every batch it yields are pickled, and what it changes stays in that process. The page's updates
+are built from the yielded data in the main process (:mod:`app.view`). Off ZeroGPU the decorator
+is a no-op and the same generator runs in the request's thread.
+
+Each speculative or vanilla run decodes in its own thread that consumes the engine's stream as
+fast as it can, so pickling and page rendering never add to the measured decode time; the
+generator yields batched messages at most every ``update_interval_s`` (and an empty batch at
+least every :data:`HEARTBEAT_S`). Stop is a close: when the consumer closes this generator (Gradio's
+``cancels=``, a closed page, Stop; on ZeroGPU ``spaces`` closes it in the worker process),
+``GeneratorExit`` ends the decode thread through the engine's ``should_stop`` at its next step.
+
+Source: docs/design.md §1-3; §9 (ZeroGPU); SpecVLM (arXiv 2508.16201) Sec. 4.12 (metrics).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from app import plots
+from app.settings import UserError
+from app.uploads import upload_name
+
+log = logging.getLogger(__name__)
+
+WORKER_PREFIX = "specvlm-decode-"
+"""Name prefix of the decode threads."""
+HEARTBEAT_S = 0.5
+"""Longest time without a yield (an empty batch), so a close reaches the worker during a long prefill."""
+
+
+# ---- what goes in and what comes out (plain data) ------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RunJob:
+    """One Run's work, checked in the main process (picklable).
+
+    Attributes:
+        video: path of the video.  prompt: the question.
+        dec: the speculative run's ``DecodeConfig`` (vanilla uses it with ``method="vanilla"``).
+        vid: the ``VideoConfig``.
+        model: ``(target, draft)``; draft None = Self-SD.
+        subtitles: parsed cues (empty: no transcript).  subtitle_mode: who sees them.
+        truth: a generated clip's ground truth (forces the on-screen-text tokens), or None.
+        record_meta: JSON-ready settings added to the run record's ``meta``.
+    """
+
+    video: str
+    prompt: str
+    dec: Any
+    vid: Any
+    model: tuple[str, str | None]
+    subtitles: tuple = ()
+    subtitle_mode: str = "both"
+    truth: dict | None = None
+    record_meta: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """A phase starts: ``frames`` (decoding the video), ``vanilla`` or ``spec`` (prefill of that run)."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipReady:
+    """The video is decoded: frame count, the clip's notes and, when no subtitle cue overlaps the
+    sampled frames (so the prompt got no transcript), the note that says so."""
+
+    num_frames: int
+    notes: tuple[str, ...] = ()
+    transcript_gap: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefill:
+    """A run's prefill facts (seconds) and, for a pruned run, its kept counts and heatmaps.
+
+    ``heatmaps`` is None without pruning, else ``{"stages": [(image (H, W, 3) uint8, caption)],
+    "scores": [...] or None, "fpt": frames per token, "note": str, "summary": str}``.
+    """
+
+    run: str
+    prefill_s: float
+    prune_s: float = 0.0
+    draft_prefill_s: float = 0.0
+    num_video_tokens: int = 0
+    num_kept: int | None = None
+    num_forced: int = 0
+    heatmaps: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One decode or verify step: its tokens, per-token (text, from_draft) pieces and timings."""
+
+    run: str
+    step: int
+    token_ids: tuple[int, ...]
+    pieces: tuple[tuple[str, bool], ...]
+    accept_length: int
+    elapsed_s: float
+    num_generated: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunEnd:
+    """A run finished on its own (EOS or the token budget)."""
+
+    run: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Both runs finished: the first divergence (None = identical) with a few tokens of context."""
+
+    index: int | None
+    num_tokens: int
+    vanilla_context: str = ""
+    spec_context: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The speculative run's record for Inspect / Export (``specvlm.inspect.to_dict``)."""
+
+    data: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """The run ended with an error; ``message`` is shown as-is."""
+
+    message: str
+
+
+# ---- the worker ----------------------------------------------------------------------------
+
+class DecodeWorker:
+    """Runs :class:`RunJob` s over the engine; :meth:`run` is the (decorated) GPU function.
+
+    Args:
+        engine: the ``specvlm`` facade (:class:`app.engine.Engine` or a fake).
+        get_pair: ``(target, draft) -> ModelPair`` from the backend's cache (loaded at app start;
+            a fresh worker process loads what it lacks).
+        update_interval_s: minimum seconds between yielded batches while decoding.
+    """
+
+    def __init__(self, engine: Any, get_pair: Callable[[str, str | None], Any], update_interval_s: float) -> None:
+        self.engine = engine
+        self.get_pair = get_pair
+        self.update_interval_s = update_interval_s
+
+    def run(self, job: RunJob) -> Iterator[list[Any]]:
+        """Decode ``job``; yields lists of messages (:class:`Phase` ... :class:`Failure`). Errors never
+        raise: they end the run with one :class:`Failure` (after an out-of-memory error the traceback
+        is dropped and accelerator memory released first)."""
+        failure, free = None, False
+        try:
+            yield from self._run(job)
+        except Exception as e:  # the server keeps running whatever happens
+            oom = _is_oom(self.engine, e)
+            failure = failure_message(e, oom)
+            if not isinstance(e, ValueError):
+                log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
+            drop_frames(e)  # the traceback pins the failed step's tensors (KV cache, activations)
+            free = not isinstance(e, ValueError)
+        if failure is not None:
+            if free:  # outside the except block, so the exception no longer holds any tensor
+                _free(self.engine)
+            yield [Failure(failure)]
+
+    def _run(self, job: RunJob) -> Iterator[list[Any]]:
+        pair = self.get_pair(*job.model)
+        vid = job.vid
+        if getattr(pair, "frames_per_token", 1) > 1 and vid.num_frames % pair.frames_per_token:
+            vid = dataclasses.replace(vid, even_frames=True)
+        yield [Phase("frames")]
+        clip = self._load_clip(job.video, vid)
+        notes = tuple(getattr(clip, "notes", []) or [])
+        yield [ClipReady(len(clip.frames), notes, _subtitle_gap(job.subtitles, clip))]
+        extra: dict[str, Any] = {}
+        if job.subtitles:
+            extra.update(subtitles=list(job.subtitles), subtitle_mode=job.subtitle_mode)
+        decode = _decoder(pair)
+        yield [Phase("vanilla")]
+        van = yield from self._one("vanilla", dataclasses.replace(job.dec, method="vanilla"), pair, clip,
+                                   job.prompt, extra, decode)
+        yield [Phase("spec")]
+        spec_extra = extra | ({"truth": job.truth} if job.truth is not None else {})
+        spec = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, decode)
+        yield [_outcome(van, spec, decode)] + self._record(spec, job, pair, clip)
+
+    def _load_clip(self, path: str, vid: Any) -> Any:
+        try:
+            return self.engine.load_video(path, vid)
+        except ImportError as e:
+            raise UserError(f"The video reader is not installed: {e}") from e
+        except ValueError as e:  # VideoError and friends
+            raise UserError(f"Could not read the video: {upload_name(e, path)}") from e
+
+    def _one(self, name: str, dec: Any, pair: Any, clip: Any, prompt: str, extra: dict[str, Any],
+             decode: Callable[[list[int]], str] | None) -> Iterator[list[Any]]:
+        """Decode one run in a thread; yields batches; returns the engine's events.
+
+        The thread always ends before this returns or is closed (the stop flag is set unless the run
+        finished; the engine polls it every step), so a stopped run uses no CPU/GPU afterwards.
+        """
+        q: queue.Queue = queue.Queue()
+        done, stop = object(), threading.Event()
+
+        def pump() -> None:
+            try:
+                for ev in self.engine.stream(pair, clip, prompt, dec, stop.is_set, **extra):
+                    q.put(ev)
+            except BaseException as e:  # handed to the generator
+                q.put(e)
+            finally:
+                q.put(done)
+
+        thread = threading.Thread(target=pump, name=f"{WORKER_PREFIX}{name}", daemon=True)
+        thread.start()
+        splitter, events, pending = TextSplitter(decode), [], []
+        last, finished = time.perf_counter(), False
+        try:
+            while not finished:
+                for it in _drain(q, self.update_interval_s):
+                    if isinstance(it, BaseException):
+                        raise it
+                    if it is done:
+                        finished = True
+                    else:
+                        events.append(it)
+                        pending.append(_message(name, it, clip, splitter))
+                now = time.perf_counter()
+                if finished or (pending and now - last >= self.update_interval_s) or now - last >= HEARTBEAT_S:
+                    batch, pending, last = pending + ([RunEnd(name)] if finished else []), [], now
+                    yield batch
+            return events
+        finally:
+            if not finished:
+                stop.set()  # closed (Stop, a closed page) or an error: end the engine loop too
+            _join(thread)
+
+    def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> list[Any]:
+        """The speculative run's :class:`Record` (empty if the engine keeps none; never fails the run)."""
+        make = getattr(self.engine, "make_record", None)
+        if make is None or not events:
+            return []
+        try:
+            from specvlm.inspect import to_dict
+            rec = make(events, job.dec, job.prompt, pair, clip)
+            if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
+                rec.meta.update(job.record_meta)
+            return [Record(to_dict(rec))]
+        except Exception:  # inspection is optional; the comparison already succeeded
+            log.warning("could not build the run record", exc_info=True)
+            return []
+
+
+class TextSplitter:
+    """Per-token (text, from_draft) pieces by incremental decoding; the event's text as one piece
+    if there is no tokenizer or decoding fails."""
+
+    def __init__(self, decode: Callable[[list[int]], str] | None) -> None:
+        self.decode = decode
+        self.ids: list[int] = []
+        self._decoded = ""  # decode(ids) after the last complete token
+
+    def split(self, ev: Any) -> list[tuple[str, bool]]:
+        """Pieces of one StepEvent (an incomplete UTF-8 sequence waits for the next token)."""
+        flags = list(ev.from_draft) or [False] * len(ev.token_ids)
+        if self.decode is None:
+            self.ids.extend(int(t) for t in ev.token_ids)
+            return [(ev.text, bool(flags) and all(flags))]
+        out = []
+        try:
+            for tok, fd in zip(ev.token_ids, flags):
+                self.ids.append(int(tok))
+                full = self.decode(self.ids)
+                if full.endswith("\ufffd"):
+                    continue
+                out.append((full[len(self._decoded):], bool(fd)))
+                self._decoded = full
+        except Exception:  # a tokenizer quirk must not break the page
+            log.exception("per-token decode failed; falling back to event text")
+            self.decode = None
+            return [(ev.text, all(flags))]
+        return out
+
+
+def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter) -> Any:
+    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill`."""
+    if hasattr(ev, "step"):
+        return Step(name, int(ev.step), tuple(int(t) for t in ev.token_ids), tuple(splitter.split(ev)),
+                    int(ev.accept_length), float(ev.elapsed_s), int(ev.num_generated))
+    p = ev.prune
+    return Prefill(name, float(ev.prefill_s), float(ev.prune_s or 0.0), float(ev.draft_prefill_s or 0.0),
+                   int(ev.num_video_tokens or 0), None if p is None else int(p.num_kept),
+                   forced_count(p), None if p is None else heatmaps(clip, ev))
+
+
+def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run."""
+    p = info.prune
+    fpt = int(getattr(info, "frames_per_token", 1) or 1)
+    common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
+                  timestamps=getattr(clip, "timestamps", None))
+    if info.token_grid is None:
+        return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
+    out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
+           "scores": None, "fpt": fpt, "note": ""}
+    if p.scores is not None:
+        out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
+    out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
+    return out
+
+
+def forced_count(prune: Any) -> int:
+    """How many video tokens a PruneResult kept because they were forced (0 without ``forced``)."""
+    forced = getattr(prune, "forced", None)
+    if forced is None:
+        return 0
+    return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
+
+
+def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None) -> Outcome:
+    """Identity of the two runs' token ids (``specvlm.metrics.first_divergence``) with context."""
+    from specvlm.metrics import first_divergence
+    ids = [[int(t) for ev in evs if hasattr(ev, "step") for t in ev.token_ids] for evs in (van, spec)]
+    i = first_divergence(*ids)
+    if i is None:
+        return Outcome(None, len(ids[0]))
+    near = [_near(decode, x, i) for x in ids]
+    return Outcome(i, len(ids[0]), *near)
+
+
+def _near(decode: Callable[[list[int]], str] | None, ids: list[int], i: int) -> str:
+    if decode is None:
+        return ""
+    try:
+        return decode(ids[max(0, i - 3): i + 3])
+    except Exception:
+        return ""
+
+
+def _subtitle_gap(cues: Any, clip: Any) -> str | None:
+    """The note for a transcript none of whose cues overlaps the sampled frames (else None)."""
+    ts = getattr(clip, "timestamps", None)
+    if not cues or ts is None:
+        return None
+    from specvlm.prompting import no_transcript_note
+    return no_transcript_note(list(cues), ts)
+
+
+def _decoder(pair: Any) -> Callable[[list[int]], str] | None:
+    """ids -> text with special tokens skipped, from the pair's tokenizer (None if absent)."""
+    tok = getattr(pair, "processor", None)
+    tok = getattr(tok, "tokenizer", tok)
+    if tok is None or not hasattr(tok, "decode"):
+        return None
+    return lambda ids: tok.decode(ids, skip_special_tokens=True)
+
+
+def _drain(q: queue.Queue, timeout: float) -> list[Any]:
+    """Block up to ``timeout`` for one item, then take everything queued."""
+    try:
+        items = [q.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _join(thread: threading.Thread, warn_every_s: float = 30.0) -> None:
+    """Wait for a decode thread to end (it polls the stop flag every step; a long prefill cannot be
+    interrupted, so this may take that long)."""
+    while True:
+        thread.join(warn_every_s)
+        if not thread.is_alive():
+            return
+        log.warning("waiting for decode thread %s to end (prefill or a slow step in progress)", thread.name)
+
+
+# ---- failures --------------------------------------------------------------------------------
+
+def failure_message(e: BaseException, oom: bool) -> str:
+    """One readable sentence for an error that ended a run."""
+    if isinstance(e, UserError):
+        return str(e)
+    if isinstance(e, ValueError):  # the engine's typed input errors
+        return f"Invalid input: {e}"
+    if oom:
+        return "Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
+    return f"Decoding failed: {type(e).__name__}: {e}"
+
+
+def _is_oom(engine: Any, e: BaseException) -> bool:
+    try:
+        return bool(engine.is_oom(e))
+    except Exception:
+        return isinstance(e, MemoryError)
+
+
+def _free(engine: Any) -> None:
+    try:
+        engine.free_memory()
+    except Exception:
+        pass
+
+
+def drop_frames(exc: BaseException | None) -> None:
+    """Clear the local variables of every finished frame in an exception's traceback chain so
+    the tensors they reference (KV cache, activations) can be freed right away."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            traceback.clear_frames(exc.__traceback__)
+            exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+
+
+# ---- ZeroGPU ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GpuTime:
+    """How long a Run may hold a ZeroGPU device (seconds): ``base_s + frames * per_frame_s +
+    2 runs * max_new_tokens * per_token_s``, times the model's size factor, clamped to
+    ``[min_s, max_s]``. The per-token cost is a 7B-class model's on a ZeroGPU slice with margin.
+    """
+
+    base_s: float = 15.0
+    per_frame_s: float = 0.15
+    per_token_s: float = 0.06
+    min_s: int = 30
+    max_s: int = 300
+
+    def seconds(self, job: RunJob) -> int:
+        """The duration for ``job`` (whole seconds)."""
+        frames = int(getattr(job.vid, "num_frames", 16) or 16)
+        tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
+        raw = (self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s) * size_factor(job.model)
+        return int(min(self.max_s, max(self.min_s, round(raw))))
+
+
+def size_factor(model: tuple[str, str | None]) -> float:
+    """Rough cost of a model pair relative to a 7B-class target, from the size in its name
+    (``32B`` -> 4, ``72B`` -> 8; unknown or small -> 1)."""
+    import re
+    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", model[0].replace("-", " ").replace("_", " "))
+    billions = float(m.group(1)) if m else 7.0
+    return max(1.0, billions / 9.0)
+
+
+def gpu_function(fn: Callable[[RunJob], Iterator[list[Any]]], budget: GpuTime = GpuTime()) -> Callable:
+    """``fn`` decorated with ``spaces.GPU(duration=budget.seconds)`` when the ``spaces`` package is
+    installed (a no-op off ZeroGPU), else ``fn`` itself."""
+    try:
+        import spaces
+    except ImportError:
+        return fn
+    return spaces.GPU(duration=budget.seconds)(fn)
