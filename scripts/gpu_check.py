@@ -1,250 +1,415 @@
 #!/usr/bin/env python
-"""GPU check: step costs of real-size Qwen2.5-VL models at 16k video tokens, and the projected speedup.
+"""GPU check: the real engine on random-weight models of the real architectures at 16k video tokens.
 
-Builds random-weight models from the published text configs written inline (no
-download, no Hub): Qwen2.5-VL-7B, and Qwen2.5-VL-32B with the 7B as its draft. The
-vision tower is skipped (a 1-block stub is built): the prompt is random token
-embeddings of ``text + V`` tokens fed through :func:`specvlm.decoding.lm_forward`
-with explicit positions (values do not change the cost). The cache is the engine's
-(:func:`specvlm.kv.new_cache`), so engine changes show up here.
+For each setup, random-weight models are built directly on the GPU in bf16 from the
+checkpoints' published dimensions (:mod:`specvlm.realdims`: vision tower, M-RoPE, grouped
+KV heads, padded vocabularies), at full depth except where one H200 cannot hold it
+(LLaVA-OV-72B is built with ``--llava72-layers`` of its 80 decoder layers, 40 by default;
+its times are also shown scaled to 80 layers). Then, on clips of ~16k video tokens:
 
-Measured per pair (median of ``--iters`` after warm-up, CUDA-synchronised, ms):
-    t_vanilla  one target decode step (1 token) after the L = text + V prompt;
-    t_draft    one draft forward of ``top_k`` tree nodes (one dynamic-tree level, 4-D mask)
-               after text + keep * V tokens (SpecVLM keeps 10%); ``t_draft_chain`` = 1 token;
-    t_verify   one target forward over root + ``nodes`` tree nodes with
-               :func:`specvlm.tree.verify_mask`, LM head on every row.
-After each timed step the cache is rolled back (:func:`specvlm.kv.truncate`).
+1. the engine's vanilla decoding and SpecVLM (vision tower, two-pass prefill with Stage I
+   attention scores, two-stage pruning, draft tree, 4-D-mask verify through the engine's
+   grouped-query attention) run on the same inputs; outputs are compared token by token:
+   identical, a divergence at a near-tie of the target's logits (allowed in bf16), or a
+   mismatch (a bug), with the target's top-1 minus top-2 logit margin at the divergence;
+2. the costs are read: target prefill (one pass for vanilla, two passes + Stage I for
+   SpecVLM), one decode step and one draft step (medians of the runs' steps), one draft
+   tree level in isolation, and verify(n) for n = 1..32 tokens after L cached tokens
+   (root + a chain of n - 1 nodes, the engine's verify mask, interleaved with decode steps);
+3. the decode-phase speedup these costs imply at the paper's τ:
 
-Projected speedup (printed for τ = 2..5):
+       speedup(τ) = (τ + 1) · t_decode / (depth · t_level + t_verify(total_tokens + 1))
 
-    speedup(τ) ≈ (τ + 1) · t_vanilla / (depth · t_draft + t_verify)
+   and, for the paper's reported speedups, the τ they require.
 
-Each verify step emits τ accepted draft tokens + 1 bonus token at the price of one
-target forward and ``depth`` draft forwards (the pending tokens + depth - 1 tree
-levels); vanilla emits 1 token per ``t_vanilla``. Host-side bookkeeping, prefill and
-pruning are left out, so this is an upper bound for the decode phase.
+Random weights make accepted lengths meaningless, so τ comes from the paper, never from
+these runs. ``--cpu-smoke`` runs the same code on tiny models of the same structure on
+the CPU in seconds (the test).
 
 Usage:
-    python -m scripts.gpu_check                       # H200: 7B Self-SD and 32B + 7B, 16k video tokens (< 8 min)
-    python -m scripts.gpu_check --pairs 7b-self --out-json gpu.json
-    python -m scripts.gpu_check --tiny                # the same code at tiny sizes on the CPU (tests)
+    python -m scripts.gpu_check                        # one H200, < 8 min
+    python -m scripts.gpu_check --setups qwen7-self --out-json gpu.json
+    python -m scripts.gpu_check --cpu-smoke            # tiny models, CPU, seconds
 
-Source: Qwen2.5-VL-7B/32B-Instruct ``config.json`` (published text configs); SpecVLM
-(arXiv 2508.16201) Sec. 4 (r = 0.9, 16k-token regime); DESIGN 4.9 (verify mask).
+Source: SpecVLM (arXiv 2508.16201) Sec. 4 (model pairs, r = 0.9, 16k-token regime, reported
+speedups); docs/design.md §4.9 (verify mask), §4.12 (τ), §9 (GPU loading).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from specvlm import kv
-from specvlm.decoding import embed_tokens, lm_forward
-from specvlm.stepcost import median_ms as _median_ms, random_prefill
+from specvlm import kv, realdims
+from specvlm.config import DecodeConfig, TreeConfig
+from specvlm.decoding import embed_tokens, generate, lm_forward
+from specvlm.metrics import compare_outputs
+from specvlm.models import adapter_for, pair_from_models
+from specvlm.stepcost import median_ms
 from specvlm.tree import additive_mask, verify_mask
+from specvlm.types import VideoClip
 
 log = logging.getLogger("gpu_check")
 
-# Published text configs (Qwen/Qwen2.5-VL-*-Instruct config.json).
-QWEN7 = dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-             intermediate_size=18944, vocab_size=152064, rope_theta=1_000_000.0, mrope_section=[16, 24, 24])
-QWEN32 = dict(hidden_size=5120, num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8,
-              intermediate_size=27648, vocab_size=152064, rope_theta=1_000_000.0, mrope_section=[16, 24, 24])
-# Tiny stand-ins with the same structure (head_dim 16 -> mrope_section sums to 8).
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=128, vocab_size=1024, rope_theta=10000.0, mrope_section=[4, 2, 2])
-TINY_BIG = dict(TINY, hidden_size=128, num_hidden_layers=3, num_attention_heads=8, intermediate_size=256,
-                mrope_section=[4, 2, 2])
-
-PAIRS = {"7b-self": ("Qwen2.5-VL-7B Self-SD", QWEN7, None), "32b-7b": ("Qwen2.5-VL-32B + 7B draft", QWEN32, QWEN7)}
-TINY_PAIRS = {"7b-self": ("tiny Self-SD", TINY, None), "32b-7b": ("tiny-big + tiny draft", TINY_BIG, TINY)}
+#: Mean accepted length τ the paper reports (docs/design.md §4.12: Self-SD 7B τ ≈ 3.8-4.4).
+PAPER_TAU = {"qwen7-self": 3.8}
+#: Decoding speedups the paper reports (abstract, Sec. 4): the τ they need is printed.
+PAPER_SPEEDUP = {"qwen32-qwen7": 2.11, "llava72-llava7": 2.68}
 
 
-def build_model(text: dict, dtype: torch.dtype, device: str) -> Any:
-    """A random-weight ``Qwen2_5_VLForConditionalGeneration`` with the given text config.
+@dataclass(frozen=True)
+class Setup:
+    """One target/draft pair to check.
 
-    The vision tower is a 1-block stub (never run). Weights are created directly on
-    ``device`` in ``dtype`` (seconds for 32B on a GPU).
-
-    Args:
-        text: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
-            intermediate_size, vocab_size, rope_theta, mrope_section.
-        dtype: parameter dtype (bf16 on CUDA).
-        device: "cuda", "cuda:1" or "cpu".
+    Attributes:
+        key: command-line name.
+        name: display name.
+        target, draft: architectures (draft None = Self-SD).
+        frames: frames per clip (Qwen2.5-VL 128 at 448 px = 16,384 tokens; LLaVA-OV 84 x 196 = 16,464).
+        target_layers: decoder layers built for the target (None = all).
     """
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    t = dict(text)
-    rope = {"rope_type": "default", "rope_theta": t.pop("rope_theta"), "mrope_section": t.pop("mrope_section")}
-    cfg = Qwen2_5_VLConfig(
-        text_config=dict(t, rope_parameters=rope, max_position_embeddings=128000, tie_word_embeddings=False),
-        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=t["hidden_size"],
-                           fullatt_block_indexes=[0]),
-        tie_word_embeddings=False,
-    )
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2_5_VLForConditionalGeneration._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
+    key: str
+    name: str
+    target: realdims.Arch
+    draft: realdims.Arch | None
+    frames: int
+    target_layers: int | None = None
 
 
-def tree_parents(nodes: int, top_k: int) -> torch.Tensor:
-    """A breadth-first tree of ``nodes`` nodes, at most ``top_k`` children each: int64 (N,), -1 = child of the root."""
-    parents = []
-    for i in range(nodes):
-        parents.append(-1 if i < top_k else (i - top_k) // top_k)
-    return torch.tensor(parents, dtype=torch.long)
+def gpu_setups(llava72_layers: int) -> dict[str, Setup]:
+    """The real-dimension setups, in the order that lets models be reused."""
+    r = realdims
+    return {s.key: s for s in (
+        Setup("qwen7-self", "Qwen2.5-VL-7B Self-SD", r.QWEN2_5_VL_7B, None, 128),
+        Setup("qwen32-qwen7", "Qwen2.5-VL-32B + 7B draft", r.QWEN2_5_VL_32B, r.QWEN2_5_VL_7B, 128),
+        Setup("llava7-self", "LLaVA-OV-7B Self-SD", r.LLAVA_OV_7B, None, 84),
+        Setup("llava72-llava7", "LLaVA-OV-72B + 7B draft", r.LLAVA_OV_72B, r.LLAVA_OV_7B, 84, llava72_layers),
+    )}
 
 
-def step_costs(target: Any, draft: Any, *, video_tokens: int, text_tokens: int, keep: float, nodes: int,
-               top_k: int, iters: int, warmup: int, chunk: int) -> dict:
-    """Measure t_vanilla, t_draft (level and chain) and t_verify in ms (see the module docstring).
-
-    Returns:
-        dict: L (target prompt tokens), L_draft, and the four times in ms.
-    """
-    dev = str(target.get_input_embeddings().weight.device)
-    dtype = target.get_input_embeddings().weight.dtype
-    L = text_tokens + video_tokens
-    cache, ad = random_prefill(target, L, chunk=chunk, seed=0)
-    tok = torch.tensor([7])
-
-    def vanilla() -> None:
-        logits = lm_forward(target, ad, embed_tokens(target, tok), torch.full((3, 1), L), cache)
-        logits.argmax(-1)
-
-    reset = lambda: kv.truncate(cache, L)  # noqa: E731
-    t_van = _median_ms(vanilla, reset, dev, iters, warmup)
-    parents = tree_parents(nodes, top_k)
-    depths = torch.ones(nodes, dtype=torch.long)
-    for i, p in enumerate(parents.tolist()):
-        depths[i] = 1 if p < 0 else depths[p] + 1
-    vtoks = torch.randint(0, 1000, (nodes + 1,))
-    vpos = (L + torch.cat([torch.zeros(1, dtype=torch.long), depths])).expand(3, -1)
-    vmask = verify_mask(parents, L, dtype, dev)
-
-    def verify() -> None:
-        logits = lm_forward(target, ad, embed_tokens(target, vtoks), vpos, cache, mask=vmask, rows=slice(None))
-        logits.argmax(-1)
-
-    t_ver = _median_ms(verify, reset, dev, iters, warmup)
-    del cache
-    Ld = text_tokens + max(1, int(video_tokens * keep))
-    dcache, dad = random_prefill(draft, Ld, chunk=chunk, seed=1)
-    lmask = additive_mask(torch.eye(top_k, dtype=torch.bool), Ld, dtype, dev)
-    ltoks, lpos = torch.randint(0, 1000, (top_k,)), torch.full((3, top_k), L + 1)
-
-    def level() -> None:
-        logits = lm_forward(draft, dad, embed_tokens(draft, ltoks), lpos, dcache, mask=lmask, rows=slice(None))
-        logits.float().log_softmax(-1).topk(top_k, dim=-1)
-
-    def chain() -> None:
-        logits = lm_forward(draft, dad, embed_tokens(draft, tok), torch.full((3, 1), L), dcache)
-        logits.float().log_softmax(-1).topk(top_k, dim=-1)
-
-    dreset = lambda: kv.truncate(dcache, Ld)  # noqa: E731
-    t_lvl = _median_ms(level, dreset, dev, iters, warmup)
-    t_chain = _median_ms(chain, dreset, dev, iters, warmup)
-    return {"L": L, "L_draft": Ld, "t_vanilla_ms": t_van, "t_draft_ms": t_lvl, "t_draft_chain_ms": t_chain,
-            "t_verify_ms": t_ver}
+def _tiny(arch: realdims.Arch, hidden: int, layers: int, vocab: int) -> realdims.Arch:
+    if arch.family == "qwen2_5_vl":
+        vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14, spatial_merge_size=2,
+                      temporal_patch_size=2, out_hidden_size=hidden, fullatt_block_indexes=[1], window_size=56,
+                      tokens_per_second=2)
+        return realdims.shrink(arch, name="tiny " + arch.name, hidden=hidden, layers=layers, heads=4, kv_heads=2,
+                               intermediate=2 * hidden, vocab=vocab, mrope_section=(hidden // 16, hidden // 32,
+                                                                                   hidden // 32), vision=vision)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=28, patch_size=7, vision_use_head=False)
+    return realdims.shrink(arch, name="tiny " + arch.name, hidden=hidden, layers=layers, heads=4, kv_heads=2,
+                           intermediate=2 * hidden, vocab=vocab, vision=vision)
 
 
-def projected_speedup(tau: float, t_vanilla: float, t_draft: float, t_verify: float, depth: int) -> float:
-    """(τ + 1) · t_vanilla / (depth · t_draft + t_verify): decode-phase speedup bound (see module docstring)."""
-    return (tau + 1.0) * t_vanilla / (depth * t_draft + t_verify)
+def smoke_setups() -> dict[str, Setup]:
+    """Tiny stand-ins with the setups' structure (padded draft vocabulary included), for the CPU."""
+    r = realdims
+    q, qd = _tiny(r.QWEN2_5_VL_7B, 64, 2, 512), _tiny(r.QWEN2_5_VL_3B, 32, 1, 448)
+    big = _tiny(r.QWEN2_5_VL_32B, 128, 2, 512)
+    lv, lbig = _tiny(r.LLAVA_OV_7B, 64, 2, 512), _tiny(r.LLAVA_OV_72B, 128, 3, 512)
+    return {s.key: s for s in (
+        Setup("qwen7-self", "tiny Qwen2.5-VL Self-SD", q, None, 8),
+        Setup("qwen32-qwen7", "tiny Qwen2.5-VL + padded-vocab draft", big, qd, 8),
+        Setup("llava7-self", "tiny LLaVA-OV Self-SD", lv, None, 8),
+        Setup("llava72-llava7", "tiny LLaVA-OV + draft", lbig, lv, 8, 2),
+    )}
 
 
-def run(args: argparse.Namespace) -> list[dict]:
-    """Build each pair, measure, project; returns one result dict per pair."""
-    table = TINY_PAIRS if args.tiny else PAIRS
-    dev = "cpu" if args.tiny else args.device
-    dtype = torch.float32 if args.tiny else torch.bfloat16
-    t_start = time.perf_counter()
-    results, models = [], {}
-    for key in args.pairs.split(","):
-        if key not in table:
-            raise SystemExit(f"unknown pair {key!r}: use {', '.join(table)}")
-        if time.perf_counter() - t_start > args.budget_s:
-            log.warning("time budget %.0f s used up: skipping %s", args.budget_s, key)
-            continue
-        name, tcfg, dcfg = table[key]
-        models = {k: m for k, m in models.items() if k in (id(tcfg), id(dcfg))}  # free what is not needed
-        if dev.startswith("cuda"):
+def make_clip(frames: int, side: int, seed: int) -> VideoClip:
+    """A clip of smooth random frames: uint8 (T, side, side, 3), 2 fps."""
+    rng = np.random.RandomState(seed)
+    base = rng.randint(0, 255, (frames, 8, 8, 3)).astype(np.uint8)
+    img = np.repeat(np.repeat(base, -(-side // 8), axis=1), -(-side // 8), axis=2)[:, :side, :side]
+    return VideoClip(np.ascontiguousarray(img), np.arange(frames) / 2.0, native_fps=2.0, total_frames=frames,
+                     duration=frames / 2.0)
+
+
+PROMPT = "Describe this video in detail."
+
+
+class ModelStore:
+    """Built models kept for reuse by later setups (a 7B target is the next setup's draft)."""
+
+    def __init__(self, dtype: torch.dtype, device: str, frame_side: int) -> None:
+        self.dtype, self.device, self.frame_side = dtype, device, frame_side
+        self.models: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def keep_only(self, wanted: set[tuple[str, int]]) -> None:
+        """Free every model not in ``wanted`` (and the GPU's cached blocks)."""
+        for k in [k for k in self.models if k not in wanted]:
+            del self.models[k]
+        if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        for cfg in (tcfg, dcfg or tcfg):
-            if id(cfg) not in models:
-                log.info("building %s layers=%d hidden=%d", name, cfg["num_hidden_layers"], cfg["hidden_size"])
-                models[id(cfg)] = build_model(cfg, dtype, dev)
-        target, draft = models[id(tcfg)], models[id(dcfg or tcfg)]
-        with torch.inference_mode():
-            r = step_costs(target, draft, video_tokens=args.video_tokens, text_tokens=args.text_tokens,
-                           keep=1 - args.drop_rate, nodes=args.nodes, top_k=args.top_k, iters=args.iters,
-                           warmup=args.warmup, chunk=args.chunk)
-        r.update(pair=name, video_tokens=args.video_tokens, nodes=args.nodes, depth=args.depth, device=dev,
-                 dtype=str(dtype).replace("torch.", ""),
-                 verify_over_vanilla=r["t_verify_ms"] / r["t_vanilla_ms"],
-                 projected={str(t): projected_speedup(t, r["t_vanilla_ms"], r["t_draft_ms"], r["t_verify_ms"],
-                                                      args.depth) for t in (2, 3, 4, 5)},
-                 peak_gpu_mb=torch.cuda.max_memory_allocated() / 2**20 if dev.startswith("cuda") else None,
-                 elapsed_s=time.perf_counter() - t_start)
-        results.append(r)
-    return results
+
+    def get(self, arch: realdims.Arch, layers: int) -> tuple[Any, Any]:
+        """(model, processor) of ``arch`` with ``layers`` decoder layers, built once."""
+        key = (arch.name, layers)
+        if key not in self.models:
+            self.models[key] = realdims.build(arch, layers=layers, dtype=self.dtype, device=self.device,
+                                              frame_side=self.frame_side)
+        return self.models[key]
 
 
-def format_results(results: list[dict]) -> str:
-    """Markdown table of step costs (ms) and projected speedups."""
-    lines = ["| pair | V | L target / draft | vanilla ms | draft ms (level / chain) | verify ms | verify/vanilla "
-             "| τ=2 | τ=3 | τ=4 | τ=5 |", "|" + "---|" * 11]
-    for r in results:
+def compare(vanilla: Any, spec: Any, dtype: torch.dtype) -> dict:
+    """identical / near-tie / mismatch (:func:`specvlm.metrics.compare_outputs`) with the target's
+    top-1 minus top-2 logit margin at the first divergence, as vanilla decoding recorded it."""
+    d = compare_outputs(vanilla.token_ids, spec.token_ids, vanilla.margins, dtype)
+    return {"kind": d.kind, "index": d.index, "margin": d.margin}
+
+
+def random_cache(model: Any, length: int, rows: int, chunk: int = 4096) -> tuple[Any, Any]:
+    """A KV cache of ``length`` random-token positions (``rows`` position rows: 3 for M-RoPE), chunked prefill."""
+    ad = adapter_for(model)
+    cache = kv.new_cache(model)
+    g = torch.Generator().manual_seed(0)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    for s in range(0, length, chunk):
+        n = min(chunk, length - s)
+        ids = torch.randint(0, vocab, (n,), generator=g)
+        lm_forward(model, ad, embed_tokens(model, ids), torch.arange(s, s + n).expand(rows, n), cache, rows=None)
+    return cache, ad
+
+
+def draft_level_ms(draft: Any, length: int, rows: int, top_k: int, iters: int, warmup: int) -> float:
+    """One dynamic-tree level in isolation: ``top_k`` nodes with a 4-D mask after ``length`` cached tokens (ms)."""
+    dev = str(draft.get_input_embeddings().weight.device)
+    dtype = draft.get_input_embeddings().weight.dtype
+    with torch.inference_mode():
+        cache, ad = random_cache(draft, length, rows)
+        mask = additive_mask(torch.eye(top_k, dtype=torch.bool), length, dtype, dev)
+        toks, pos = torch.randint(0, 7, (top_k,)), torch.full((rows, top_k), length + 1)
+
+        def level() -> None:
+            logits = lm_forward(draft, ad, embed_tokens(draft, toks), pos, cache, mask=mask, rows=slice(None))
+            logits.float().log_softmax(-1).topk(top_k, dim=-1)
+
+        return median_ms(level, lambda: kv.truncate(cache, length), dev, iters, warmup)
+
+
+def verify_curve(model: Any, length: int, sizes: range, rows: int, rounds: int, iters: int,
+                 warmup: int) -> dict:
+    """Decode step and verify(n) in ms after ``length`` cached tokens, interleaved round by round.
+
+    verify(n) is one target forward over the root and a chain of n - 1 drafted nodes with the
+    engine's verify mask and the LM head on every row; decode is one token, no mask, one row.
+    Returns {"decode_ms", "verify_ms": {n: ms}, "ratio": {n: median verify(n) / decode per round}}.
+    """
+    dev = str(model.get_input_embeddings().weight.device)
+    dtype = model.get_input_embeddings().weight.dtype
+    with torch.inference_mode():
+        cache, ad = random_cache(model, length, rows)
+        steps = {0: (torch.tensor([7]), torch.full((rows, 1), length), None, slice(-1, None))}
+        for n in sizes:
+            steps[n] = (torch.randint(0, 7, (n,)), (length + torch.arange(n)).expand(rows, -1),
+                        verify_mask(torch.arange(-1, n - 2), length, dtype, dev), slice(None))
+        per: dict[int, list[float]] = {k: [] for k in steps}
+        for r in range(rounds):
+            for k, (ids, pos, mask, sel) in steps.items():
+                fn = (lambda ids=ids, pos=pos, mask=mask, sel=sel:
+                      lm_forward(model, ad, embed_tokens(model, ids), pos, cache, mask=mask, rows=sel))
+                per[k].append(median_ms(fn, lambda: kv.truncate(cache, length), dev, iters, warmup if r == 0 else 0))
+    return {"decode_ms": _median(per[0]), "verify_ms": {n: _median(per[n]) for n in sizes},
+            "ratio": {n: _median([v / d for v, d in zip(per[n], per[0])]) for n in sizes}}
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def decode_runs(pair: Any, setup: Setup, args: argparse.Namespace, dtype: torch.dtype) -> dict:
+    """Vanilla and SpecVLM on ``args.clips`` clips: comparisons and the runs' step times."""
+    new = dict(max_new_tokens=args.new_tokens, stop_at_eos=False)
+    cfg_v, cfg_s = DecodeConfig(method="vanilla", **new), DecodeConfig(method="specvlm", **new)
+    side = args.frame_side if setup.target.family == "qwen2_5_vl" else setup.target.vision["image_size"]
+    out: dict[str, Any] = {"runs": [], "prefill_vanilla_s": [], "prefill_specvlm_s": [], "prune_s": [],
+                           "draft_prefill_s": [], "decode_ms": [], "draft_step_ms": [], "verify_step_ms": [],
+                           "tau_random_weights": []}
+    for c in range(args.clips):
+        inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(setup.frames, side, c), PROMPT)
+        van = generate(pair, None, PROMPT, cfg_v, inputs=inputs)
+        spec = generate(pair, None, PROMPT, cfg_s, inputs=inputs)
+        out["runs"].append(compare(van, spec, dtype))
+        out["prefill_vanilla_s"].append(van.prefill.prefill_s)
+        out["prefill_specvlm_s"].append(spec.prefill.prefill_s)
+        out["prune_s"].append(spec.prefill.prune_s)
+        out["draft_prefill_s"].append(spec.prefill.draft_prefill_s)
+        out["decode_ms"] += [s.verify_ms for s in van.steps[1:]]
+        out["draft_step_ms"] += [s.draft_ms for s in spec.steps[1:]]
+        out["verify_step_ms"] += [s.verify_ms for s in spec.steps[1:]]
+        out["tau_random_weights"].append(spec.tau)
+        out.update(L=van.prefill.num_prompt_tokens, L_draft=spec.prefill.num_draft_prompt_tokens,
+                   video_tokens=van.prefill.num_video_tokens, rows=int(inputs.positions.shape[0]))
+    return out
+
+
+def projected_speedup(tau: float, t_decode: float, t_level: float, t_verify: float, depth: int) -> float:
+    """(τ + 1) · t_decode / (depth · t_level + t_verify): the decode-phase speedup bound (module docstring)."""
+    return (tau + 1.0) * t_decode / (depth * t_level + t_verify)
+
+
+def tau_needed(speedup: float, t_decode: float, t_level: float, t_verify: float, depth: int) -> float:
+    """The τ at which :func:`projected_speedup` reaches ``speedup``."""
+    return speedup * (depth * t_level + t_verify) / t_decode - 1.0
+
+
+def summarize(setup: Setup, runs: dict, curve: dict, level_ms: float, built_layers: int) -> dict:
+    """One result row: counts, medians, costs scaled to full depth, projections."""
+    tree = TreeConfig()
+    scale = setup.target.layers / built_layers
+    n_verify = min(tree.total_tokens + 1, max(curve["verify_ms"]))
+    t_dec, t_ver = curve["decode_ms"] * scale, curve["verify_ms"][n_verify] * scale
+    kinds = [r["kind"] for r in runs["runs"]]
+    row = {"key": setup.key, "pair": setup.name, "target_layers": f"{built_layers}/{setup.target.layers}",
+           "depth_scale": scale, "video_tokens": runs["video_tokens"], "L": runs["L"], "L_draft": runs["L_draft"],
+           "counts": {k: kinds.count(k) for k in ("identical", "near-tie", "mismatch")},
+           "divergences": [r for r in runs["runs"] if r["kind"] != "identical"],
+           "prefill_vanilla_s": _median(runs["prefill_vanilla_s"]),
+           "prefill_specvlm_s": _median(runs["prefill_specvlm_s"]), "prune_s": _median(runs["prune_s"]),
+           "draft_prefill_s": _median(runs["draft_prefill_s"]), "decode_step_ms": _median(runs["decode_ms"]),
+           "draft_step_ms": _median(runs["draft_step_ms"]), "verify_step_ms": _median(runs["verify_step_ms"]),
+           "draft_level_ms": level_ms, "verify_curve_ms": curve["verify_ms"], "verify_ratio": curve["ratio"],
+           "decode_ms_isolated": curve["decode_ms"], "n_verify": n_verify,
+           "tau_random_weights": _median(runs["tau_random_weights"])}
+    row["projected"] = {str(t): projected_speedup(t, t_dec, level_ms, t_ver, tree.depth) for t in (2, 3, 4, 5)}
+    if setup.key in PAPER_TAU:
+        tau = PAPER_TAU[setup.key]
+        row["paper_tau"] = tau
+        row["speedup_at_paper_tau"] = projected_speedup(tau, t_dec, level_ms, t_ver, tree.depth)
+    if setup.key in PAPER_SPEEDUP:
+        row["paper_speedup"] = PAPER_SPEEDUP[setup.key]
+        row["tau_for_paper_speedup"] = tau_needed(PAPER_SPEEDUP[setup.key], t_dec, level_ms, t_ver, tree.depth)
+    return row
+
+
+def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict:
+    """Build (or reuse) the pair, decode, measure the step costs, summarise."""
+    t_layers = setup.target_layers or setup.target.layers
+    wanted = {(setup.target.name, t_layers)} | ({(setup.draft.name, setup.draft.layers)} if setup.draft else set())
+    store.keep_only(wanted)
+    if store.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    target, tproc = store.get(setup.target, t_layers)
+    draft, dproc = store.get(setup.draft, setup.draft.layers) if setup.draft else (None, None)
+    pair = pair_from_models(target, tproc, draft, dproc, name=setup.name)
+    runs = decode_runs(pair, setup, args, store.dtype)
+    curve = verify_curve(target, runs["L"], range(1, args.max_verify + 1), runs["rows"], args.rounds, args.iters,
+                         args.warmup)
+    level = draft_level_ms(pair.draft, runs["L_draft"], runs["rows"], TreeConfig().top_k, args.iters, args.warmup)
+    row = summarize(setup, runs, curve, level, t_layers)
+    row["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9 if store.device.startswith("cuda") else None
+    return row
+
+
+def format_results(rows: list[dict], device_name: str) -> str:
+    """Markdown tables: outputs and costs per setup, verify(n), and the projections."""
+    out = [f"Device: {device_name}", "",
+           "| setup | target layers | V | L / L_draft | identical / near-tie / mismatch | prefill s "
+           "(vanilla / SpecVLM) | decode ms | draft step ms (level) | verify step ms |", "|" + "---|" * 9]
+    for r in rows:
+        c = r["counts"]
+        out.append(f"| {r['pair']} | {r['target_layers']} | {r['video_tokens']} | {r['L']} / {r['L_draft']} | "
+                   f"{c['identical']} / {c['near-tie']} / {c['mismatch']} | "
+                   f"{r['prefill_vanilla_s']:.2f} / {r['prefill_specvlm_s']:.2f} | {r['decode_step_ms']:.2f} | "
+                   f"{r['draft_step_ms']:.2f} ({r['draft_level_ms']:.2f}) | {r['verify_step_ms']:.2f} |")
+    for r in rows:
+        for d in r["divergences"]:
+            m = "n/a" if d["margin"] is None else f"{d['margin']:.4f}"
+            out.append(f"- {r['pair']}: {d['kind']} at token {d['index']}, target top-1 minus top-2 logit {m}")
+    out += ["", "verify(n) ms after L cached tokens (ratio to one decode step):", "",
+            "| setup | decode | " + " | ".join(f"n={n}" for n in (1, 2, 4, 8, 16, 17, 24, 32)) + " |",
+            "|" + "---|" * 10]
+    for r in rows:
+        cells = [f"{r['verify_curve_ms'][n]:.2f} ({r['verify_ratio'][n]:.2f}x)" if n in r["verify_curve_ms"] else "-"
+                 for n in (1, 2, 4, 8, 16, 17, 24, 32)]
+        out.append(f"| {r['pair']} | {r['decode_ms_isolated']:.2f} | " + " | ".join(cells) + " |")
+    out += ["", "| setup | τ=2 | τ=3 | τ=4 | τ=5 | at the paper's τ | τ needed for the paper's speedup |",
+            "|" + "---|" * 7]
+    for r in rows:
         p = r["projected"]
-        lines.append(f"| {r['pair']} | {r['video_tokens']} | {r['L']} / {r['L_draft']} | {r['t_vanilla_ms']:.2f} | "
-                     f"{r['t_draft_ms']:.2f} / {r['t_draft_chain_ms']:.2f} | {r['t_verify_ms']:.2f} | "
-                     f"{r['verify_over_vanilla']:.2f}x | " + " | ".join(f"{p[t]:.2f}x" for t in "2345") + " |")
-    lines.append(f"\nprojected speedup = (τ + 1) · t_vanilla / (depth · t_draft + t_verify), depth = "
-                 f"{results[0]['depth'] if results else '-'}, t_draft = one tree level; decode phase only.")
-    return "\n".join(lines)
+        at = f"{r['speedup_at_paper_tau']:.2f}x (τ = {r['paper_tau']})" if "paper_tau" in r else "-"
+        need = f"τ = {r['tau_for_paper_speedup']:.2f} for {r['paper_speedup']}x" if "paper_speedup" in r else "-"
+        out.append(f"| {r['pair']} | " + " | ".join(f"{p[t]:.2f}x" for t in "2345") + f" | {at} | {need} |")
+    depth = TreeConfig().depth
+    out.append(f"\nprojected speedup = (τ + 1) · t_decode / ({depth} · t_level + t_verify(n)), n = tree tokens + "
+               "root; decode phase only; target costs of a reduced-depth build are scaled to full depth "
+               "(layers ratio). Accepted lengths of random weights are not meaningful: τ comes from the paper.")
+    return "\n".join(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tiny", action="store_true", help="tiny models on the CPU (the test); default real sizes on CUDA")
-    p.add_argument("--pairs", default="7b-self,32b-7b", help="comma list of 7b-self, 32b-7b (default both)")
-    p.add_argument("--device", default="cuda", help="CUDA device (ignored with --tiny)")
-    p.add_argument("--video-tokens", type=int, default=None, help="V (default 16384; 512 with --tiny)")
-    p.add_argument("--text-tokens", type=int, default=64, help="non-video prompt tokens (default 64)")
-    p.add_argument("--drop-rate", type=float, default=0.9, help="r: the draft keeps (1 - r) of V (default 0.9)")
-    p.add_argument("--nodes", type=int, default=16, help="tree nodes verified besides the root (default 16)")
-    p.add_argument("--top-k", type=int, default=4, help="nodes per draft tree level (default 4)")
-    p.add_argument("--depth", type=int, default=5, help="draft tree depth = draft forwards per step (default 5)")
-    p.add_argument("--iters", type=int, default=20, help="timed repetitions per step (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed repetitions first (default 3)")
-    p.add_argument("--chunk", type=int, default=4096, help="prefill chunk in tokens (default 4096)")
-    p.add_argument("--budget-s", type=float, default=420.0, help="skip remaining pairs after this many s (420)")
+    p.add_argument("--cpu-smoke", action="store_true", help="tiny models of the same structure on the CPU (seconds)")
+    p.add_argument("--setups", default="qwen7-self,qwen32-qwen7,llava72-llava7",
+                   help="comma list of qwen7-self, qwen32-qwen7, llava7-self, llava72-llava7 "
+                        "(default: the paper's three settings)")
+    p.add_argument("--device", default="cuda", help="CUDA device (ignored with --cpu-smoke)")
+    p.add_argument("--llava72-layers", type=int, default=40, help="decoder layers of LLaVA-OV-72B to build (of 80; "
+                                                                  "40 leaves room for the 7B draft on one H200)")
+    p.add_argument("--clips", type=int, default=None, help="clips per setup (default 2; 1 with --cpu-smoke)")
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens per run (default 48; 8 with --cpu-smoke)")
+    p.add_argument("--frame-side", type=int, default=None, help="Qwen2.5-VL frame side in px (448; 56 smoke)")
+    p.add_argument("--max-verify", type=int, default=32, help="largest n of verify(n) (default 32)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the verify curve (2; 1 smoke)")
+    p.add_argument("--iters", type=int, default=None, help="timed calls per size and round (3; 1 smoke)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (2; 0 smoke)")
+    p.add_argument("--budget-s", type=float, default=400.0, help="skip the remaining setups after this many s (400)")
     p.add_argument("--out-json", help="also write the results as JSON")
     return p
 
 
+def _defaults(args: argparse.Namespace) -> argparse.Namespace:
+    smoke = args.cpu_smoke
+    for name, gpu, cpu in (("clips", 2, 1), ("new_tokens", 48, 8), ("frame_side", 448, 56), ("rounds", 2, 1),
+                           ("iters", 3, 1), ("warmup", 2, 0)):
+        if getattr(args, name) is None:
+            setattr(args, name, cpu if smoke else gpu)
+    return args
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Every requested setup within the time budget; one result row each."""
+    table = smoke_setups() if args.cpu_smoke else gpu_setups(args.llava72_layers)
+    keys = [k.strip() for k in args.setups.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in table]
+    if unknown:
+        raise SystemExit(f"error: unknown setup {unknown[0]!r}: use {', '.join(table)}")
+    device = "cpu" if args.cpu_smoke else args.device
+    dtype = torch.float32 if args.cpu_smoke else torch.bfloat16
+    store, rows, t0 = ModelStore(dtype, device, args.frame_side), [], time.perf_counter()
+    for key in [k for k in table if k in keys]:
+        if time.perf_counter() - t0 > args.budget_s:
+            log.warning("time budget %.0f s used up: skipping %s", args.budget_s, key)
+            continue
+        with torch.inference_mode():
+            row = run_setup(table[key], store, args)
+        row["elapsed_s"] = time.perf_counter() - t0
+        log.info("%s done after %.0f s", key, row["elapsed_s"])
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _defaults(build_parser().parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.video_tokens is None:
-        args.video_tokens = 512 if args.tiny else 16384
-    if not args.tiny and not torch.cuda.is_available():
-        print("error: no CUDA device; use --tiny for the CPU version", file=sys.stderr)
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        print("error: no CUDA device: use --cpu-smoke for the CPU version", file=sys.stderr)
         return 2
-    results = run(args)
-    print(format_results(results))
+    rows = run(args)
+    name = "CPU (tiny models)" if args.cpu_smoke else torch.cuda.get_device_name(torch.device(args.device))
+    print(format_results(rows, name))
     if args.out_json:
-        Path(args.out_json).write_text(json.dumps(results, indent=1))
+        Path(args.out_json).write_text(json.dumps({"device": name, "results": rows}, indent=1, default=str))
     return 0
 
 
