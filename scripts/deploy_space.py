@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Deploy SpecVLM Studio to a Hugging Face Space in one command.
 
-    python scripts/deploy_space.py --space-id OWNER/NAME [--hardware zero-a10g|t4-small|a10g-large|...]
-    python scripts/deploy_space.py --space-id OWNER/NAME --dry-run      # list the upload, no network
+    python -m scripts.deploy_space --space-id OWNER/NAME [--hardware zero-a10g|t4-small|a10g-large|...]
+    python -m scripts.deploy_space --space-id OWNER/NAME --dry-run      # list the upload, no network
 
 Uploads the app (``app.py``, ``app/``, ``specvlm/``, ``assets/``, ``requirements.txt``,
 ``.gitattributes``, ``README.md``) with ``huggingface_hub``'s commit API, which stores
@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 #: What the Space needs, relative to the repository root (folders include everything under them).
 SPACE_PATHS = ("app.py", "app", "specvlm", "assets", "requirements.txt", ".gitattributes", "README.md", "LICENSE")

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def deploy():
-    spec = importlib.util.spec_from_file_location("deploy_space", ROOT / "scripts" / "deploy_space.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["deploy_space"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    from scripts import deploy_space
+    return deploy_space
 
 
 @pytest.fixture
