@@ -27,7 +27,7 @@ short set and ``--seed-base`` + 500,000,000 + i for the long set.
 
 Speed: the target's and the draft's video features and the target's prefill are
 computed once per video and shared by all methods (a memo around
-``specvlm.decoding.prompt_embeds`` / ``prefill_target``; the cached KV cache is
+``specvlm.decoding.prompt_video`` / ``prefill_target``; the cached KV cache is
 copied for every request, the decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
@@ -166,7 +166,7 @@ def token_coverage(truth: synth.SceneTruth, grid_thw, token_grid, merge: int = 2
 class PrefillMemo:
     """Compute video features and the target prefill once per (model, inputs) and share them.
 
-    Wraps ``specvlm.decoding.prompt_embeds`` and ``prefill_target``; every request gets a
+    Wraps ``specvlm.decoding.prompt_video`` and ``prefill_target``; every request gets a
     fresh copy of the cached target KV cache, so the engine's decode loop is unchanged.
     Falls back to no sharing when the engine's functions are not found.
     """
@@ -181,17 +181,18 @@ class PrefillMemo:
         import specvlm.decoding as D
         from specvlm import kv
 
-        if not all(hasattr(D, n) for n in ("prompt_embeds", "prefill_target")):
+        if not all(hasattr(D, n) for n in ("prompt_video", "prefill_target")):
             print("warning: engine internals changed; running without shared prefill", file=sys.stderr)
             return False
-        orig_pe, orig_pt = D.prompt_embeds, D.prefill_target
+        orig_pv, orig_pt = D.prompt_video, D.prefill_target
 
-        def prompt_embeds(model, adapter, inputs):
+        def prompt_video(model, adapter, inputs):
             key = (id(model), id(inputs))
             if key not in self.embeds:
-                self.embeds[key] = orig_pe(model, adapter, inputs)
+                self.embeds[key] = orig_pv(model, adapter, inputs)
                 self.keep_alive.append(inputs)
-            return self.embeds[key].clone()
+            emb, side = self.embeds[key]
+            return emb.clone(), side
 
         def prefill_target(pair, inputs, *a, **kw):
             key = (id(pair.target), id(inputs), repr(a), repr(sorted(kw.items())))
@@ -205,7 +206,7 @@ class PrefillMemo:
             tp.cache = cache
             return tp
 
-        D.prompt_embeds, D.prefill_target = prompt_embeds, prefill_target
+        D.prompt_video, D.prefill_target = prompt_video, prefill_target
         self.active = True
         return True
 
