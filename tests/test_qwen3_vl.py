@@ -151,6 +151,37 @@ def test_std_sd_draft_has_padded_vocab_and_its_own_deepstack(pairs):
     assert pair.draft_adapter.video_features(pair.draft, inputs).side.shape == (2, 64, 32)
 
 
+@pytest.mark.parametrize("key", [("dense", "self"), ("moe", "std")])
+def test_vision_tower_runs_once_per_model(pairs, key):
+    pair, calls = pairs[key], []
+    models = {"target": pair.target} if pair.self_sd else {"target": pair.target, "draft": pair.draft}
+    hooks = [m.model.visual.register_forward_hook(lambda mod, a, o, name=name: calls.append(name))
+             for name, m in models.items()]
+    try:
+        generate(pair, make_clip(), PROMPT, _cfg("specvlm", n=8))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert calls == (["target"] if pair.self_sd else ["target", "draft"])
+
+
+def test_subtitles_are_lossless_in_every_mode(pairs):
+    from specvlm.subtitles import Cue
+
+    cues = [Cue(0.0, 0.6, "a red ball rolls"), Cue(0.6, 2.0, "it stops")]
+    clip = make_clip()
+    dense = pairs[("dense", "self")]
+    inputs = dense.adapter.prepare(dense.processor, dense.target, clip, PROMPT, subtitles=cues)
+    assert inputs.num_subtitle_tokens > 5
+    van = generate(dense, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    assert _hf_generate(dense, clip, inputs, 16) == van.token_ids
+    for key in (("dense", "self"), ("moe", "std")):
+        for mode in ("both", "target", "draft"):
+            van = generate(pairs[key], clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
+            spec = generate(pairs[key], clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+            assert spec.token_ids == van.token_ids, (key, mode)
+
+
 def _sample(method, shape="dynamic", t=1.0, seed=0):
     return DecodeConfig(method=method, max_new_tokens=20, stop_at_eos=False, tree=TreeConfig(shape=shape),
                         sampling=SamplingConfig(temperature=t, seed=seed))
