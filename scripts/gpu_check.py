@@ -74,7 +74,8 @@ class Setup:
         key: command-line name.
         name: display name.
         target, draft: architectures (draft None = Self-SD).
-        frames: frames per clip (Qwen2.5-VL 128 at 448 px = 16,384 tokens; LLaVA-OV 84 x 196 = 16,464).
+        frames: frames per clip (Qwen2.5-VL 128 at 448 px = 16,384 tokens; Qwen3-VL 168 = 84 groups x 196 and
+            LLaVA-OV 84 x 196 = 16,464).
         target_layers: decoder layers built for the target (None = all).
     """
 
@@ -92,12 +93,19 @@ def gpu_setups(llava72_layers: int) -> dict[str, Setup]:
     return {s.key: s for s in (
         Setup("qwen7-self", "Qwen2.5-VL-7B Self-SD", r.QWEN2_5_VL_7B, None, 128),
         Setup("qwen32-qwen7", "Qwen2.5-VL-32B + 7B draft", r.QWEN2_5_VL_32B, r.QWEN2_5_VL_7B, 128),
+        Setup("qwen3-8b-self", "Qwen3-VL-8B Self-SD", r.QWEN3_VL_8B, None, 168),
         Setup("llava7-self", "LLaVA-OV-7B Self-SD", r.LLAVA_OV_7B, None, 84),
         Setup("llava72-llava7", "LLaVA-OV-72B + 7B draft", r.LLAVA_OV_72B, r.LLAVA_OV_7B, 84, llava72_layers),
     )}
 
 
 def _tiny(arch: realdims.Arch, hidden: int, layers: int, vocab: int) -> realdims.Arch:
+    if arch.family == "qwen3_vl":
+        vision = dict(realdims.QWEN3_VISION, depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                      out_hidden_size=hidden, num_position_embeddings=64, deepstack_visual_indexes=[0, 1])
+        return realdims.shrink(arch, name="tiny " + arch.name, hidden=hidden, layers=layers, heads=4, kv_heads=2,
+                               intermediate=2 * hidden, vocab=vocab, mrope_section=(hidden // 16, hidden // 32,
+                                                                                   hidden // 32), vision=vision)
     if arch.family == "qwen2_5_vl":
         vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14, spatial_merge_size=2,
                       temporal_patch_size=2, out_hidden_size=hidden, fullatt_block_indexes=[1], window_size=56,
@@ -120,6 +128,7 @@ def smoke_setups() -> dict[str, Setup]:
     return {s.key: s for s in (
         Setup("qwen7-self", "tiny Qwen2.5-VL Self-SD", q, None, 8),
         Setup("qwen32-qwen7", "tiny Qwen2.5-VL + padded-vocab draft", big, qd, 8),
+        Setup("qwen3-8b-self", "tiny Qwen3-VL Self-SD", _tiny(r.QWEN3_VL_8B, 64, 2, 512), None, 8),
         Setup("llava7-self", "tiny LLaVA-OV Self-SD", lv, None, 8),
         Setup("llava72-llava7", "tiny LLaVA-OV + draft", lbig, lv, 8, 2),
     )}
@@ -230,7 +239,7 @@ def decode_runs(pair: Any, setup: Setup, args: argparse.Namespace, dtype: torch.
     """Vanilla and SpecVLM on ``args.clips`` clips: comparisons and the runs' step times."""
     new = dict(max_new_tokens=args.new_tokens, stop_at_eos=False)
     cfg_v, cfg_s = DecodeConfig(method="vanilla", **new), DecodeConfig(method="specvlm", **new)
-    side = args.frame_side if setup.target.family == "qwen2_5_vl" else setup.target.vision["image_size"]
+    side = setup.target.vision.get("image_size", args.frame_side)  # fixed-size towers resize to their input
     out: dict[str, Any] = {"runs": [], "prefill_vanilla_s": [], "prefill_specvlm_s": [], "prune_s": [],
                            "draft_prefill_s": [], "decode_ms": [], "draft_step_ms": [], "verify_step_ms": [],
                            "tau_random_weights": []}

@@ -14,8 +14,9 @@ vocabulary.
 Used by ``scripts/gpu_check.py`` (full depth where memory allows) and
 ``tests/test_real_dims.py`` (1-2 decoder layers on the CPU).
 
-Source: the published ``config.json`` of Qwen/Qwen2.5-VL-{3B,7B,32B}-Instruct and
-llava-hf/llava-onevision-qwen2-{7b,72b}-ov-hf; docs/design.md §7 (tiny configs).
+Source: the published ``config.json`` of Qwen/Qwen2.5-VL-{3B,7B,32B}-Instruct,
+Qwen/Qwen3-VL-8B-Instruct and llava-hf/llava-onevision-qwen2-{7b,72b}-ov-hf; docs/design.md §7
+(tiny configs).
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 QWEN_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, patch_size=14,
                    spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                    fullatt_block_indexes=[7, 15, 23, 31], tokens_per_second=2)
+QWEN3_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16,
+                    spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
+                    deepstack_visual_indexes=[8, 16, 24])
 SIGLIP_SO400M = dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304,
                      num_hidden_layers=26, num_attention_heads=16, image_size=384, patch_size=14,
                      vision_use_head=False)
@@ -43,7 +47,7 @@ class Arch:
 
     Attributes:
         name: display name, e.g. "Qwen2.5-VL-7B".
-        family: ``qwen2_5_vl`` or ``llava_onevision``.
+        family: ``qwen2_5_vl``, ``qwen3_vl`` or ``llava_onevision``.
         hidden: text hidden size.
         layers: text decoder layers of the checkpoint.
         heads: attention heads; head_dim = hidden / heads.
@@ -51,7 +55,7 @@ class Arch:
         intermediate: MLP width.
         vocab: LM-head rows (the padded vocabulary, e.g. 152,064 for Qwen2.5-VL-7B).
         tie_embeddings: input embeddings shared with the LM head.
-        mrope_section: M-RoPE (t, h, w) sections of head_dim / 2 (Qwen2.5-VL), else None.
+        mrope_section: M-RoPE (t, h, w) sections of head_dim / 2 (Qwen2.5-VL, Qwen3-VL), else None.
         vision: vision tower config (real widths; its depth key is replaced by ``vision_layers``).
         rope_theta: rotary base.
     """
@@ -81,9 +85,12 @@ QWEN2_5_VL_7B = Arch("Qwen2.5-VL-7B", "qwen2_5_vl", 3584, 28, 28, 4, 18944, 1520
                      dict(QWEN_VISION, out_hidden_size=3584))
 QWEN2_5_VL_32B = Arch("Qwen2.5-VL-32B", "qwen2_5_vl", 5120, 64, 40, 8, 27648, 152064, False, (16, 24, 24),
                       dict(QWEN_VISION, intermediate_size=3456, out_hidden_size=5120))
+QWEN3_VL_8B = Arch("Qwen3-VL-8B", "qwen3_vl", 4096, 36, 32, 8, 12288, 151936, False, (24, 20, 20),
+                   dict(QWEN3_VISION, out_hidden_size=4096), rope_theta=5_000_000.0)
 LLAVA_OV_7B = Arch("LLaVA-OV-7B", "llava_onevision", 3584, 28, 28, 4, 18944, 152128, vision=SIGLIP_SO400M)
 LLAVA_OV_72B = Arch("LLaVA-OV-72B", "llava_onevision", 8192, 80, 64, 8, 29568, 152128, vision=SIGLIP_SO400M)
-ARCHS = {a.name: a for a in (QWEN2_5_VL_3B, QWEN2_5_VL_7B, QWEN2_5_VL_32B, LLAVA_OV_7B, LLAVA_OV_72B)}
+ARCHS = {a.name: a for a in (QWEN2_5_VL_3B, QWEN2_5_VL_7B, QWEN2_5_VL_32B, QWEN3_VL_8B, LLAVA_OV_7B,
+                             LLAVA_OV_72B)}
 
 
 def _text_config(arch: Arch, layers: int, ids: dict[str, int]) -> dict:
@@ -132,6 +139,34 @@ def _qwen(arch: Arch, layers: int, vision_layers: int, dtype: torch.dtype, devic
     return model, processor
 
 
+def _qwen3(arch: Arch, layers: int, vision_layers: int, dtype: torch.dtype, device: str, seed: int,
+           frame_side: int) -> tuple[Any, Any]:
+    from transformers import (Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
+                              Qwen3VLProcessor, Qwen3VLVideoProcessor)
+
+    tok = build_tokenizer(QWEN_SPECIALS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
+    deep = [i for i in arch.vision["deepstack_visual_indexes"] if i < vision_layers] or [vision_layers - 1]
+    text = _text_config(arch, layers, ids)
+    text.update(head_dim=arch.head_dim)
+    text["rope_parameters"]["mrope_interleaved"] = True
+    config = Qwen3VLConfig(text_config=text, vision_config=dict(arch.vision, depth=vision_layers,
+                                                                deepstack_visual_indexes=deep),
+                           image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                           vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+                           tie_word_embeddings=arch.tie_embeddings)
+    model = _instantiate(Qwen3VLForConditionalGeneration, config, dtype, device, seed)
+    geo = dict(patch_size=arch.vision["patch_size"], merge_size=arch.vision["spatial_merge_size"],
+               temporal_patch_size=arch.vision["temporal_patch_size"])
+    factor = geo["patch_size"] * geo["merge_size"]
+    # the video budget covers every frame (Qwen3-VL's resize caps frames x height x width): 1,024 frames of frame_side
+    size = {"shortest_edge": factor * factor, "longest_edge": frame_side * frame_side * 1024}
+    processor = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(**geo, size=size),
+                                 video_processor=Qwen3VLVideoProcessor(**geo, size=size),
+                                 tokenizer=tok, chat_template=QWEN_CHAT_TEMPLATE)
+    return model, processor
+
+
 def _llava(arch: Arch, layers: int, vision_layers: int, dtype: torch.dtype, device: str, seed: int,
            frame_side: int) -> tuple[Any, Any]:
     from transformers import (LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
@@ -167,8 +202,9 @@ def build(arch: Arch, *, layers: int | None = None, vision_layers: int | None = 
         dtype: parameter dtype.
         device: where the weights are created ("cpu", "cuda", "cuda:1").
         seed: weight seed.
-        frame_side: largest frame side in px for Qwen2.5-VL's video processor (448 = 16x16 merged
-            tokens per 2-frame group); LLaVA-OneVision always resizes to its 384 px input.
+        frame_side: largest frame side in px for the Qwen video processors (448 = 16x16 merged
+            tokens per 2-frame group for Qwen2.5-VL, 14x14 for Qwen3-VL); LLaVA-OneVision always
+            resizes to its 384 px input.
 
     Returns:
         (model in eval mode with sdpa attention, processor).
@@ -185,9 +221,11 @@ def build(arch: Arch, *, layers: int | None = None, vision_layers: int | None = 
              vision_layers, vdepth, dtype, device)
     if arch.family == "qwen2_5_vl":
         return _qwen(arch, layers, vision_layers, dtype, device, seed, frame_side)
+    if arch.family == "qwen3_vl":
+        return _qwen3(arch, layers, vision_layers, dtype, device, seed, frame_side)
     if arch.family == "llava_onevision":
         return _llava(arch, layers, vision_layers, dtype, device, seed, frame_side)
-    raise ValueError(f"family {arch.family!r} is unknown: use qwen2_5_vl or llava_onevision.")
+    raise ValueError(f"family {arch.family!r} is unknown: use qwen2_5_vl, qwen3_vl or llava_onevision.")
 
 
 def shrink(arch: Arch, **dims: Any) -> Arch:

@@ -37,3 +37,21 @@ def test_build_keeps_every_dimension_but_depth():
     assert proc.tokenizer.convert_tokens_to_ids("<|video_pad|>") == model.config.video_token_id
     with pytest.raises(ValueError, match="layers >= 1"):
         R.build(tiny, layers=0)
+
+
+def test_qwen3_vl_8b_published_dimensions_and_tiny_build():
+    a = R.QWEN3_VL_8B
+    assert (a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab, a.tie_embeddings) == (
+        4096, 36, 32, 8, 12288, 151936, False)
+    assert a.head_dim == 128 and sum(a.mrope_section) == a.head_dim // 2
+    assert (a.vision["patch_size"], a.vision["deepstack_visual_indexes"], a.vision["out_hidden_size"]) == (
+        16, [8, 16, 24], 4096)
+    tiny = R.shrink(a, hidden=64, heads=4, kv_heads=2, intermediate=96, vocab=520, mrope_section=(4, 2, 2),
+                    vision=dict(R.QWEN3_VISION, hidden_size=32, intermediate_size=48, num_heads=2,
+                                out_hidden_size=64, num_position_embeddings=64))
+    model, proc = R.build(tiny, layers=1, vision_layers=9)
+    t, v = model.config.text_config, model.config.vision_config
+    assert model.config.model_type == "qwen3_vl" and t.rope_parameters["mrope_interleaved"] is True
+    assert (t.hidden_size, t.num_hidden_layers, t.head_dim, t.vocab_size) == (64, 1, 16, 520)
+    assert v.depth == 9 and v.deepstack_visual_indexes == [8]
+    assert proc.video_processor.patch_size == 16 and proc.video_processor.merge_size == 2
