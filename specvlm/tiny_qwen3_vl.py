@@ -52,6 +52,8 @@ def tiny_qwen3_vl(seed: int = 0, hidden: int = 64, layers: int = 2, moe: bool = 
     Returns:
         (model, processor). A 2-frame group of 64x64 px frames gives 2x2 = 4 video tokens
         (patch 16, merge 2), wrapped in a ``<t seconds>`` timestamp and vision start/end tokens.
+
+    Source: transformers 5.24 ``Qwen3VLConfig`` / ``Qwen3VLMoeConfig``; docs/design.md §7 (tiny configs).
     """
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 

@@ -109,7 +109,8 @@ class Adapter(Protocol):
 
         A family whose language model also takes per-video-token features beside the input
         embeddings (e.g. DeepStack) returns a :class:`VideoEncoding` and implements
-        ``lm_video_kwargs``.
+        ``lm_video_kwargs(is_video, side) -> dict`` (see :func:`video_lm_kwargs`); other
+        adapters need neither.
         """
 
     def language_model(self, model: Any) -> torch.nn.Module:
@@ -128,6 +129,8 @@ class VideoEncoding:
         side: float (S, V, D) per-video-token features the language model takes beside its input
             embeddings (S feature sets, e.g. DeepStack's per-layer features), or None. Generic code
             slices dim 1 like the video tokens (a draft keeps the columns of its kept tokens).
+
+    Source: docs/design.md §4.7 (draft inputs) and §10 (DeepStack).
     """
 
     features: torch.Tensor
@@ -135,7 +138,10 @@ class VideoEncoding:
 
 
 def encode_video(adapter: Adapter, model: Any, inputs: ModelInputs) -> VideoEncoding:
-    """Run ``adapter.video_features`` once and return a :class:`VideoEncoding` (side = None for plain tensors)."""
+    """Run ``adapter.video_features`` once and return a :class:`VideoEncoding` (side = None for plain tensors).
+
+    Source: docs/design.md §2 (the vision encoder runs once per model and request).
+    """
     out = adapter.video_features(model, inputs)
     return out if isinstance(out, VideoEncoding) else VideoEncoding(out)
 
@@ -153,6 +159,8 @@ def video_lm_kwargs(adapter: Adapter, is_video: torch.Tensor, side: torch.Tensor
 
     Raises:
         ValueError: ``side`` does not have one column per video token of the chunk.
+
+    Source: docs/design.md §4.7 (the draft sees its kept video tokens only) and §10 (DeepStack).
     """
     if side is None or not bool(is_video.any()):
         return {}

@@ -83,7 +83,10 @@ def _even_frames(clip: VideoClip) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Qwen3VLAdapter:
-    """Adapter for ``Qwen3VLForConditionalGeneration`` and ``Qwen3VLMoeForConditionalGeneration``."""
+    """Adapter for ``Qwen3VLForConditionalGeneration`` and ``Qwen3VLMoeForConditionalGeneration``.
+
+    Source: module docstring (timestamps, interleaved M-RoPE, DeepStack).
+    """
 
     family = "qwen3_vl"
     frames_per_token = 2
