@@ -24,9 +24,10 @@ from specvlm import kv
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
 from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
-from specvlm.models import ModelInputs, ModelPair
+from specvlm.models import ModelInputs, ModelPair, with_draft_inputs
 from specvlm.models.base import encode_video, video_lm_kwargs
 from specvlm.pruning import prune
+from specvlm.regrid import map_keep
 from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
 from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent, VideoClip
@@ -499,6 +500,7 @@ def stream(pair: ModelPair, clip: VideoInput | None, prompt: str, config: Decode
         if force_keep is not None:
             inputs = replace(inputs, force_keep=torch.as_tensor(force_keep, dtype=torch.long).reshape(-1))
         if config.speculative:
+            inputs = with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)
             yield from _stream_speculative(pair, inputs, config, t0, should_stop, record_trees)
         else:
             yield from _stream_vanilla(pair, inputs, config, t0, should_stop)
@@ -557,17 +559,20 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
     with Timer() as t_prune:
         pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
                    force_keep=inputs.force_keep)
-    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions
+    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
+    # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
+    d_in = inputs.draft_inputs or inputs
     with Timer(pair.draft.device) as t_dpre:
-        d_cache, d_len = prefill_draft(pair, inputs, tp, pr.keep, target_inputs=t_in)
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
     yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
                       t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
-                      _subtitle_tokens(inputs, "target"), _subtitle_tokens(inputs, "draft"))
+                      _subtitle_tokens(inputs, "target"), _subtitle_tokens(d_in, "draft"))
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
     yield event
     from specvlm.fastdraft import make_draft_runner  # fused draft forward, DraftRunner where unsupported
 
-    runner = make_draft_runner(pair, d_cache, _rope_dims(inputs), inputs.next_position - t_in.next_position)
+    runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)

@@ -150,17 +150,83 @@ def test_self_sd_without_pruning_accepts_whole_chains(pairs, vanilla):
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
 
 
-def test_the_2_2b_geometry_is_81_tokens_per_frame_and_lossless():
+@pytest.fixture(scope="module")
+def big():
+    """The SmolVLM2-2.2B layout: 384 px frames, patch 14, pixel shuffle 3 -> 9 x 9 = 81 tokens per frame."""
     from specvlm.tiny import tiny_smolvlm
+    return tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3)
 
-    pair = pair_from_models(*tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3))
+
+@pytest.fixture(scope="module")
+def mixed(big, smol_draft):
+    """2.2B-layout target + 256M-layout draft: each reads its own prompt."""
+    return pair_from_models(big[0], big[1], smol_draft[0], smol_draft[1])
+
+
+def test_the_2_2b_geometry_is_81_tokens_per_frame_and_equals_hf_generate(big):
+    pair = pair_from_models(*big)
     clip = make_clip(4, 96, seed=1)
     inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
     assert inputs.num_video_tokens == 4 * 81 and inputs.token_grid[80].tolist() == [0, 8, 8]
     assert tuple(inputs.vision["pixel_values"].shape[-2:]) == (384, 384)     # frames resized to the square
     van = generate(pair, clip, PROMPT, _cfg(n=16), inputs=inputs)
     assert _hf_ids(pair.target, pair.processor, inputs, clip, n=16) == van.token_ids
-    assert generate(pair, clip, PROMPT, _cfg("specvlm", n=16), inputs=inputs).token_ids == van.token_ids
+
+
+def test_a_draft_of_another_geometry_needs_its_processor(big, smol_draft, mixed):
+    from specvlm.models import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="draft_processor"):
+        pair_from_models(big[0], big[1], smol_draft[0])
+    assert mixed.draft_processor is smol_draft[1]
+    assert pair_from_models(*big).draft_processor is None
+
+
+@pytest.fixture(scope="module")
+def mixed_vanilla(mixed):
+    return generate(mixed, make_clip(), PROMPT, _cfg(n=24))
+
+
+@pytest.mark.parametrize("method", PRUNE_METHODS)
+def test_another_geometry_draft_is_lossless_for_every_pruning_method(mixed, mixed_vanilla, method):
+    clip = make_clip()
+    res = generate(mixed, clip, PROMPT, _cfg(method, n=24))
+    assert res.token_ids == mixed_vanilla.token_ids
+    assert res.num_video_tokens == 8 * 81 and res.num_kept == (648 if method == "none" else 64)
+    # the draft reads its own prompt: its text plus the kept set carried to its 8 x 8 grid
+    text = mixed.draft_adapter.prepare(mixed.draft_processor, mixed.draft, clip, PROMPT)
+    n_text = text.input_ids.shape[1] - text.num_video_tokens
+    kept_d = res.prefill.num_draft_prompt_tokens - n_text
+    assert (kept_d == 512) if method == "none" else (1 <= kept_d <= 64)
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
+def test_another_geometry_draft_is_lossless_for_every_tree_shape(mixed, mixed_vanilla, shape):
+    clip = make_clip()
+    van = mixed_vanilla
+    assert generate(mixed, clip, PROMPT, _cfg("specvlm", shape, n=24)).token_ids == van.token_ids
+    cold = DecodeConfig(method="specvlm", max_new_tokens=24, stop_at_eos=False, tree=TreeConfig(shape=shape),
+                        sampling=SamplingConfig(temperature=1e-4, seed=0))
+    assert generate(mixed, clip, PROMPT, cold).token_ids == van.token_ids
+
+
+def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
+    from specvlm.subtitles import Cue
+
+    cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
+    clip = make_clip()
+    for mode in ("both", "target", "draft"):
+        van = generate(mixed, clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
+        spec = generate(mixed, clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+        assert spec.token_ids == van.token_ids, mode
+        seen = {"both": (True, True), "target": (True, False), "draft": (False, True)}[mode]
+        assert (spec.prefill.target_subtitle_tokens > 5, spec.prefill.draft_subtitle_tokens > 5) == seen, mode
+    inputs = mixed.adapter.prepare(mixed.processor, mixed.target, clip, PROMPT)      # as the app prepares them
+    assert inputs.draft_inputs is None
+    spec = generate(mixed, clip, PROMPT, _cfg("specvlm", n=16), inputs=inputs)
+    assert spec.token_ids == generate(mixed, clip, PROMPT, _cfg(n=16)).token_ids
+    with pytest.raises(ValueError, match="pass the clip"):
+        generate(mixed, None, PROMPT, _cfg("specvlm", n=4), inputs=inputs)
 
 
 def test_subtitles_are_lossless_in_every_mode(pairs):
@@ -199,10 +265,11 @@ def test_sampling_with_the_target_as_its_own_full_draft_accepts_every_sample(pai
 
 
 # --------------------------------------------------------------------------- CLI on saved folders
-def test_cli_std_sd_on_saved_folders_is_identical_to_vanilla(smol, smol_draft, tmp_path):
+def test_cli_on_saved_folders_of_two_geometries_is_identical_to_vanilla(big, smol_draft, tmp_path):
+    """--model (2.2B layout, 81 tokens per frame) --draft (256M layout, 64): each loads its own processor."""
     from test_cli import run_cli, write_mp4
 
-    for name, (model, proc) in {"target": smol, "draft": smol_draft}.items():
+    for name, (model, proc) in {"target": big, "draft": smol_draft}.items():
         model.save_pretrained(tmp_path / name)
         proc.save_pretrained(tmp_path / name)
     video = write_mp4(tmp_path / "clip.mp4", make_clip(16, 96).frames)
@@ -212,7 +279,7 @@ def test_cli_std_sd_on_saved_folders_is_identical_to_vanilla(smol, smol_draft, t
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["identical"] is True and len(out["token_ids"]) == 24
-    assert out["num_video_tokens"] == 6 * 64 and out["num_kept"] == int(6 * 64 * 0.1)
+    assert out["num_video_tokens"] == 6 * 81 and out["num_kept"] == int(6 * 81 * 0.1)
 
 
 # --------------------------------------------------------------------------- presets
@@ -228,3 +295,12 @@ def test_cpu_default_is_smolvlm2_with_the_hub_and_the_bundled_pair_offline(monke
     assert "r = 0.9" in smol.description and "λ = 0.4" in smol.description
     monkeypatch.setattr(hub, "hub_reachable", lambda timeout_s=2.0: False)
     assert presets.default_preset_name() == presets.BUNDLED_STD
+
+
+def test_the_2_2b_preset_pairs_two_geometries_with_the_paper_settings():
+    from specvlm.models.presets import PRESETS, SMOLVLM2_2B
+
+    p = PRESETS[SMOLVLM2_2B]
+    assert p.target == "HuggingFaceTB/SmolVLM2-2.2B-Instruct"
+    assert p.draft == "HuggingFaceTB/SmolVLM2-256M-Video-Instruct"
+    assert p.requires_cuda and "r = 0.9" in p.description and "λ = 0.4" in p.description

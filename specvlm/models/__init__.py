@@ -3,20 +3,20 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from specvlm.models.base import (Adapter, ModelInputs, ModelLoadError, TokenizerMismatchError,
-                                 adapter_for, supported_model_types)
+                                 adapter_for, supported_model_types, video_geometry)
 from specvlm.models.fit import (PresetTooLargeError, default_gpu_dtype, detect_gpus, estimate_pair,
                                 model_size, plan_placement)
 from specvlm.models.hub import hub_reachable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelPair", "load_pair", "pair_from_models", "ModelInputs", "ModelLoadError",
+__all__ = ["ModelPair", "load_pair", "pair_from_models", "with_draft_inputs", "ModelInputs", "ModelLoadError",
            "TokenizerMismatchError", "PresetTooLargeError", "adapter_for", "plan_device_map"]
 
 
@@ -32,6 +32,8 @@ class ModelPair:
         draft_adapter: the family adapter of the draft.
         name: display name.
         shared_vocab: ids compared between draft and target (min of the two LM-head sizes).
+        draft_processor: the draft's processor when the draft cuts frames into a different token
+            grid than the target (its own prompt; :attr:`ModelInputs.draft_inputs`), else None.
     """
 
     target: Any
@@ -41,6 +43,7 @@ class ModelPair:
     draft_adapter: Adapter
     name: str = ""
     shared_vocab: int = 0
+    draft_processor: Any = None
 
     @property
     def self_sd(self) -> bool:
@@ -75,6 +78,36 @@ class ModelPair:
         return ids
 
 
+def with_draft_inputs(pair: ModelPair, inputs: ModelInputs, clip: Any, prompt: str, subtitles: list | None = None,
+                      subtitle_mode: str = "both") -> ModelInputs:
+    """``inputs`` with the draft's own prompt attached when the pair needs one, else ``inputs`` itself.
+
+    A draft with another video geometry (``pair.draft_processor``) gets the same frames, prompt and
+    subtitle cues written by its own processor (:attr:`ModelInputs.draft_inputs`).
+
+    Args:
+        pair: the models.
+        inputs: the target's prepared inputs.
+        clip: the request's VideoClip (frames uint8 (T, H, W, 3)).
+        prompt: the user text.
+        subtitles: the cues given to the target's prompt, or None.
+        subtitle_mode: who sees the transcript.
+
+    Raises:
+        ValueError: the pair needs the draft's prompt but no clip was given.
+    """
+    if pair.draft_processor is None or inputs.draft_inputs is not None:
+        return inputs
+    if clip is None:
+        raise ValueError("this draft reads its own prompt (another video geometry than the target's): pass the clip "
+                         "with the prepared inputs.")
+    if inputs.subtitle_text and not subtitles:
+        log.info("the draft's own prompt is written without the subtitle transcript (no cues were passed)")
+    kw = {"subtitles": list(subtitles), "subtitle_mode": subtitle_mode} if subtitles else {}
+    d = pair.draft_adapter.prepare(pair.draft_processor, pair.draft, clip, prompt, **kw)
+    return replace(inputs, draft_inputs=d)
+
+
 def _vocab_size(model: Any) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
@@ -87,13 +120,15 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
         target: the target model.
         processor: the target's processor.
         draft: a smaller model of the same family and tokenizer, or None for Self-SD.
-        draft_processor: the draft's processor, used only to check the tokenizer.
+        draft_processor: the draft's processor: checks the tokenizer, and writes the draft's own
+            prompt when the draft's video geometry differs from the target's (SmolVLM2-2.2B target,
+            256M draft).
         fast_attention: switch both models to the grouped-query ``specvlm_gqa`` attention
             (:mod:`specvlm.fast`; SDPA for everything but short masked queries).
 
     Raises:
         TokenizerMismatchError: draft and target tokenizers differ on shared ids.
-        ModelLoadError: unsupported family.
+        ModelLoadError: unsupported family, or a draft of another video geometry without its processor.
     """
     adapter = adapter_for(target)
     if fast_attention:
@@ -111,8 +146,13 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
             "use a draft from the same model family (Std-SD).")
     if draft_processor is not None:
         _check_tokenizers(processor.tokenizer, draft_processor.tokenizer)
+    t_geo, d_geo = video_geometry(adapter, target), video_geometry(d_adapter, draft)
+    if t_geo != d_geo and draft_processor is None:
+        raise ModelLoadError(f"the draft cuts frames into video tokens differently from the target ({d_geo} vs "
+                             f"{t_geo}): pass the draft's processor (draft_processor) so it gets its own prompt.")
     shared = min(_vocab_size(target), _vocab_size(draft))
-    return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared)
+    return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared,
+                     draft_processor if t_geo != d_geo else None)
 
 
 def _check_tokenizers(t_tok: Any, d_tok: Any) -> None:

@@ -47,6 +47,9 @@ class ModelInputs:
         subtitle_text: the transcript block as placed in the prompt ("" without subtitles).
         force_keep: int64 (F,) video-token indices the draft must always keep (e.g. tokens
             covering on-screen text), or None; see :func:`specvlm.pruning.select_video_tokens`.
+        draft_inputs: the draft's own prompt when its video geometry differs from the target's
+            (:attr:`specvlm.models.ModelPair.draft_processor`), else None: the draft reads this
+            prompt, with the kept set carried to its token grid (:func:`specvlm.regrid.map_keep`).
     """
 
     input_ids: torch.Tensor
@@ -60,6 +63,7 @@ class ModelInputs:
     subtitle_mode: str = "none"
     subtitle_text: str = ""
     force_keep: torch.Tensor | None = None
+    draft_inputs: "ModelInputs | None" = None
 
     @property
     def num_video_tokens(self) -> int:
@@ -118,6 +122,17 @@ class Adapter(Protocol):
 
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """Convert (R, n) positions to what the language model expects."""
+
+    # Optional: ``video_geometry(model) -> tuple`` naming how the model cuts a frame into tokens.
+    # Two models of a family whose geometries differ each get their own prompt (Std-SD); an
+    # adapter without it declares one geometry for the whole family (:func:`video_geometry`).
+
+
+def video_geometry(adapter: Adapter, model: Any) -> tuple | None:
+    """How ``model`` cuts frames into video tokens (``adapter.video_geometry``), or None when the
+    family has one geometry for every size."""
+    fn = getattr(adapter, "video_geometry", None)
+    return None if fn is None else tuple(fn(model))
 
 
 @dataclass(frozen=True)

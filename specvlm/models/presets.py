@@ -48,6 +48,7 @@ BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
 BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
 QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
 SMOLVLM2_CPU = "SmolVLM2-500M + 256M draft (CPU)"
+SMOLVLM2_2B = "SmolVLM2-2.2B + 256M draft"
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
@@ -77,6 +78,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "Real video LLM small enough for a CPU (downloaded from the Hub); Std-SD, 64 tokens per frame for both; "
            "SpecVLM r = 0.9, λ = 0.4 (the paper's defaults, not tuned for SmolVLM2)",
            num_frames=16, requires_cuda=False, max_new_tokens=128),
+    Preset(SMOLVLM2_2B, "HuggingFaceTB/SmolVLM2-2.2B-Instruct", "HuggingFaceTB/SmolVLM2-256M-Video-Instruct",
+           "Std-SD across geometries: the target reads 81 tokens per frame, the draft its own prompt with 64, "
+           "the kept set carried over by spatial overlap; SpecVLM r = 0.9, λ = 0.4 (the paper's defaults)",
+           num_frames=32),
 ]}
 
 

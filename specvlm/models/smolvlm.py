@@ -125,6 +125,11 @@ class SmolVLMAdapter:
     def language_model(self, model: Any) -> torch.nn.Module:
         return model.model.text_model
 
+    def video_geometry(self, model: Any) -> tuple[int, int, int]:
+        """(frame side px, patch px, pixel-shuffle factor): (512, 16, 4) for 256M/500M, (384, 14, 3) for 2.2B."""
+        vc = model.config.vision_config
+        return int(vc.image_size), int(vc.patch_size), int(model.config.scale_factor)
+
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """(1, n) -> (1, n)."""
         return positions
