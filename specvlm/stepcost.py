@@ -1,7 +1,7 @@
 """Isolated step costs: one target decode step vs one verify forward of n tree tokens.
 
-The benchmark's issue-5 goal reads "a verify forward of up to 16 tree tokens costs
-<= 1.5x a single decode step". Timing whole runs gives only the *mean* verify step
+The benchmark's verify goal (:mod:`specvlm.bench.goals`) reads "a verify forward of up
+to 16 tree tokens costs <= 1.5x a single decode step". Timing whole runs gives only the *mean* verify step
 of the trees actually drafted (an early stop trims them), mixed with run-to-run
 noise. :func:`verify_cost_curve` measures the quantity itself: over one cache of
 ``L`` prompt tokens it times a 1-token decode step and verify forwards of
@@ -13,7 +13,8 @@ median of the per-round ratios verify / decode.
 Token values do not change the cost (no data-dependent branches on the fixed-size
 path), so the cache is filled with random token embeddings at explicit positions.
 
-Source: issue 5 (verify goal); DESIGN 4.9 (verify mask, positions = next + depth).
+Source: SpecVLM (arXiv 2508.16201) Sec. 3 (tree verification in one target forward); the
+engine's verify mask and positions (next position + node depth), :func:`specvlm.tree.verify_mask`.
 """
 from __future__ import annotations
 

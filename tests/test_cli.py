@@ -178,7 +178,7 @@ def test_cli_bad_device_and_zero_budget_are_readable(checkpoints, tmp_path):
 def test_a_model_that_is_a_preset_target_keeps_the_preset_defaults(tmp_path):
     import argparse
 
-    from specvlm.__main__ import preset_of, resolve_models
+    from specvlm.cli.args import preset_of, resolve_models
     from specvlm.models.presets import BUNDLED_TARGET, PRESETS
 
     args = argparse.Namespace(model=str(BUNDLED_TARGET), draft=None, self_sd=False)

@@ -1,0 +1,232 @@
+"""The measurement protocol: warm-up, then interleaved rounds of every method on every input.
+
+Per input, every method runs ``warmup`` untimed rounds and then ``repeats`` rounds interleaved
+A B C A B C ..., so machine drift hits every method alike. Per method the summary gives τ, tokens
+per target forward, decode tokens/s, the decode speedup over our vanilla as the median (min/max)
+of per-round ratios, end-to-end time, draft and verify time per step, KV lengths, peak memory,
+and whether every run was token-identical to vanilla (the first divergence index when not).
+
+Conventions:
+    * Speedup = method decode tokens/s / vanilla decode tokens/s in the same round (= vanilla
+      decode time / method decode time for the same generated length).
+    * Peak memory is measured in the first warm-up round, which is not timed
+      (:class:`specvlm.memory.MemoryProbe`): on CUDA ``torch.cuda.max_memory_allocated`` after a
+      reset; on a CPU the peak of tensor memory held by torch's CPU allocator, from the
+      profiler's allocation events. ``delta`` subtracts the value at the start of the run (KV
+      caches + activations); on a CPU ``peak`` = resident set at the start + delta.
+    * With ``background_load`` > 0, that many busy worker processes run during the warm-up and
+      timed rounds (not during the machine calibration or the isolated step costs).
+
+The goals judged on a report live in :mod:`specvlm.bench.goals`.
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4 (τ, speedup over vanilla on the same input,
+fixed-length fairness setting).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict
+from typing import Any, Callable, Sequence
+
+import torch
+
+from specvlm.bench.goals import VERIFY_GOAL_TOKENS
+from specvlm.bench.hf_peers import HF_ATTENTION, HF_TIMING
+from specvlm.bench.load import BackgroundLoad
+from specvlm.bench.machine import machine_info
+from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS
+from specvlm.bench.runners import hf_inputs, method_label, run_method
+from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
+from specvlm.memory import rss_mb
+from specvlm.metrics import first_divergence
+
+def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
+                progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Warm up, then run ``settings.repeats`` interleaved rounds of every method on one input.
+
+    Peak memory is measured in the first warm-up round (untimed: on a CPU the probe runs the
+    torch profiler); with ``warmup=0`` the memory fields stay None.
+
+    Returns:
+        One summary dict per method with the keys of :data:`METHOD_FIELDS`.
+    """
+    inputs = pair.adapter.prepare(pair.processor, pair.target, inp.clip, inp.prompt)
+    enc = hf_inputs(pair, inp, inputs) if set(settings.methods) & set(PEERS) else None
+    memory: dict[str, dict] = {}
+    base = rss_mb() or True   # one CPU base for every method's peak (the resident set drifts up)
+    for w in range(settings.warmup):
+        for m in settings.methods:
+            rec = run_method(pair, m, inp, inputs, settings, enc, memory=base if w == 0 else False)
+            if w == 0:
+                memory[m] = rec
+    runs: dict[str, list[dict]] = {m: [] for m in settings.methods}
+    for r in range(settings.repeats):
+        for m in settings.methods:
+            rec = run_method(pair, m, inp, inputs, settings, enc)
+            runs[m].append(rec)
+            if progress:
+                tps = rec["decode_tokens_per_s"]
+                progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
+                         + (f"{tps:.1f} tokens/s" if tps else rec["status"]))
+    return [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
+
+
+def _median(vals: Sequence[Any]) -> float | None:
+    xs = [float(v) for v in vals if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any,
+              memory_run: dict | None = None) -> dict:
+    """Per-method summary over rounds: medians, identity vs vanilla, speedup median/min/max.
+
+    Args:
+        name: input name.
+        method: the method.
+        runs: this method's run records, one per round.
+        vanilla: vanilla's run records of the same rounds (speedups are per-round ratios).
+        pair: the ModelPair (labels).
+        memory_run: the untimed run that measured peak memory (its peak memory fields are
+            used); None keeps the rounds' own (None unless they measured it).
+
+    Returns:
+        dict with the keys of :data:`METHOD_FIELDS`.
+    """
+    label, mode = method_label(method, pair)
+    rec = {k: None for k in METHOD_FIELDS} | {"input": name, "method": method, "label": label,
+                                              "draft_mode": mode}
+    ok = [r for r in runs if r["status"] == "ok"]
+    rec["repeats"] = len(ok)
+    failed = [r for r in runs if r["status"] != "ok"]
+    if not ok:
+        return rec | {"status": "error", "error": failed[0]["error"], "note": failed[0]["note"]}
+    skip = {"status", "error", "note", "identical", "first_divergence"}
+    for k in RUN_FIELDS:
+        if k not in skip:
+            rec[k] = _median([r[k] for r in ok])
+            if k in INT_FIELDS and rec[k] is not None:
+                rec[k] = int(round(rec[k]))
+    if memory_run is not None and memory_run["status"] == "ok":
+        rec.update(peak_memory_mb=memory_run["peak_memory_mb"], peak_memory_delta_mb=memory_run["peak_memory_delta_mb"])
+    rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"),
+               error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
+    pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
+    divs = [first_divergence(v["token_ids"], r["token_ids"]) for r, v in pairs]
+    rec["identical"] = bool(divs) and all(d is None for d in divs)
+    rec["first_divergence"] = next((d for d in divs if d is not None), None)
+    ratios = [r["decode_tokens_per_s"] / v["decode_tokens_per_s"] for r, v in pairs
+              if r["decode_tokens_per_s"] and v["decode_tokens_per_s"]]
+    if ratios:
+        rec.update(speedup=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
+                   speedups=ratios)
+    v_step = _median([v["verify_ms_per_step"] for v in vanilla if v["status"] == "ok"])
+    if v_step and rec["verify_ms_per_step"] is not None:
+        rec["verify_vs_decode_step"] = rec["verify_ms_per_step"] / v_step
+    return rec
+
+
+def _meta(pair: Any, settings: BenchSettings) -> dict:
+    import transformers
+
+    def params(m: Any) -> int:
+        return int(sum(p.numel() for p in m.parameters()))
+
+    dev = pair.device
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        "dtype": str(pair.target.get_input_embeddings().weight.dtype).replace("torch.", ""),
+        "pair": pair.name, "self_sd": pair.self_sd, "target_params": params(pair.target),
+        "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
+        "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
+        "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
+        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
+        "peak_memory": "measured in the first (untimed) warm-up round; CUDA: max_memory_allocated after a reset; "
+                       "CPU: peak tensor memory of torch's CPU allocator from the profiler's allocation events "
+                       "(peak = resident set before the input's first run + delta); delta = peak - value at the start "
+                       "of the run",
+    }
+
+
+def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Benchmark every method of ``settings`` on every input.
+
+    Args:
+        pair: the ModelPair (Std-SD or Self-SD); ``:self`` methods reuse its target.
+        inputs: clips and prompts (inputs with ``sweep=True`` form the length sweep).
+        settings: methods, decoding settings, rounds (default: :class:`BenchSettings`).
+        progress: called with one line per measured run (the CLI prints it to stderr).
+
+    Returns:
+        The report: ``meta`` (settings, versions, conventions), ``inputs`` (name,
+        num_video_tokens, num_frames, prompt, sweep), ``results`` (one dict per input and
+        method with the keys of :data:`METHOD_FIELDS`; times in s or ms as named,
+        throughput in tokens/s, memory in MiB), ``step_costs`` (see :func:`measure_step_costs`,
+        None when not measured) and ``sweep`` (per method: video tokens, speedup, τ). ``meta``
+        holds ``machine`` (:func:`specvlm.bench.machine.machine_info`) and ``background_load``
+        (:meth:`specvlm.bench.load.LoadSummary.as_dict`, None without one). The goals are judged
+        separately: ``report["verdict"] = specvlm.bench.goals.verdict(report)``.
+
+    Raises:
+        BenchError: no inputs or bad settings.
+    """
+    settings = settings or BenchSettings()
+    settings.validate()
+    if not inputs:
+        raise BenchError("no inputs: give --video, --synthetic-tokens, --sweep or --dataset.")
+    machine = machine_info(pair.device)   # calibrated before the runs, on an otherwise idle process
+    results, meta_inputs = [], []
+    with BackgroundLoad(settings.background_load) as load:
+        for inp in inputs:
+            rows = bench_input(pair, inp, settings, progress)
+            results.extend(rows)
+            van = rows[0]
+            meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
+                                "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
+                                "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
+    meta = {**_meta(pair, settings), "machine": machine,
+            "background_load": load.summary.as_dict() if load.summary else None}
+    report = {"meta": meta, "inputs": meta_inputs, "results": results}
+    report["step_costs"] = measure_step_costs(pair, meta_inputs) if settings.step_costs else None
+    report["sweep"] = sweep_series(report)
+    return report
+
+
+def measure_step_costs(pair: Any, meta_inputs: Sequence[dict], rounds: int = 5) -> dict:
+    """Isolated decode vs verify(n) step costs on the target at the largest input's prompt length.
+
+    Sizes n = 1..``VERIFY_GOAL_TOKENS`` + 1 tokens (root + a chain of n - 1 nodes; n = 17 is the
+    default dynamic tree's root + 16 nodes). See :mod:`specvlm.stepcost`.
+
+    Returns:
+        {kv_tokens, decode_ms, verify_ms: {n: ms}, ratio: {n: verify / decode}, rounds}
+        (dict keys are strings in the JSON).
+    """
+    L = max(int(i["target_kv_tokens"] or 0) for i in meta_inputs)
+    from specvlm.stepcost import verify_cost_curve
+
+    c = verify_cost_curve(pair.target, max(L, 1), tuple(range(1, VERIFY_GOAL_TOKENS + 2)), rounds=rounds)
+    return {"kv_tokens": c.kv_tokens, "decode_ms": c.decode_ms, "verify_ms": dict(c.verify_ms),
+            "ratio": dict(c.ratio), "rounds": c.rounds}
+
+
+def sweep_series(report: dict) -> dict[str, list[dict]]:
+    """Per method: [{video_tokens, speedup, speedup_min, speedup_max, speedups, tau}] over sweep inputs, by length
+    (``speedups``: the per-round ratios)."""
+    names = {i["name"]: i["num_video_tokens"] for i in report["inputs"] if i["sweep"]}
+    out: dict[str, list[dict]] = {}
+    for r in report["results"]:
+        if r["input"] in names and r["status"] == "ok":
+            out.setdefault(r["method"], []).append({
+                "video_tokens": names[r["input"]], "speedup": r["speedup"], "speedup_min": r["speedup_min"],
+                "speedup_max": r["speedup_max"], "speedups": r.get("speedups"), "tau": r["tau"],
+                "decode_tokens_per_s": r["decode_tokens_per_s"]})
+    for series in out.values():
+        series.sort(key=lambda p: p["video_tokens"] or 0)
+    return out

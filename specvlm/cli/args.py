@@ -1,0 +1,149 @@
+"""Arguments shared by ``generate`` and ``bench``: model, decoding and runtime flags, and what they resolve to.
+
+Both sub-commands import this module; neither imports the other, and the library never imports
+the CLI.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from specvlm.config import TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig, VideoConfig
+
+DEFAULT_PROMPT = "Describe this video in detail."
+"""The prompt when ``--prompt`` is not given."""
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """``-v`` (also accepted before the sub-command)."""
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log progress to stderr (also accepted before the sub-command)")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--model/--draft/--device/--dtype, shared by the sub-commands."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="target: Hub id or local folder (default: the bundled CPU model, or "
+                                    "Qwen2.5-VL-7B-Instruct when CUDA is available)")
+    g.add_argument("--draft", help="Std-SD draft (same family and tokenizer); default: Self-SD, or the "
+                                   "bundled draft when --model is not given")
+    g.add_argument("--self-sd", action="store_true", help="use the target as its own draft even for the bundled pair")
+    g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda if available)")
+    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="default: bfloat16 on CUDA, float32 on CPU")
+    g.add_argument("--device-map", help='e.g. "auto" to shard a large target across GPUs')
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    """Pruning, tree and budget options with the paper's defaults."""
+    d = DecodeConfig()
+    g = p.add_argument_group("decoding")
+    frames = g.add_mutually_exclusive_group()
+    frames.add_argument("--num-frames", type=int, default=None,
+                        help="frames sampled uniformly (default: the model preset's: 32 for the bundled pair, 128 "
+                             "for Qwen2.5-VL, 64 for LLaVA-OneVision; 16 for other --model)")
+    frames.add_argument("--fps", type=float, default=None, help="sample at this rate (frames/s) instead of a count")
+    g.add_argument("--drop-rate", type=float, default=d.prune.drop_rate, help="r: share of video tokens the "
+                   "draft does not see (default %(default)s)")
+    g.add_argument("--lambda", "--stage1-mass", dest="stage1_mass", type=float, default=None, metavar="λ",
+                   help=f"λ: Stage I keeps the video tokens holding this share of the target's attention mass, "
+                        f"in [0, 1] (default {d.prune.top_p}). Not nucleus sampling: that is --top-p-sampling")
+    g.add_argument("--top-p", dest="top_p_deprecated", type=float, default=None, metavar="λ",
+                   help="deprecated spelling of --lambda (kept for old scripts; prints a note)")
+    g.add_argument("--tree", choices=TREE_SHAPES, default=d.tree.shape, help="draft tree shape (default %(default)s)")
+    g.add_argument("--depth", type=int, default=d.tree.depth, help="draft tree depth (default %(default)s)")
+    g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
+    g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
+                   help="nodes kept in a dynamic tree (default %(default)s)")
+    g.add_argument("--min-prob", type=float, default=d.tree.min_prob,
+                   help="early stop, in [0, 1): stop drafting deeper once the best path's cumulative draft "
+                        "probability is below this (0 = off, default %(default)s). Dynamic and chain trees only "
+                        "(static trees ignore it). Greedy output stays identical; sampling keeps the same "
+                        "distribution, but a seed's text may change")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
+    g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
+    g.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature; 0 = greedy (default). Speculative sampling keeps the target "
+                        "distribution exactly (recursive rejection sampling over the draft tree)")
+    g.add_argument("--top-p-sampling", type=float, default=1.0,
+                   help="nucleus sampling mass in (0, 1]; 1 = off (default). The pruning share λ is --lambda")
+    g.add_argument("--seed", type=int, default=0, help="seed for sampling and for the random pruning method (SD-Rand)")
+
+
+def resolve_lambda(args: argparse.Namespace) -> str | None:
+    """Fold the deprecated ``--top-p`` into ``args.stage1_mass``; returns the one-line note to print, or None.
+
+    Raises:
+        ValueError: ``--top-p`` and ``--lambda`` both given with different values.
+    """
+    old = getattr(args, "top_p_deprecated", None)
+    if old is None:
+        return None
+    if args.stage1_mass is not None and args.stage1_mass != old:
+        raise ValueError(f"--top-p {old} and --lambda {args.stage1_mass} set the same λ: give only --lambda.")
+    args.stage1_mass = old
+    return ("--top-p is a deprecated spelling of --lambda (Stage I's attention share λ); use --lambda, "
+            "and --top-p-sampling for nucleus sampling")
+
+
+def resolve_models(args: argparse.Namespace):
+    """(target, draft, preset) from the arguments and the default preset."""
+    from specvlm.models.presets import default_preset
+
+    if args.self_sd and args.draft:
+        raise ValueError(f"--self-sd and --draft {args.draft} contradict each other: give one of them.")
+    preset = default_preset()
+    if args.model:
+        # a --model that is a preset's target (e.g. the bundled one) keeps that preset's frame/token defaults
+        return args.model, args.draft, preset_of(args.model)
+    draft = None if args.self_sd else (args.draft or preset.draft)
+    return preset.target, draft, preset
+
+
+def preset_of(model: str):
+    """The preset whose target is ``model`` (same Hub id, or the same local folder), else None."""
+    from specvlm.models.presets import PRESETS
+
+    def same(a: str, b: str) -> bool:
+        if a == b:
+            return True
+        return os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
+
+    return next((p for p in PRESETS.values() if same(model, p.target)), None)
+
+
+def load_from_args(args: argparse.Namespace):
+    """Load the ModelPair the arguments name (progress goes to the log)."""
+    from specvlm.models import load_pair
+
+    target, draft, preset = resolve_models(args)
+    return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
+
+
+def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
+    """DecodeConfig from the arguments (raises ConfigError on bad values)."""
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
+    lam = getattr(args, "stage1_mass", None)
+    return DecodeConfig(
+        method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
+        prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
+                          top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed),
+        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
+                        min_prob=args.min_prob),
+        sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
+    )
+
+
+def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
+    """VideoConfig from the arguments (``pair`` None: validation only, before any model is loaded)."""
+    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
+    even = pair is not None and pair.frames_per_token == 2
+    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=even)
+
+
+def check_prompt_flag(prompt: str | None) -> None:
+    """Raise ValueError naming ``--prompt`` when it is empty or only whitespace."""
+    if not (prompt or "").strip():
+        raise ValueError("--prompt is empty: type a question or instruction about the video "
+                         "(or leave --prompt out for \"Describe this video in detail.\").")
