@@ -8,10 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from specvlm.config import TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig, VideoConfig
-
-DEFAULT_PROMPT = "Describe this video in detail."
-"""The prompt when ``--prompt`` is not given."""
+from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
+                            VideoConfig)
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -146,4 +144,4 @@ def check_prompt_flag(prompt: str | None) -> None:
     """Raise ValueError naming ``--prompt`` when it is empty or only whitespace."""
     if not (prompt or "").strip():
         raise ValueError("--prompt is empty: type a question or instruction about the video "
-                         "(or leave --prompt out for \"Describe this video in detail.\").")
+                         f"(or leave --prompt out for \"{DEFAULT_PROMPT}\").")

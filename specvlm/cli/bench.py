@@ -18,9 +18,9 @@ from specvlm.bench.inputs import MIN_SYNTHETIC_SIDE, dataset_inputs, file_inputs
 from specvlm.bench.protocol import run_bench
 from specvlm.bench.settings import (DEFAULT_METHODS, SELF, BenchError, BenchInput, BenchSettings,
                                     drop_redundant_self, parse_int_list, parse_methods)
-from specvlm.cli.args import (DEFAULT_PROMPT, add_common_args, add_decode_args, add_model_args, check_prompt_flag,
+from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args)
-from specvlm.config import PRUNE_METHODS, VideoConfig
+from specvlm.config import DEFAULT_PROMPT, PRUNE_METHODS, VideoConfig
 
 TINY_PRESETS = ("tiny", "tiny-llava")
 """In-process random-weight tiny pairs (no files): smoke runs and tests."""

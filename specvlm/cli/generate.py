@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Any
 
-from specvlm.cli.args import (DEFAULT_PROMPT, add_common_args, add_decode_args, add_model_args, check_prompt_flag,
+from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args, resolve_models, video_config)
-from specvlm.config import DECODE_METHODS
+from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT
 from specvlm.prompting import SUBTITLE_MODES, no_transcript_note
 
 
