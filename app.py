@@ -82,12 +82,19 @@ def main(argv: list[str] | None = None) -> None:
     from app.settings import MB
     from app.ui import build_demo
 
+    from specvlm.threads import ThreadsError, configure
+
+    try:
+        machine = configure().describe()  # torch's threads, once per process (SPECVLM_THREADS overrides)
+    except ThreadsError as e:
+        raise SystemExit(f"app.py: error: {e}") from None
     limits = limits_from_args(args)
     backend = Backend(device=args.device, dtype=args.dtype, limits=limits)
-    note = backend.preload()
+    note = backend.preload()  # the default pair loads now, not inside the first Run's GPU window
     if note:
         logging.getLogger("app").warning(note)
-    demo = build_demo(backend, cache_ttl_s=args.cache_ttl_s or None)
+    demo = build_demo(backend, cache_ttl_s=args.cache_ttl_s or None,
+                      footer=" · ".join(n for n in (machine, note) if n))
     try:
         demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
             server_name=args.host, server_port=args.port, share=args.share,

@@ -79,7 +79,7 @@ def _example_rows(examples: list[list[Any]]) -> list[list[Any]]:
 
 
 def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
-               cache_ttl_s: int | None = 3600, scratch_dir: str | None = None) -> gr.Blocks:
+               cache_ttl_s: int | None = 3600, scratch_dir: str | None = None, footer: str = "") -> gr.Blocks:
     """Build the page over ``backend`` (nothing runs until a button is pressed).
 
     Args:
@@ -91,6 +91,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
         scratch_dir: where each request writes its temporary files (a private folder removed
             when the request ends); default the system temp folder.
+        footer: one line about the server shown under the page (e.g. ``specvlm.threads``'s
+            ``ThreadChoice.describe()`` and a model-loading note).
 
     Returns:
         The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare``, Stop as ``/stop``.
@@ -118,6 +120,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                         "here; exported runs can be replayed without a model.")
             c["record"] = gr.State(None)
             c["inspect"] = build_inspect_tab(c["record"])
+        c["footer"] = gr.Markdown(f"<small>{footer}</small>" if footer else "", elem_id="footer")
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
         _wire(backend, c, janitor, demo, scratch_dir)

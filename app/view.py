@@ -340,9 +340,17 @@ def _identity(van: RunProgress, spec: RunProgress, outcome: Outcome | None) -> s
         return "Outputs not compared: a run did not finish."
     if outcome.index is None:
         return f"**Outputs identical** ✓ ({outcome.num_tokens} tokens): speculative decoding was lossless."
-    return (f"**Outputs differ from token {outcome.index}** (vanilla …{outcome.vanilla_context!r} vs speculative "
-            f"…{outcome.spec_context!r}). Low-precision (bf16/fp16) verification can flip near-ties; fp32 should "
-            "match exactly.")
+    head = (f"**Outputs differ from token {outcome.index}** (vanilla …{outcome.vanilla_context!r} vs speculative "
+            f"…{outcome.spec_context!r})")
+    if outcome.margin is None:
+        return (f"{head}: a **mismatch** (vanilla recorded no logit margin there). Low-precision (bf16/fp16) "
+                "verification can flip near-ties; fp32 should match exactly.")
+    margin = f"the target's top-1 minus top-2 logit margin there is {outcome.margin:.3g}"
+    if outcome.kind == "near-tie":
+        return (f"{head}: a **near-tie** ({margin}, below {outcome.threshold:g} for {outcome.dtype}): batched "
+                "verification rounds differently and may flip it; lossless up to the dtype's rounding.")
+    return (f"{head}: a **mismatch** ({margin}, not below {outcome.threshold:g} for {outcome.dtype}): not a "
+            "rounding flip.")
 
 
 def _prefill(st: RunProgress) -> str:

@@ -123,12 +123,18 @@ class RunEnd:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Both runs finished: the first divergence (None = identical) with a few tokens of context."""
+    """Both runs finished: the first divergence (None = identical) with a few tokens of context, its kind
+    (``near-tie`` or ``mismatch``, :class:`specvlm.metrics.Divergence`), the target's top-1 minus top-2
+    logit margin there (None when vanilla recorded none) and the dtype's near-tie threshold."""
 
     index: int | None
     num_tokens: int
     vanilla_context: str = ""
     spec_context: str = ""
+    kind: str = "identical"
+    margin: float | None = None
+    threshold: float | None = None
+    dtype: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +206,8 @@ class DecodeWorker:
         yield [Phase("spec")]
         spec_extra = extra | ({"truth": job.truth} if job.truth is not None else {})
         spec = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, decode)
-        yield [_outcome(van, spec, decode)] + self._record(spec, job, pair, clip)
+        dtype = getattr(getattr(pair, "target", None), "dtype", None) or "float32"
+        yield [_outcome(van, spec, decode, dtype)] + self._record(spec, job, pair, clip)
 
     def _load_clip(self, path: str, vid: Any) -> Any:
         try:
@@ -335,15 +342,26 @@ def forced_count(prune: Any) -> int:
     return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
 
 
-def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None) -> Outcome:
-    """Identity of the two runs' token ids (``specvlm.metrics.first_divergence``) with context."""
-    from specvlm.metrics import first_divergence
-    ids = [[int(t) for ev in evs if hasattr(ev, "step") for t in ev.token_ids] for evs in (van, spec)]
-    i = first_divergence(*ids)
-    if i is None:
+def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None, dtype: Any) -> Outcome:
+    """The two runs' token ids compared by ``specvlm.metrics.compare_outputs`` (identical, or the first
+    divergence classified by the target's top-1 minus top-2 logit margin there, as vanilla saw it)."""
+    from specvlm.metrics import compare_outputs
+    steps = [[ev for ev in evs if hasattr(ev, "step")] for evs in (van, spec)]
+    ids = [[int(t) for ev in evs for t in ev.token_ids] for evs in steps]
+    margins: list[float] = []
+    for ev in steps[0]:  # vanilla: one token per step; stop at the first step without a margin
+        m = getattr(ev, "margin", None)
+        if m is None:
+            break
+        margins.extend([float(m)] * len(ev.token_ids))
+    try:
+        d = compare_outputs(ids[0], ids[1], margins, dtype)
+    except ValueError:  # a dtype without a near-tie threshold: report the divergence as a mismatch
+        d = compare_outputs(ids[0], ids[1], [], "float32")
+    if d.identical:
         return Outcome(None, len(ids[0]))
-    near = [_near(decode, x, i) for x in ids]
-    return Outcome(i, len(ids[0]), *near)
+    return Outcome(d.index, len(ids[0]), *[_near(decode, x, d.index) for x in ids], kind=d.kind, margin=d.margin,
+                   threshold=d.threshold, dtype=str(dtype).removeprefix("torch."))
 
 
 def _near(decode: Callable[[list[int]], str] | None, ids: list[int], i: int) -> str:

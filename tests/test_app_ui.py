@@ -156,6 +156,31 @@ def test_backend_reports_divergence():
     assert "Outputs differ from token 5" in last["summary"]
 
 
+class MarginEngine(FakeEngine):
+    """Vanilla events carry the target's top-1 minus top-2 logit margin (``margin`` per token)."""
+
+    def __init__(self, margin, **kw):
+        super().__init__(**kw)
+        self.margin = margin
+
+    def stream(self, pair, clip, prompt, config, should_stop, **kw):
+        import dataclasses
+        for ev in super().stream(pair, clip, prompt, config, should_stop, **kw):
+            yield dataclasses.replace(ev, margin=self.margin) if config.method == "vanilla" and hasattr(ev, "step") \
+                else ev
+
+
+@pytest.mark.parametrize("margin, words", [
+    (1e-4, "a **near-tie** (the target's top-1 minus top-2 logit margin there is 0.0001, below 0.001 for float32)"),
+    (3.0, "a **mismatch** (the target's top-1 minus top-2 logit margin there is 3, not below 0.001 for float32)"),
+    (None, "a **mismatch** (vanilla recorded no logit margin there)"),
+])
+def test_summary_classifies_a_divergence_by_the_vanilla_margin(margin, words):
+    eng = MarginEngine(margin, step_s=0.0, spec_tokens=FakeEngine().tokens(10)[:5] + [1, 2, 3, 4, 5])
+    _, last = _run(Backend(eng, update_interval_s=0.0), max_new_tokens=10)
+    assert "Outputs differ from token 5" in last["summary"] and words in last["summary"], last["summary"]
+
+
 @pytest.mark.parametrize("kw, msg", [
     (dict(drop_rate=1.5), "drop_rate"),
     (dict(depth=0), "depth"),
@@ -237,7 +262,7 @@ def test_build_demo_wires_components(tmp_path):
     vid = tmp_path / "clip.mp4"
     vid.write_bytes(b"\x00")
     b = Backend(FakeEngine())
-    demo = build_demo(b, examples=[[str(vid), "Describe.", None]])
+    demo = build_demo(b, examples=[[str(vid), "Describe.", None]], footer="torch threads 1 of 2 usable CPUs (set)")
     assert isinstance(demo, gr.Blocks)
     ids = {blk.elem_id: blk for blk in demo.blocks.values() if getattr(blk, "elem_id", None)}
     for name in ("video", "prompt", "srt", "srt-text", "preset", "custom-model", "method", "drop-rate", "top-p",
@@ -246,6 +271,7 @@ def test_build_demo_wires_components(tmp_path):
                  "time-plot", "heatmap-mode", "heatmaps", "examples"):
         assert name in ids, name
     assert ids["prompt"].value == "Describe this video in detail."
+    assert "torch threads 1 of 2 usable CPUs" in ids["footer"].value
     assert ids["preset"].value == "Fake tiny (CPU)" and ("Fake big (GPU)", "Fake big (GPU)") in ids["preset"].choices
     assert (ids["drop-rate"].value, ids["top-p"].value, ids["tree"].value) == (0.9, 0.4, "dynamic")
     assert ids["drop-rate"].maximum == 0.999 and ids["drop-rate"].step == 0.001   # the same range as the CLI
