@@ -95,6 +95,9 @@ def with_draft_inputs(pair: ModelPair, inputs: ModelInputs, clip: Any, prompt: s
 
     Raises:
         ValueError: the pair needs the draft's prompt but no clip was given.
+
+    Source: an extension of SpecVLM Sec. 3 (one tokenization) to drafts with their own token grid
+    (:mod:`specvlm.regrid`).
     """
     if pair.draft_processor is None or inputs.draft_inputs is not None:
         return inputs

@@ -130,7 +130,10 @@ class Adapter(Protocol):
 
 def video_geometry(adapter: Adapter, model: Any) -> tuple | None:
     """How ``model`` cuts frames into video tokens (``adapter.video_geometry``), or None when the
-    family has one geometry for every size."""
+    family has one geometry for every size.
+
+    Source: :mod:`specvlm.regrid` (drafts with their own token grid).
+    """
     fn = getattr(adapter, "video_geometry", None)
     return None if fn is None else tuple(fn(model))
 

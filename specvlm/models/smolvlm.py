@@ -46,6 +46,9 @@ def clip_metadata(clip: VideoClip) -> dict[str, Any]:
     Returns:
         dict with ``fps`` (frames/s), ``frames_indices`` (T ints), ``total_num_frames`` and
         ``duration`` (s).
+
+    Source: transformers' ``SmolVLMProcessor`` (intro and "Frame from MM:SS:" lines read
+    ``VideoMetadata.timestamps`` and ``duration``).
     """
     ts = np.asarray(clip.timestamps, dtype=np.float64)
     fps = float(clip.native_fps) if clip.native_fps and clip.native_fps > 0 else float(clip.sample_fps)
@@ -56,13 +59,20 @@ def clip_metadata(clip: VideoClip) -> dict[str, Any]:
 
 
 def tokens_side(model: Any) -> int:
-    """Tokens along one side of a frame after the pixel shuffle: image_size / patch / scale_factor."""
+    """Tokens along one side of a frame after the pixel shuffle: image_size / patch / scale_factor.
+
+    Source: transformers' ``SmolVLMModel.image_seq_len`` = (image_size / patch)^2 / scale_factor^2.
+    """
     vc = model.config.vision_config
     return int(vc.image_size) // int(vc.patch_size) // int(model.config.scale_factor)
 
 
 def frame_grid(num_frames: int, side: int) -> torch.Tensor:
-    """(frame, row, col) of every video token, frame-major then raster: int64 (T * side^2, 3)."""
+    """(frame, row, col) of every video token, frame-major then raster: int64 (T * side^2, 3).
+
+    Source: ``SmolVLMConnector.pixel_shuffle`` keeps the patches' raster order over
+    (side x side) merged cells.
+    """
     return torch.stack(torch.meshgrid(torch.arange(num_frames), torch.arange(side), torch.arange(side),
                                       indexing="ij"), -1).reshape(-1, 3)
 
@@ -94,6 +104,8 @@ class SmolVLMAdapter:
         Raises:
             ValueError: empty prompt, unknown subtitle mode, or a processor whose tokens per frame
                 differ from the model's (processor and model from different checkpoints).
+
+        Source: transformers' ``SmolVLMProcessor.__call__`` and ``apply_chat_template`` (video layout).
         """
         check_prompt(prompt)
         frames = np.asarray(clip.frames)
