@@ -123,6 +123,16 @@ def test_loader_keeps_an_explicit_device_map(fake_cuda, monkeypatch):
     assert seen == ["auto"]
 
 
+def test_gpus_that_cannot_be_queried_skip_the_check(fake_cuda, monkeypatch):
+    def broken(i):
+        raise RuntimeError("CUDA is not initialised in this process")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
+    assert fit.detect_gpus() == ()
+    assert fit.default_gpu_dtype(()) is torch.bfloat16
+    assert models.plan_device_map("Qwen/Qwen2.5-VL-72B-Instruct", None, "cuda", torch.bfloat16, ()) == {"": "cuda"}
+
+
 def test_unknown_size_loads_straight_to_the_device(fake_cuda):
     assert models.plan_device_map("someone/unknown-vlm", None, "cuda:0", torch.bfloat16, fit.detect_gpus()) == {
         "": "cuda:0"}

@@ -251,7 +251,7 @@ def plan_device_map(target: str, draft: str | None, device: str, dtype: torch.dt
         gpus: :func:`specvlm.models.fit.detect_gpus`.
 
     Returns:
-        None on CPU; ``{"": device}`` when a model's size is unknown or the pair fits one GPU;
+        None on CPU; ``{"": device}`` when a model's size or the GPUs are unknown, or the pair fits one GPU;
         ``"auto"`` when it needs several GPUs (accelerate shards it).
 
     Raises:
@@ -262,7 +262,7 @@ def plan_device_map(target: str, draft: str | None, device: str, dtype: torch.dt
         return None
     t = model_size(target)
     d = model_size(draft) if draft and draft != target else None
-    if t is None or (draft and draft != target and d is None):
+    if not gpus or t is None or (draft and draft != target and d is None):
         return {"": device}
     name = target if not d else f"{target} + {draft}"
     placement = plan_placement(estimate_pair(t, d, torch.finfo(dtype).bits // 8), gpus, device, name)

@@ -206,23 +206,31 @@ class GpuInfo:
 
 
 def detect_gpus() -> tuple[GpuInfo, ...]:
-    """The visible CUDA devices (empty without CUDA)."""
+    """The visible CUDA devices (empty without CUDA, or where the devices cannot be queried yet,
+    e.g. outside a ZeroGPU worker)."""
     if not torch.cuda.is_available():
         return ()
     gpus = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        try:
-            free, _ = torch.cuda.mem_get_info(i)
-        except (RuntimeError, AssertionError):
-            free = props.total_memory
-        gpus.append(GpuInfo(i, str(props.name), int(props.total_memory), int(free), int(props.major) >= 8))
+    try:
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            try:
+                free, _ = torch.cuda.mem_get_info(i)
+            except (RuntimeError, AssertionError):
+                free = props.total_memory
+            gpus.append(GpuInfo(i, str(props.name), int(props.total_memory), int(free), int(props.major) >= 8))
+    except Exception as exc:  # noqa: BLE001 - no placement check is better than no model
+        log.warning("could not query the CUDA devices (%s): loading without a memory check", exc)
+        return ()
     return tuple(gpus)
 
 
 def default_gpu_dtype(gpus: Sequence[GpuInfo]) -> torch.dtype:
-    """bfloat16 when every GPU supports it natively, else float16 (e.g. T4, V100)."""
-    return torch.bfloat16 if gpus and all(g.bf16 for g in gpus) else torch.float16
+    """bfloat16 unless a GPU lacks native bfloat16 (compute capability < 8.0, e.g. T4, V100): then float16.
+
+    With no GPU details (``gpus`` empty) bfloat16 is assumed.
+    """
+    return torch.float16 if any(not g.bf16 for g in gpus) else torch.bfloat16
 
 
 def _gb(n: float) -> str:
