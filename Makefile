@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup browser
+.PHONY: run test test-real-dims setup browser
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,3 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# Real-width models with 1 decoder layer (~8 GB RAM, minutes): not part of `make test`.
+test-real-dims: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m real_dims tests/test_real_dims.py
