@@ -23,11 +23,11 @@ from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_M
                           TREE_SHAPES, RunRequest, RunSettings, UserError)
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, pick_heatmaps
+from specvlm import assets
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES_DIR = REPO_ROOT / "assets" / "videos"
+EXAMPLES_DIR = assets.path("videos")
 GPU_QUEUE = "gpu"
 """concurrency_id shared by every event that runs models: one decode at a time per device."""
 

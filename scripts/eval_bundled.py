@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Evaluate the bundled target + draft on held-out generated videos (issue 3, item 5).
+"""Evaluate the bundled target + draft on held-out generated videos.
 
 For each held-out clip from :mod:`specvlm.synth` (frames generated in memory,
 never written to disk), on a SHORT set (16 frames) and a LONG set (128 frames
@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from specvlm import synth  # noqa: E402
+from specvlm import assets, synth  # noqa: E402
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
 
 ATTRS = ("colour", "shape", "motion", "count", "text")
@@ -301,7 +301,7 @@ def eval_video(job: tuple[str, int]) -> dict:
 
 
 def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs) -> None:
-    """On-screen text awareness (issue 8): which share of the text-covering video tokens each
+    """On-screen text awareness: which share of the text-covering video tokens each
     SpecVLM stage kept, and τ of SpecVLM with those tokens forced into the draft's view
     (``ModelInputs.force_keep``) next to plain SpecVLM on the same clip
     (keys ``<pair>/specvlm+text`` and ``<pair>/specvlm@text``)."""
@@ -463,7 +463,7 @@ def summarise(records: list[dict], args) -> dict:
 
 
 def goals(summary: dict, args) -> dict:
-    """The issue's goals, each -> {"met": bool | None, "detail": str}."""
+    """The bundled pair's quality checks, each -> {"met": bool | None, "detail": str}."""
     g: dict = {}
     s = summary.get("short")
     if s:
@@ -582,7 +582,7 @@ def markdown(summary: dict, goal: dict, args, meta: dict) -> str:
             L.append(f"| τ {PAIR_NAMES[p].split(' ')[0]}: SpecVLM → SpecVLM + forced text tokens | " + " | ".join(
                 f"{summary[k]['tau'].get(f'{p}/specvlm@text', float('nan')):.2f} → "
                 f"{summary[k]['tau'].get(f'{p}/specvlm+text', float('nan')):.2f}" for k in sets) + " |")
-    L += ["", "## Goals (issue 3)", ""]
+    L += ["", "## Quality checks", ""]
     for name, v in goal.items():
         mark = {True: "x", False: " ", None: "?"}[v["met"]]
         L.append(f"- [{mark}] {name}: {v['detail']}" + (" (not fully measured in this run)" if v["met"] is None else ""))
@@ -605,8 +605,8 @@ def _tree_text(args) -> str:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=str(ROOT / "assets/model/target"), help="target model folder")
-    ap.add_argument("--draft", default=str(ROOT / "assets/model/draft"), help="Std-SD draft model folder")
+    ap.add_argument("--target", default=str(assets.path("model", "target")), help="target model folder")
+    ap.add_argument("--draft", default=str(assets.path("model", "draft")), help="Std-SD draft model folder")
     ap.add_argument("--num-videos", type=int, default=200, help="held-out clips per set (default %(default)s)")
     ap.add_argument("--sets", default="short,long", help="comma list of short,long (default %(default)s)")
     ap.add_argument("--short-frames", type=int, default=16)

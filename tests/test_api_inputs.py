@@ -2,18 +2,16 @@
 DecodeConfig wants a nested config, and narrow videos that must reach the models enlarged."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_video import frame_ids, write_video  # noqa: E402
+from test_video import frame_ids, write_video
 
-from specvlm.config import ConfigError, DecodeConfig, PruneConfig, VideoConfig  # noqa: E402
-from specvlm.decoding import generate, stream  # noqa: E402
-from specvlm.types import PrefillInfo  # noqa: E402
-from specvlm.video import VideoError, load_video  # noqa: E402
+from specvlm.config import ConfigError, DecodeConfig, PruneConfig, VideoConfig
+from specvlm.decoding import generate, stream
+from specvlm.types import PrefillInfo
+from specvlm.video import VideoError, load_video
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import ROOT, FakeEngine, engine_ready, free_port, real_engine, sample_video  # noqa: E402
+from test_app_fakes import ROOT, FakeEngine, engine_ready, free_port, real_engine, sample_video
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]

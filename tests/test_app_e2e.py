@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import FakeEngine, engine_ready, free_port, real_engine, sample_video  # noqa: E402
+from test_app_fakes import FakeEngine, engine_ready, free_port, real_engine, sample_video
 
 pytest.importorskip("gradio_client")
 
-from app.backend import Backend  # noqa: E402
+from app.backend import Backend
 
 
 def _text(panel_html: str) -> str:

@@ -5,26 +5,24 @@ text tokens" forces the draft to keep the tokens a generated clip's ground truth
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import engine_ready  # noqa: E402
+from test_app_fakes import engine_ready
 
-from app.backend import Backend  # noqa: E402
-from app.engine import Engine  # noqa: E402
-from app.settings import RunRequest, RunSettings  # noqa: E402
+from app.backend import Backend
+from app.engine import Engine
+from app.settings import RunRequest, RunSettings
 
 if engine_ready():
     pytest.skip(engine_ready(), allow_module_level=True)
 
-from specvlm import synth  # noqa: E402
-from specvlm.inspect import text_tokens_from_truth  # noqa: E402
-from specvlm.types import PrefillInfo  # noqa: E402
+from specvlm import synth
+from specvlm.inspect import text_tokens_from_truth
+from specvlm.types import PrefillInfo
 
 TINY = "Tiny (in-process)"
 SRT = """1

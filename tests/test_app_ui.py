@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 import threading
 from pathlib import Path
 
@@ -11,13 +10,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import STAGE1, STAGE2, FakeEngine, prefill_info  # noqa: E402
+from test_app_fakes import STAGE1, STAGE2, FakeEngine, prefill_info
 
-from app import plots  # noqa: E402
-from app.backend import Backend, parse_model_spec  # noqa: E402
-from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs  # noqa: E402
-from app.view import OUTPUT_KEYS, pick_heatmaps  # noqa: E402
+from app import plots
+from app.backend import Backend, parse_model_spec
+from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs
+from app.view import OUTPUT_KEYS, pick_heatmaps
 
 
 def _blend(base, rgb, a=plots.OVERLAY_ALPHA):

@@ -12,7 +12,6 @@ import gc
 import json
 import math
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -23,14 +22,13 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import FakeEngine  # noqa: E402
-from test_video import _audio_only, _marker, _palette_frame, _png, write_video  # noqa: E402
+from test_app_fakes import FakeEngine
+from test_video import _audio_only, _marker, _palette_frame, _png, write_video
 
-from app.backend import WORKER_PREFIX, Backend  # noqa: E402
-from app.engine import Engine  # noqa: E402
-from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError  # noqa: E402
-from app.uploads import UploadJanitor  # noqa: E402
+from app.backend import WORKER_PREFIX, Backend
+from app.engine import Engine
+from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError
+from app.uploads import UploadJanitor
 
 pytestmark = pytest.mark.timeout(60)
 

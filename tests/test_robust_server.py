@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,14 +18,13 @@ import av
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import FakeEngine, free_port  # noqa: E402
+from test_app_fakes import FakeEngine, free_port
 
 pytest.importorskip("gradio_client")
 
-from app.backend import WORKER_PREFIX, Backend  # noqa: E402
-from app.engine import Engine  # noqa: E402
-from app.settings import Limits  # noqa: E402
+from app.backend import WORKER_PREFIX, Backend
+from app.engine import Engine
+from app.settings import Limits
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,14 +17,13 @@ import av
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_video import _marker, frame_ids, write_video  # noqa: E402
+from test_video import _marker, frame_ids, write_video
 
-import specvlm.video as video  # noqa: E402
-from specvlm.video import backends, probe  # noqa: E402
-from specvlm.config import VideoConfig  # noqa: E402
-from specvlm.types import VideoClip  # noqa: E402
-from specvlm.video import (VideoDecodeError, VideoTimeoutError, ensure_min_side, load_video,  # noqa: E402
+import specvlm.video as video
+from specvlm.video import backends, probe
+from specvlm.config import VideoConfig
+from specvlm.types import VideoClip
+from specvlm.video import (VideoDecodeError, VideoTimeoutError, ensure_min_side, load_video,
                            probe_video)
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,13 +1,13 @@
 """Named model pairs (target + draft) with the paper's settings.
 
-The bundled pair under ``assets/model/`` (a small Qwen2.5-VL target and a 1-layer
-draft with the same tokenizer, trained on synthetic shape videos) is the default
+The bundled pair (a small Qwen2.5-VL target and a 1-layer draft with the same tokenizer,
+trained on synthetic shape videos; ``assets/model/``, found by :func:`specvlm.assets.path`) is the default
 offline; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
 reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
 models share a tokenizer and a 64-tokens-per-frame geometry).
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4.1 (model pairs, 64 frames for
-LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); DESIGN 5.
+LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); docs/design.md §5.
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-BUNDLED_TARGET = ASSETS / "model" / "target"
-BUNDLED_DRAFT = ASSETS / "model" / "draft"
+from specvlm import assets
+
+BUNDLED_TARGET = assets.path("model", "target")
+BUNDLED_DRAFT = assets.path("model", "draft")
 
 
 @dataclass(frozen=True)
