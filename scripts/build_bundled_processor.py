@@ -12,7 +12,7 @@ with no network. Pixel limits keep small frames at their size (no upscaling):
 Usage:
     python -m scripts.build_bundled_processor --out runs/processor
 
-Source: SpecVLM Studio issue 3; Qwen2.5-VL special tokens and chat layout from
+Source: Qwen2.5-VL special tokens and chat layout from
 the Qwen2.5-VL-7B-Instruct tokenizer_config.json.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ PRUNE_METHODS = (
     "frame",
     "attention",
 )
-"""Video-token pruning methods for the draft (DESIGN 4.6)."""
+"""Video-token pruning methods for the draft (docs/design.md §4.6)."""
 
 DECODE_METHODS = ("vanilla",) + PRUNE_METHODS
 """``vanilla`` = plain greedy decoding with the target; the rest are speculative."""
@@ -78,7 +78,7 @@ class PruneConfig:
 
 @dataclass(frozen=True)
 class TreeConfig:
-    """Shape of the draft tree (DESIGN 4.8).
+    """Shape of the draft tree (docs/design.md §4.8).
 
     Attributes:
         shape: ``dynamic`` (EAGLE-2 style), ``static`` (fixed paths) or ``chain``.

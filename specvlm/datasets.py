@@ -387,4 +387,4 @@ PAPER_SETTINGS: dict[str, PaperSetting] = {s.name: s for s in (
     PaperSetting("paper-llava-self", LLAVA7, None, 64, description="LLaVA-OV-7B Self-SD (paper: ~1.26x)"),
 )}
 """Paper settings: 128 frames at <= 448x448 px for Qwen2.5-VL, 64 frames for LLaVA-OneVision
-(196 tokens per frame + 1 newline), r = 0.9, λ = 0.4, 256 new tokens (DESIGN 5)."""
+(196 tokens per frame + 1 newline), r = 0.9, λ = 0.4, 256 new tokens (docs/design.md §5)."""

@@ -12,7 +12,7 @@ The second half measures burned-in text awareness: which video tokens cover the
 on-screen text of a synthetic clip (:func:`text_token_mask`) and what share of
 them each pruning stage kept (:func:`stage_shares`).
 
-Source: SpecVLM Studio issue 8; DESIGN 4.4-4.5 (stages), 4.8-4.9 (trees, acceptance).
+Source: docs/design.md §4.4-4.5 (stages), §4.8-4.9 (trees, acceptance).
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ Subtitle modes (:data:`SUBTITLE_MODES`):
 
 * ``both``: target and draft see the transcript.
 * ``target``: the draft's prefill skips the transcript tokens, other tokens keep
-  their original positions (like pruned video tokens, DESIGN 4.7).
+  their original positions (like pruned video tokens, docs/design.md §4.7).
 * ``draft``: the target sees the prompt without the transcript (token-identical
   to the prompt without subtitles, same positions); the draft sees it. Decode
   positions of the draft run ahead of the target's by the transcript length,
@@ -42,8 +42,8 @@ Subtitle modes (:data:`SUBTITLE_MODES`):
   chooses tokens (see :meth:`ModelInputs.for_target`).
 * ``none``: subtitles ignored.
 
-Source: SpecVLM Studio issue 8; Video-MME (Fu et al. 2024) subtitle protocol;
-DESIGN 4.7 (kept tokens keep their positions).
+Source: Video-MME (Fu et al. 2024) subtitle protocol; docs/design.md §4.7 (kept
+tokens keep their positions).
 """
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 
 Real-world .srt files come with a UTF-8 BOM, in cp1252 or latin-1, with CRLF
 line ends, ``.`` instead of ``,`` before the milliseconds, timestamps without
-hours, and overlapping or unordered cues (DESIGN 8). :func:`parse_srt` repairs
+hours, and overlapping or unordered cues (docs/design.md §8). :func:`parse_srt` repairs
 the encoding and the timestamp lines, then parses with the maintained ``srt``
 library, skipping garbled blocks (logged), and returns cues sorted by start.
 Overlapping cues are kept.
 
-Source: DESIGN.md section 8; the ``srt`` library (https://github.com/cdown/srt).
+Source: docs/design.md §8; the ``srt`` library (https://github.com/cdown/srt).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ detailed description (the answer to "Describe this video in detail.") and
 single-attribute question/answer pairs; :func:`parse_caption` reads a
 description back into attributes for evaluation.
 
-Source: SpecVLM Studio issue 3 (bundled demo model); no external code.
+Source: the bundled demo model's training and evaluation data (assets/model/README.md); no external code.
 """
 from __future__ import annotations
 
@@ -399,8 +399,8 @@ def motion_phrase(motion: str) -> str:
     """Caption phrase of a motion, e.g. ``"left to right"`` -> ``"moves right"``.
 
     The direction is one word (where the object goes), so the model never has to copy an earlier
-    word to finish the phrase ("left to ..." -> "right"); captions of the session-4 weights used
-    "moves left to right" / "moves right to left", which :func:`parse_caption` still reads.
+    word to finish the phrase ("left to ..." -> "right"); :func:`parse_caption` also reads the long
+    forms "moves left to right" / "moves right to left".
     """
     return _MOTION_PHRASE[motion]
 

@@ -4,7 +4,7 @@ Used by the tests, the benchmark's CPU smoke runs and the GPU check at tiny
 sizes. Weights are randomly initialised with a larger-than-default scale so
 greedy output is varied rather than a single repeated token.
 
-Source: DESIGN.md section 7 (tiny configs verified on these machines).
+Source: docs/design.md §7 (tiny configs of the real config classes).
 """
 from __future__ import annotations
 

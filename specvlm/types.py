@@ -41,7 +41,7 @@ class VideoClip:
 
 @dataclass
 class PruneResult:
-    """Which video tokens the draft keeps (DESIGN 4.3-4.6).
+    """Which video tokens the draft keeps (docs/design.md §4.3-4.6).
 
     Attributes:
         keep: int64 (K,), sorted unique indices into the V video tokens.
@@ -162,7 +162,7 @@ class PrefillInfo:
 
 @dataclass
 class DecodeResult:
-    """Everything about one finished request (DESIGN 4.12).
+    """Everything about one finished request (docs/design.md §4.12).
 
     Attributes:
         token_ids: generated ids (excluding the prompt).
