@@ -15,12 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import FakeEngine, engine_ready  # noqa: E402
+from test_app_fakes import FakeEngine, engine_ready
 
-from app.backend import Backend  # noqa: E402
-from app.settings import RunRequest, RunSettings  # noqa: E402
-from app.worker import GpuTime, RunJob, gpu_function, size_factor  # noqa: E402
+from app.backend import Backend
+from app.settings import RunRequest, RunSettings
+from app.worker import GpuTime, RunJob, gpu_function, size_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlparse
 
@@ -70,7 +68,6 @@ def main() -> None:
     device.init = lambda nvidia_uuid: None      # the worker's CUDA initialisation (needs the driver)
     device.move = lambda callback=None: None    # moving packed weights to the GPU
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_app_fakes import FakeEngine, real_engine, sample_video
 
     from app.backend import Backend
