@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
 from app.view import RunView, final_status
-from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, failure_message, gpu_function
+from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, gpu_function, handle_failure
 
 __all__ = ["Backend", "parse_model_spec", "shown_name", "WORKER_PREFIX"]
 
@@ -295,17 +294,16 @@ class Backend:
             prev.set()
         self._stops[sid] = stop
         views: list[RunView] = []
+        failure, free = None, False
         try:
             try:
                 yield from self._run(request, stop, progress, views)
             except Exception as e:  # the server keeps running whatever happens
-                oom = self._is_oom(e)
-                msg = failure_message(e, oom)
-                if not isinstance(e, ValueError):
-                    log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
-                drop_frames(e)
-                views = views or [RunView("SpecVLM", None)]
-                yield views[0].fail(msg)
+                failure, free = handle_failure(self.engine, e)
+            if failure is not None:
+                if free:
+                    self._free()
+                yield (views or [RunView("SpecVLM", None)])[0].fail(failure)
         finally:
             stop.set()
             if self._stops.get(sid) is stop:

@@ -297,10 +297,9 @@ def _output_section() -> dict[str, Any]:
     return c
 
 
-def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
-          scratch_dir: str | None = None) -> None:
-    """Events: Run (shared GPU queue, one at a time), Stop (own queue), subtitles, preset, heatmap
-    toggle, and upload bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
+def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None) -> None:
+    """Run (shared GPU queue, one at a time; named ``/compare`` inputs with defaults, built into a
+    :class:`RunRequest`) and Stop (own queue; it also cancels the Run event, which closes the worker)."""
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in COMPARE_INPUTS]
 
@@ -342,6 +341,21 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             return gr.skip(), gr.skip(), gr.skip()
         return "**Stopped.** Ready for the next run.", *stats
 
+    run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
+                               concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
+    c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
+                    show_progress="hidden", cancels=[run_event]).then(
+        mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
+        outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
+        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
+
+
+def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
+          scratch_dir: str | None = None) -> None:
+    """Events: Run and Stop (:func:`_wire_run`), subtitles, preset, heatmap toggle, and upload
+    bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
+    _wire_run(backend, c, janitor, scratch_dir)
+
     def show_subtitles(path, request: gr.Request):
         """Parse the uploaded .srt and show its cues."""
         janitor.hold(getattr(request, "session_hash", None), "srt", path)
@@ -382,13 +396,6 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         md, frames, max_new = backend.preset_info(name)
         return md, gr.update(value=frames), gr.update(value=max_new)
 
-    run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
-                               concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
-    c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
-                    show_progress="hidden", cancels=[run_event]).then(
-        mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
-        outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
-        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
                       show_progress="hidden")

@@ -176,15 +176,10 @@ class DecodeWorker:
         try:
             yield from self._run(job)
         except Exception as e:  # the server keeps running whatever happens
-            oom = _is_oom(self.engine, e)
-            failure = failure_message(e, oom)
-            if not isinstance(e, ValueError):
-                log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
-            drop_frames(e)  # the traceback pins the failed step's tensors (KV cache, activations)
-            free = not isinstance(e, ValueError)
+            failure, free = handle_failure(self.engine, e)
         if failure is not None:
             if free:  # outside the except block, so the exception no longer holds any tensor
-                _free(self.engine)
+                free_memory(self.engine)
             yield [Failure(failure)]
 
     def _run(self, job: RunJob) -> Iterator[list[Any]]:
@@ -416,6 +411,18 @@ def _join(thread: threading.Thread, warn_every_s: float = 30.0) -> None:
 
 # ---- failures --------------------------------------------------------------------------------
 
+def handle_failure(engine: Any, e: BaseException) -> tuple[str, bool]:
+    """(one readable sentence, whether to free accelerator memory) for an exception that ended a run.
+    Unexpected errors are logged with their traceback; the traceback's frames are then cleared, since
+    they pin the failed step's tensors (KV cache, activations)."""
+    msg = failure_message(e, _is_oom(engine, e))
+    unexpected = not isinstance(e, ValueError)
+    if unexpected:
+        log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
+    drop_frames(e)
+    return msg, unexpected
+
+
 def failure_message(e: BaseException, oom: bool) -> str:
     """One readable sentence for an error that ended a run."""
     if isinstance(e, UserError):
@@ -434,7 +441,8 @@ def _is_oom(engine: Any, e: BaseException) -> bool:
         return isinstance(e, MemoryError)
 
 
-def _free(engine: Any) -> None:
+def free_memory(engine: Any) -> None:
+    """Release cached accelerator memory (never fails)."""
     try:
         engine.free_memory()
     except Exception:
