@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +30,24 @@ def _browser_or_skip():
     if exe is None:
         pytest.skip("browser test skipped: no chromium executable on PATH "
                     "(install the Debian package: apt-get install -y chromium)")
-    return exe
+    return _without_realtime(exe)
+
+
+def _without_realtime(exe: str) -> str:
+    """A launcher for ``exe`` that cannot raise thread priorities.
+
+    Run as root, Chromium moves some of its threads to real-time scheduling; if they spin, they
+    starve every other process of a small machine (seen: three threads holding both cores for
+    30 minutes, immune to SIGKILL until demoted). Without CAP_SYS_NICE those requests fail and
+    Chromium keeps normal priorities.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        return exe
+    launcher = Path(tempfile.gettempdir()) / "specvlm-chromium-normal-priority.sh"
+    launcher.write_text(f'#!/bin/sh\nexec "{setpriv}" --bounding-set=-sys_nice --inh-caps=-sys_nice "{exe}" "$@"\n')
+    launcher.chmod(0o755)
+    return str(launcher)
 
 
 def test_browser_upload_run_and_render(tmp_path):
