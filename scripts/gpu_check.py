@@ -60,7 +60,7 @@ from specvlm.types import VideoClip
 
 log = logging.getLogger("gpu_check")
 
-#: Mean accepted length τ the paper reports (docs/design.md §4.12: Self-SD 7B τ ≈ 3.8-4.4).
+#: Mean accepted length τ the paper reports (docs/design.md §5: Self-SD 7B τ ≈ 3.8-4.4).
 PAPER_TAU = {"qwen7-self": 3.8}
 #: Decoding speedups the paper reports (abstract, Sec. 4): the τ they need is printed.
 PAPER_SPEEDUP = {"qwen32-qwen7": 2.11, "llava72-llava7": 2.68}
