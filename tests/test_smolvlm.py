@@ -112,6 +112,19 @@ def test_tiny_model_is_varied_and_vanilla_equals_hf_generate(pairs, vanilla):
     assert _hf_ids(pair.target, pair.processor, inputs, clip) == vanilla.token_ids
 
 
+def test_benchmark_feeds_hf_generate_the_adapter_s_exact_ids(pairs):
+    """The benchmark's HF peers rebuild the processor call from the adapter's record (clip metadata)."""
+    from specvlm.bench.hf_peers import processor_inputs
+
+    pair = pairs["self"]
+    clip = make_clip()
+    inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
+    assert inputs.processor_kwargs["video_metadata"] == [clip_metadata(clip)]
+    enc = processor_inputs(pair, clip, inputs)
+    assert torch.equal(enc["input_ids"], inputs.input_ids)
+    assert torch.equal(enc["pixel_values"], inputs.vision["pixel_values"])
+
+
 def test_draft_vanilla_equals_hf_generate(smol_draft):
     """The draft model (1 layer, padded vocabulary) is itself a SmolVLM: our vanilla == generate()."""
     pair = pair_from_models(*smol_draft)

@@ -55,8 +55,9 @@ def processor_inputs(pair: Any, clip: VideoClip, inputs: Any) -> dict:
     """The processor output HF ``generate()`` needs, built exactly like the adapter's.
 
     The adapter's ``prepare`` pads an odd frame count for models with temporal patches
-    and passes the real frame timing as ``video_metadata`` (Qwen2.5-VL reads it for its temporal positions); both call
-    styles are tried and the one whose ``input_ids`` equal ``inputs.input_ids`` wins.
+    and passes the real frame timing as ``video_metadata`` (Qwen2.5-VL reads it for its temporal positions); the
+    adapter's recorded call (``inputs.processor_kwargs``, e.g. SmolVLM2's clip metadata) is tried first, then both
+    call styles, and the one whose ``input_ids`` equal ``inputs.input_ids`` wins.
 
     Raises:
         BenchError: no call style reproduces the adapter's token ids.
@@ -67,8 +68,10 @@ def processor_inputs(pair: Any, clip: VideoClip, inputs: Any) -> dict:
         frames = np.concatenate([frames] + [frames[-1:]] * (k - len(frames) % k), axis=0)
     meta = {"fps": float(clip.sample_fps) or 1.0, "total_num_frames": len(frames),
             "frames_indices": list(range(len(frames)))}
-    styles = ({"video_metadata": [meta], "do_sample_frames": False, "cap_pixels_per_frame": False},
-              {"video_metadata": [meta], "do_sample_frames": False}, {})
+    recorded = getattr(inputs, "processor_kwargs", None)  # the adapter's own call, when it records it
+    styles = ((recorded,) if recorded else ()) + (
+        {"video_metadata": [meta], "do_sample_frames": False, "cap_pixels_per_frame": False},
+        {"video_metadata": [meta], "do_sample_frames": False}, {})
     for kw in styles:
         try:
             enc = pair.processor(text=[inputs.prompt_text], videos=[frames], return_tensors="pt", **kw)

@@ -47,6 +47,9 @@ class ModelInputs:
         subtitle_text: the transcript block as placed in the prompt ("" without subtitles).
         force_keep: int64 (F,) video-token indices the draft must always keep (e.g. tokens
             covering on-screen text), or None; see :func:`specvlm.pruning.select_video_tokens`.
+        processor_kwargs: the video keyword arguments the adapter gave the processor (e.g. the clip's
+            ``video_metadata``), so another caller (HF ``generate()`` in the benchmark) can reproduce
+            the same ids; empty when the adapter does not record them.
         draft_inputs: the draft's own prompt when its video geometry differs from the target's
             (:attr:`specvlm.models.ModelPair.draft_processor`), else None: the draft reads this
             prompt, with the kept set carried to its token grid (:func:`specvlm.regrid.map_keep`).
@@ -63,6 +66,7 @@ class ModelInputs:
     subtitle_mode: str = "none"
     subtitle_text: str = ""
     force_keep: torch.Tensor | None = None
+    processor_kwargs: dict[str, Any] = field(default_factory=dict)
     draft_inputs: "ModelInputs | None" = None
 
     @property

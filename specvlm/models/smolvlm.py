@@ -111,8 +111,8 @@ class SmolVLMAdapter:
         frames = np.asarray(clip.frames)
         block = subtitle_block_for(clip, subtitles, subtitle_mode, 1)
         text = processor.apply_chat_template(message_for(prompt, block), tokenize=False, add_generation_prompt=True)
-        enc = processor(text=[text], videos=[frames], video_metadata=[clip_metadata(clip)], do_sample_frames=False,
-                        return_tensors="pt")
+        video_kw = {"video_metadata": [clip_metadata(clip)], "do_sample_frames": False}
+        enc = processor(text=[text], videos=[frames], return_tensors="pt", **video_kw)
         ids = enc["input_ids"]
         video_index = (ids[0] == model.config.image_token_id).nonzero().flatten()
         n_frames, side = int(enc["pixel_values"].shape[1]), tokens_side(model)
@@ -123,7 +123,7 @@ class SmolVLMAdapter:
                 f"{side * side} per frame: load the processor from the same checkpoint as the model.")
         vision = {k: enc[k] for k in ("pixel_values", "pixel_attention_mask") if k in enc}
         inputs = ModelInputs(ids, torch.arange(ids.shape[1])[None, :], video_index, grid, self.frames_per_token,
-                             vision, text)
+                             vision, text, processor_kwargs=video_kw)
         return attach_subtitles(inputs, processor.tokenizer, block, subtitle_mode)
 
     def video_features(self, model: Any, inputs: ModelInputs) -> torch.Tensor:
