@@ -122,6 +122,15 @@ class TreeConfig:
         if not (0.0 <= float(m) < 1.0):
             raise ConfigError(f"min_prob={m!r} is out of range: use a value in [0, 1) (0 = off).")
 
+    def describe(self) -> str:
+        """The tree in a few words for the UI, e.g. ``dynamic tree (depth 6, top-4, 16 nodes, stop < 0.05)``."""
+        stop = f", stop < {self.min_prob:g}" if self.min_prob > 0 and self.shape != "static" else ""
+        if self.shape == "chain":
+            return f"chain of up to {self.depth}{stop}"
+        if self.shape == "static":
+            return f"static tree {self.static_preset}"
+        return f"dynamic tree (depth {self.depth}, top-{self.top_k}, {self.total_tokens} nodes{stop})"
+
 
 _MAX_SEED = 2**63 - 1
 

@@ -211,7 +211,7 @@ class FastDraftRunner:
         h = F.rms_norm(x, (x.shape[-1],), lw.ln1, d.eps)
         qkv = torch.cat([F.linear(h, w, b) for w, b in lw.qkv], -1) if len(lw.qkv) > 1 else F.linear(h, *lw.qkv[0])
         qk = qkv[:, : (H + KV) * hd].view(n, H + KV, hd)
-        qk = qk * cos[:, None] + qk.view(n, H + KV, 2, hd // 2).flip(2).view(n, H + KV, hd) * sin[:, None]
+        qk = torch.addcmul(qk * cos[:, None], qk.view(n, H + KV, 2, hd // 2).flip(2).view(n, H + KV, hd), sin[:, None])
         end = self.length + n
         self.k[i][:, self.length:end] = qk[:, H:].transpose(0, 1)
         self.v[i][:, self.length:end] = qkv[:, (H + KV) * hd:].view(n, KV, hd).transpose(0, 1)
@@ -220,7 +220,8 @@ class FastDraftRunner:
         o = F.scaled_dot_product_attention(q, self.k[i][None, :, :end], self.v[i][None, :, :end],
                                            attn_mask=mask, scale=d.scale)
         o = o.view(KV, g, n, hd).permute(2, 0, 1, 3).reshape(n, H * hd)
-        return x + F.linear(o, *lw.o)
+        w, b = lw.o
+        return torch.addmm(x, o, w.t()) if b is None else x + F.linear(o, w, b)
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         lw, inter = self.layers[i], self.dims.inter
@@ -230,7 +231,7 @@ class FastDraftRunner:
             a = F.silu(gu[:, :inter]).mul_(gu[:, inter:])
         else:
             a = F.silu(F.linear(h, lw.gate_up[0])).mul_(F.linear(h, lw.gate_up[1]))
-        return x + F.linear(a, lw.down)
+        return torch.addmm(x, a, lw.down.t())
 
     def _forward(self, tokens: torch.Tensor, pos: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """n new tokens through every layer; returns float32 (n, vocab) log-probs (shared vocab).
