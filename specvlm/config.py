@@ -132,6 +132,28 @@ class TreeConfig:
         return f"dynamic tree (depth {self.depth}, top-{self.top_k}, {self.total_tokens} nodes{stop})"
 
 
+BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=8, min_prob=0.05)
+"""Draft tree of the bundled Std-SD pair (assets/model: 4-layer target, 1-layer draft) on a CPU.
+
+Chosen over 14 dynamic/chain/static trees on the app's three example clips (assets/videos, stop
+at EOS, 15-25 token captions): exact per-step counts (draft feeds and their widths, tree sizes,
+accepted lengths: deterministic) times step-cost ratios to one target decode step measured
+interleaved (:func:`specvlm.stepcost.verify_cost_curve`, :func:`specvlm.stepcost.draft_cost`).
+Predicted median speedup: this chain 2.29x, chain of 8 without a stop 2.26x, dynamic depth 6 top-2
+10 nodes 2.00x, the library default (dynamic depth 5, top-4, 16 nodes) 1.73x. With the fused draft
+a level costs ~0.03-0.1 of a target step, so the verify's size (a 17-token verify ~2x a decode
+step here) and the accepted length decide, and a narrow deep draft wins on short captions.
+"""
+BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
+"""Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
+
+The draft is the whole target, so every draft level costs a sizeable share of a target step and
+wide levels lose (every dynamic tree predicted < 1x); its accepted lengths are long (τ 5-9), so a
+deep chain with an early stop drafts them at one node per level (same measurement as
+:data:`BUNDLED_STD_TREE`; predicted 2.6x, chain of 8: 2.3x, noisier ratios).
+"""
+
+
 _MAX_SEED = 2**63 - 1
 
 

@@ -6,6 +6,7 @@ the CLI.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
@@ -48,14 +49,18 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         f"in [0, 1] (default {d.prune.top_p}). Not nucleus sampling: that is --top-p-sampling")
     g.add_argument("--top-p", dest="top_p_deprecated", type=float, default=None, metavar="λ",
                    help="deprecated spelling of --lambda (kept for old scripts; prints a note)")
-    g.add_argument("--tree", choices=TREE_SHAPES, default=d.tree.shape, help="draft tree shape (default %(default)s)")
-    g.add_argument("--depth", type=int, default=d.tree.depth, help="draft tree depth (default %(default)s)")
-    g.add_argument("--top-k", type=int, default=d.tree.top_k, help="children per node (default %(default)s)")
-    g.add_argument("--total-tokens", type=int, default=d.tree.total_tokens,
-                   help="nodes kept in a dynamic tree (default %(default)s)")
-    g.add_argument("--min-prob", type=float, default=d.tree.min_prob,
+    g.add_argument("--tree", choices=TREE_SHAPES, default=None,
+                   help=f"draft tree shape (default: the model preset's tree, else {d.tree.shape})")
+    g.add_argument("--depth", type=int, default=None,
+                   help=f"draft tree depth (default: the preset's, else {d.tree.depth})")
+    g.add_argument("--top-k", type=int, default=None,
+                   help=f"children per node (default: the preset's, else {d.tree.top_k})")
+    g.add_argument("--total-tokens", type=int, default=None,
+                   help=f"nodes kept in a dynamic tree (default: the preset's, else {d.tree.total_tokens})")
+    g.add_argument("--min-prob", type=float, default=None,
                    help="early stop, in [0, 1): stop drafting deeper once the best path's cumulative draft "
-                        "probability is below this (0 = off, default %(default)s). Dynamic and chain trees only "
+                        f"probability is below this (0 = off; default: the preset's, else {d.tree.min_prob}). "
+                        "Dynamic and chain trees only "
                         "(static trees ignore it). Greedy output stays identical; sampling keeps the same "
                         "distribution, but a seed's text may change")
     g.add_argument("--max-new-tokens", type=int, default=None,
@@ -119,6 +124,17 @@ def load_from_args(args: argparse.Namespace):
     return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
 
 
+def tree_config(args: argparse.Namespace, preset) -> TreeConfig:
+    """The preset's draft tree (``Preset.tree``; TreeConfig() without a preset) with the tree options given;
+    a --tree of another shape starts from that shape's defaults."""
+    base = preset.tree if preset is not None and getattr(preset, "tree", None) is not None else TreeConfig()
+    if args.tree is not None and args.tree != base.shape:
+        base = TreeConfig(shape=args.tree)  # another shape: its own defaults, not the preset's tuning
+    given = {"shape": args.tree, "depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens,
+             "min_prob": args.min_prob}
+    return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+
+
 def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
     """DecodeConfig from the arguments (raises ConfigError on bad values)."""
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
@@ -127,8 +143,7 @@ def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig
         method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
         prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
                           top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed),
-        tree=TreeConfig(shape=args.tree, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
-                        min_prob=args.min_prob),
+        tree=tree_config(args, preset),
         sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
     )
 

@@ -11,12 +11,13 @@ LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); docs/design.md §5.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from specvlm import assets
+from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig
 
 BUNDLED_TARGET = assets.path("model", "target")
 BUNDLED_DRAFT = assets.path("model", "draft")
@@ -34,6 +35,8 @@ class Preset:
         num_frames: frames sampled by default.
         requires_cuda: True for models too large for a CPU.
         max_new_tokens: default generation budget.
+        tree: the draft tree that suits this pair (one home for the tuned trees:
+            :mod:`specvlm.config`); the description names it.
     """
 
     name: str
@@ -43,6 +46,12 @@ class Preset:
     num_frames: int = 16
     requires_cuda: bool = True
     max_new_tokens: int = 256
+    tree: TreeConfig = field(default_factory=TreeConfig)
+
+    def __post_init__(self) -> None:
+        label = f"draft: {self.tree.describe()}"
+        if label not in self.description:
+            object.__setattr__(self, "description", f"{self.description}; {label}")
 
 
 BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
@@ -54,10 +63,10 @@ SMOLVLM2_2B = "SmolVLM2-2.2B + 256M draft"
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
            "Small Qwen2.5-VL trained on synthetic shape videos + 1-layer draft (offline, CPU)",
-           num_frames=32, requires_cuda=False, max_new_tokens=128),
+           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_STD_TREE),
     Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
            "The bundled target drafting for itself on ~10% of the video tokens",
-           num_frames=32, requires_cuda=False, max_new_tokens=128),
+           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
     Preset(QWEN7_SELF, "Qwen/Qwen2.5-VL-7B-Instruct", None,
            "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
     Preset("Qwen2.5-VL-32B + 7B draft", "Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
