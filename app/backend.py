@@ -113,7 +113,16 @@ class Backend:
         except Exception:
             preset = next(iter(self.preset_names()), "")
         _, frames, max_new = self.preset_info(preset)
-        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new)
+        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
+
+    def preset_tree(self, name: str) -> dict:
+        """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""
+        try:
+            t = self.engine.presets()[name].tree
+            return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k),
+                    "total_tokens": int(t.total_tokens), "min_prob": float(t.min_prob)}
+        except Exception:
+            return {}
 
     def _cuda(self) -> bool:
         try:
