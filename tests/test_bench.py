@@ -450,3 +450,119 @@ def test_the_library_never_imports_the_cli():
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_goals_stated_at_16k_are_skipped_not_failed_on_shorter_inputs():
+    rows = {"vanilla": {"decode_tokens_per_s": 10.0, "verify_ms_per_step": 20.0, "peak_memory_delta_mb": 100.0},
+            "none": {"decode_tokens_per_s": 11.0, "speedup": 1.1},
+            "specvlm": {"decode_tokens_per_s": 12.0, "speedup": 1.2, "tau": 3.0, "verify_vs_decode_step": 2.0,
+                        "verify_ms_per_step": 40.0},
+            "specvlm:self": {"decode_tokens_per_s": 11.0, "speedup": 1.1, "peak_memory_delta_mb": 105.0,
+                             "draft_kv_mb": 1.0},
+            "hf": {"decode_tokens_per_s": 5.0}, "hf-assisted": {"decode_tokens_per_s": 20.0}}
+
+    def statuses(tokens):
+        return {v["goal"].split(" at ")[0].split(" (tree")[0]: v for v in bench.verdict(_fake(rows, tokens=tokens))}
+
+    long = statuses(16384)
+    stated = ["SpecVLM Std-SD >= 2.0x decode speedup over vanilla", "SpecVLM >= 1.3x over SD-Tree with the same draft",
+              "SpecVLM faster than HF assisted generation with the same draft", "SpecVLM Self-SD >= 1.3x over vanilla",
+              "verify step"]
+    assert [long[g]["status"] for g in stated] == ["FAIL"] * 5
+    assert statuses(16100)["verify step"]["status"] == "FAIL"          # within a frame group of 16k: judged
+    short = statuses(4096)
+    for g in stated:
+        assert short[g]["status"] == "SKIP", g
+        assert short[g]["detail"].startswith("not judged: stated at 16384 video tokens and the largest input has "
+                                             "4096 (add --synthetic-tokens 16384")
+    assert "measured here: speedup 1.20x, tau 3.00" in short[stated[0]]["detail"]
+    # goals that hold at any length are still judged
+    assert short["every speculative run token-identical to vanilla"]["status"] == "PASS"
+    assert short["our vanilla >= 0.95x HF generate() tokens/s"]["status"] == "PASS"
+    assert short["Self-SD peak memory <= vanilla peak + draft KV + 10%"]["status"] == "PASS"
+    assert "goal stated at" not in short["our vanilla >= 0.95x HF generate() tokens/s"]["goal"]
+    assert not any(v["status"] == "FAIL" for v in short.values())
+
+
+def test_lossless_goal_fails_only_on_a_mismatch():
+    import torch
+
+    from specvlm.bench.protocol import identity
+
+    van = {"token_ids": [1, 2, 3, 4], "margins": [5.0, 0.1, 5.0, 5.0]}
+    flip = {"token_ids": [1, 9, 3, 4]}                  # differs where the target's top two were 0.1 apart
+    late = {"token_ids": [1, 2, 7, 4]}                  # differs where the target was sure (margin 5)
+    assert identity([(flip, van)], torch.bfloat16) == {"identical": False, "first_divergence": 1,
+                                                       "divergence_margin": 0.1, "divergence_kind": "near-tie"}
+    assert identity([(flip, van)], torch.float32)["divergence_kind"] == "mismatch"     # fp32: no tie that wide
+    worst = identity([(flip, van), (late, van), (dict(van), van)], torch.bfloat16)      # the worst round decides
+    assert worst["divergence_kind"] == "mismatch" and worst["first_divergence"] == 2 and not worst["identical"]
+    assert identity([(dict(van), van)], torch.float32)["divergence_kind"] == "identical"
+
+    rows = {"vanilla": {}, "specvlm": {"identical": False, "first_divergence": 1, "divergence_margin": 0.1,
+                                       "divergence_kind": "near-tie"}}
+    lossless = bench.verdict(_fake(rows))[0]
+    assert lossless["status"] == "PASS" and "near-tie at token 1 (margin 0.1, allowed)" in lossless["detail"]
+    rows["none"] = {"identical": False, "first_divergence": 2, "divergence_margin": 5.0, "divergence_kind": "mismatch"}
+    lossless = bench.verdict(_fake(rows))[0]
+    assert lossless["status"] == "FAIL" and "none@x: mismatch at token 2 (margin 5)" in lossless["detail"]
+    assert bench_report._identity_cell(_fake(rows)["results"][1]) == "near-tie (token 1, margin 0.1)"
+
+
+def _gone(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_background_load_starts_busy_workers_and_always_stops_them():
+    import time
+
+    from specvlm.bench.load import BackgroundLoad
+
+    with BackgroundLoad(2, max_s=60) as load:
+        pids = load.pids
+        assert len(pids) == 2 and load.alive() == 2
+        time.sleep(0.5)
+    assert all(_gone(p) for p in pids) and load.pids == () and load.alive() == 0
+    assert load.summary.workers == 2 and load.summary.cpu_s > 0.05 and load.summary.wall_s >= 0.5
+    for exc in (KeyboardInterrupt, RuntimeError):      # Ctrl-C or an error inside the block
+        with pytest.raises(exc):
+            with BackgroundLoad(1, max_s=60) as load:
+                pids = load.pids
+                raise exc()
+        assert all(_gone(p) for p in pids)
+    with BackgroundLoad(1, max_s=0.2) as load:         # a worker also ends by itself at its time limit
+        deadline = time.monotonic() + 20
+        while load.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert load.alive() == 0
+    with BackgroundLoad(0) as load:
+        assert load.pids == ()
+    assert load.summary is None
+    with pytest.raises(ValueError):
+        BackgroundLoad(-1)
+
+
+def test_cli_bench_background_load_and_threads_reach_the_machine_line(tmp_path, capsys):
+    from specvlm.cli import main
+
+    out = tmp_path / "b.json"
+    rc = main(TINY_RUN + ["--synthetic-tokens", "32", "--background-load", "2", "--threads", "1",
+                          "--out-json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    line = next(x for x in printed.splitlines() if x.startswith("Machine: "))
+    assert "torch threads 1 of " in line and "set by --threads" in line
+    assert "background load: 2 busy worker processes (pure-Python spin) during the rounds" in line
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["threads"]["threads"] == 1 and meta["threads"]["describe"] in line
+    load = meta["background_load"]
+    assert load["workers"] == 2 and load["cpu_s"] > 0 and len(load["pids"]) == 2
+    assert all(_gone(p) for p in load["pids"])          # nothing left behind
+    assert main(TINY_RUN + ["--synthetic-tokens", "32", "--background-load", "-1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --background-load=-1")

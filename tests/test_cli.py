@@ -112,6 +112,8 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == out["target_subtitle_tokens"]
     assert out["num_prompt_tokens"] == plain["num_prompt_tokens"] + out["target_subtitle_tokens"]
     assert out["identical"] is True                        # lossless with the transcript too
+    assert out["divergence_kind"] == "identical" and out["first_divergence"] is None
+    assert out["divergence_margin"] is None and out["speedup"] > 0
     # target only: the draft's prompt skips the transcript
     out = json.loads(run_cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
     assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == 0
@@ -188,3 +190,50 @@ def test_a_model_that_is_a_preset_target_keeps_the_preset_defaults(tmp_path):
     assert preset_of("Qwen/Qwen2.5-VL-7B-Instruct").num_frames == 128
     assert preset_of(str(tmp_path)) is None and preset_of("someone/other-model") is None
     assert all(preset_of(p.target) is not None for p in PRESETS.values())
+
+
+def _generate_args(*extra: str):
+    from specvlm.cli import build_parser
+
+    return build_parser().parse_args(["generate", "--video", "clip.mp4", *extra])
+
+
+def test_lambda_has_its_own_flag_and_top_p_is_a_deprecated_alias(tmp_path, capsys):
+    from specvlm.cli import main
+    from specvlm.cli.args import decode_config, resolve_lambda
+    from specvlm.config import PruneConfig
+
+    def lam(*extra: str) -> float:
+        args = _generate_args(*extra)
+        resolve_lambda(args)
+        return decode_config(args, "specvlm", None).prune.top_p
+
+    assert lam() == PruneConfig().top_p
+    assert lam("--lambda", "0.3") == 0.3 and lam("--stage1-mass", "0.2") == 0.2 and lam("--top-p", "0.5") == 0.5
+    args = _generate_args("--top-p-sampling", "0.9")          # nucleus sampling is not λ
+    assert decode_config(args, "specvlm", None).sampling.top_p_sampling == 0.9
+    assert decode_config(args, "specvlm", None).prune.top_p == PruneConfig().top_p
+    missing = str(tmp_path / "nope.mp4")                      # settings fail before any video or model is read
+    assert main(["generate", "--video", missing, "--top-p", "0.5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    notes = [line for line in err if line.startswith("note: --top-p")]
+    assert notes == ["note: --top-p is a deprecated spelling of --lambda (Stage I's attention share λ); use "
+                     "--lambda, and --top-p-sampling for nucleus sampling"]
+    assert main(["generate", "--video", missing, "--lambda", "1.5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lambda=1.5 is out of range")
+    assert main(["generate", "--video", missing, "--top-p", "0.5", "--lambda", "0.3"]) == 2
+    assert "give only --lambda" in capsys.readouterr().err
+    assert main(["generate", "--video", missing, "--threads", "two"]) == 2
+    assert "--threads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_help_names_lambda_and_threads(command, capsys):
+    from specvlm.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--lambda λ, --stage1-mass λ" in text and "deprecated spelling of --lambda" in text
+    assert "Not nucleus sampling: that is --top-p-sampling" in text and "The pruning share λ is --lambda" in text
+    assert "--threads N" in text

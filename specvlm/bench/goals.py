@@ -7,7 +7,10 @@ length (sweep, judged by a permutation test of the per-round trend); our vanilla
 ``generate()`` tokens/s; Self-SD peak memory <= 1.1 x (vanilla's + draft KV).
 
 Speed and verify goals are stated at :data:`GOAL_VIDEO_TOKENS` video tokens: on a shorter
-input they are SKIP with the reason (and the measured numbers), never FAIL. A goal whose
+input they are SKIP with the reason (and the measured numbers), never FAIL. Lossless, growth,
+vanilla vs HF and memory apply to any input. Lossless fails only on a ``mismatch``
+(:func:`specvlm.metrics.compare_outputs`); a divergence at a near-tie of the target's logits
+(low precision on a GPU) is reported, not failed. A goal whose
 methods were not run, or that the run cannot measure, is SKIP as well.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4 (speedups at long video lengths, Std-SD and Self-SD);
@@ -24,6 +27,10 @@ from specvlm.bench.settings import PEERS
 
 GOAL_VIDEO_TOKENS = 16384
 """Video tokens the speed and verify goals are stated at (the paper's long-video setting)."""
+
+GOAL_TOKEN_TOLERANCE = 0.02
+"""A stated-length goal applies from (1 - this) x :data:`GOAL_VIDEO_TOKENS` video tokens: a generated clip
+reaches the asked count only to within one frame group."""
 
 VERIFY_GOAL_TOKENS = 16
 """The verify goal: a verify forward of up to 16 tree tokens costs <= 1.5x a decode step."""
@@ -46,11 +53,12 @@ def _fmt(x: float | None, unit: str = "x", nd: int = 2) -> str:
 def verdict(report: dict) -> list[dict]:
     """Judge the goals on the input with the most video tokens (and the sweep).
 
-    Goals: lossless (every speculative run identical to vanilla); SpecVLM Std-SD >= 2.0x
-    over vanilla, >= 1.3x over SD-Tree (``none``, same draft), faster than HF assisted;
+    Goals: lossless (no speculative run with a ``mismatch`` against vanilla); SpecVLM Std-SD
+    >= 2.0x over vanilla, >= 1.3x over SD-Tree (``none``, same draft), faster than HF assisted;
     SpecVLM Self-SD >= 1.3x; verify step <= 1.5x a decode step; speedup grows with video
     length (sweep); our vanilla >= 0.95x HF ``generate()`` tokens/s; Self-SD peak memory
-    delta <= 1.1 x (vanilla's delta + draft KV). A goal whose methods were not run is SKIP.
+    delta <= 1.1 x (vanilla's delta + draft KV). A goal whose methods were not run is SKIP; a
+    goal stated at :data:`GOAL_VIDEO_TOKENS` is SKIP on a shorter input (:func:`applies_at`).
 
     Returns:
         list of {goal, status: PASS | FAIL | SKIP, detail (measured numbers)}.
@@ -59,7 +67,8 @@ def verdict(report: dict) -> list[dict]:
         return []
     main = max(report["inputs"], key=lambda i: i["num_video_tokens"] or 0)
     name, v = main["name"], main["num_video_tokens"]
-    at = f" at {v} video tokens" + ("" if (v or 0) >= GOAL_VIDEO_TOKENS else f" (goal stated at {GOAL_VIDEO_TOKENS})")
+    here = f" at {v} video tokens"
+    at = here + ("" if (v or 0) >= GOAL_VIDEO_TOKENS else f" (goal stated at {GOAL_VIDEO_TOKENS})")
     self_sd = report["meta"]["self_sd"]
     std = None if self_sd else _row(report, name, "specvlm")
     selfrow = _row(report, name, "specvlm:self") or (_row(report, name, "specvlm") if self_sd else None)
@@ -80,9 +89,26 @@ def verdict(report: dict) -> list[dict]:
     out.append(_check("SpecVLM Self-SD >= 1.3x over vanilla" + at,
                       None if selfrow is None or selfrow["speedup"] is None else selfrow["speedup"] >= 1.3,
                       f"speedup {_fmt(selfrow and selfrow['speedup'])}, tau {_fmt(selfrow and selfrow['tau'], '')}"))
-    out += [_verify_goal(report, name, at), _growth_goal(report), _hf_goal(report, name, at),
-            _memory_goal(report, name, selfrow, at)]
+    out.append(_verify_goal(report, name, at))
+    out[1:] = [_at_stated_length(g, v) for g in out[1:]]
+    out += [_growth_goal(report), _hf_goal(report, name, here), _memory_goal(report, name, selfrow, here)]
     return out
+
+
+def applies_at(video_tokens: int | None) -> bool:
+    """Whether a goal stated at :data:`GOAL_VIDEO_TOKENS` applies to an input of ``video_tokens``
+    (within :data:`GOAL_TOKEN_TOLERANCE`)."""
+    return (video_tokens or 0) >= (1 - GOAL_TOKEN_TOLERANCE) * GOAL_VIDEO_TOKENS
+
+
+def _at_stated_length(goal: dict, video_tokens: int | None) -> dict:
+    """A PASS/FAIL of a goal stated at GOAL_VIDEO_TOKENS becomes SKIP, with the reason, on a shorter input."""
+    if goal["status"] == "SKIP" or applies_at(video_tokens):
+        return goal
+    return {**goal, "status": "SKIP",
+            "detail": f"not judged: stated at {GOAL_VIDEO_TOKENS} video tokens and the largest input has "
+                      f"{video_tokens} (add --synthetic-tokens {GOAL_VIDEO_TOKENS} or a --sweep up to "
+                      f"{GOAL_VIDEO_TOKENS} to judge it); measured here: {goal['detail']}"}
 
 
 def sampling_temperature(report: dict) -> float:
@@ -99,10 +125,29 @@ def _lossless(report: dict) -> dict:
         return _check("every speculative run token-identical to vanilla", None,
                       f"sampling (temperature {temp:g}): speculative sampling is lossless in distribution, not "
                       "token by token, so identity is not checked; use --temperature 0 (greedy) for the check")
-    bad = [f"{r['method']}@{r['input']}: first divergence at token {r['first_divergence']}"
-           for r in spec if not r["identical"]]
-    return _check("every speculative run token-identical to vanilla", None if not spec else not bad,
-                  "; ".join(bad) if bad else f"{len(spec)} method x input combinations identical")
+    kinds = {id(r): divergence_kind(r) for r in spec}
+    bad = [f"{r['method']}@{r['input']}: mismatch at token {r['first_divergence']}"
+           + (f" (margin {r['divergence_margin']:.3g})" if r.get("divergence_margin") is not None else "")
+           for r in spec if kinds[id(r)] == "mismatch"]
+    ties = [f"{r['method']}@{r['input']}: near-tie at token {r['first_divergence']} (margin "
+            f"{r['divergence_margin']:.3g}, allowed)" for r in spec if kinds[id(r)] == "near-tie"]
+    same = sum(kinds[id(r)] == "identical" for r in spec)
+    detail = "; ".join(bad + ties + [f"{same} of {len(spec)} method x input combinations identical"])
+    if ties:
+        detail += " (a near-tie is allowed: low-precision kernels may flip the target's top two logits there)"
+    return _check("every speculative run token-identical to vanilla", None if not spec else not bad, detail)
+
+
+def divergence_kind(row: dict) -> str | None:
+    """``identical``, ``near-tie`` or ``mismatch`` for a result row (None when identity is unknown).
+
+    Rows without ``divergence_kind`` (reports written before it existed) count a difference as a mismatch.
+    """
+    if row.get("divergence_kind"):
+        return row["divergence_kind"]
+    if row.get("identical") is None:
+        return None
+    return "identical" if row["identical"] else "mismatch"
 
 
 def _verify_goal(report: dict, name: str, at: str) -> dict:

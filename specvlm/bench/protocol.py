@@ -41,7 +41,7 @@ from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.memory import rss_mb
-from specvlm.metrics import first_divergence
+from specvlm.metrics import compare_outputs
 
 def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -79,6 +79,29 @@ def _median(vals: Sequence[Any]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+_SEVERITY = {"identical": 0, "near-tie": 1, "mismatch": 2}
+
+
+def identity(pairs: Sequence[tuple[dict, dict]], dtype: torch.dtype) -> dict:
+    """Identity of a method's runs against vanilla's runs of the same rounds, the worst round deciding.
+
+    Args:
+        pairs: (method run, vanilla run) records of the same rounds (vanilla's carry ``margins``:
+            the target's top-1 minus top-2 logit margin per generated token).
+        dtype: the target's dtype (sets the near-tie threshold, :func:`specvlm.metrics.compare_outputs`).
+
+    Returns:
+        {identical (bool), first_divergence (token index or None), divergence_margin (logit units or
+        None), divergence_kind (``identical`` / ``near-tie`` / ``mismatch``, None without rounds)}.
+    """
+    divs = [compare_outputs(v["token_ids"], r["token_ids"], v.get("margins") or [], dtype) for r, v in pairs]
+    if not divs:
+        return {"identical": False, "first_divergence": None, "divergence_margin": None, "divergence_kind": None}
+    worst = max(divs, key=lambda d: _SEVERITY[d.kind])
+    return {"identical": all(d.identical for d in divs), "first_divergence": worst.index,
+            "divergence_margin": worst.margin, "divergence_kind": worst.kind}
+
+
 def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any,
               memory_run: dict | None = None) -> dict:
     """Per-method summary over rounds: medians, identity vs vanilla, speedup median/min/max.
@@ -114,9 +137,7 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
     rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"),
                error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
     pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
-    divs = [first_divergence(v["token_ids"], r["token_ids"]) for r, v in pairs]
-    rec["identical"] = bool(divs) and all(d is None for d in divs)
-    rec["first_divergence"] = next((d for d in divs if d is not None), None)
+    rec.update(identity(pairs, pair.target.get_input_embeddings().weight.dtype))
     ratios = [r["decode_tokens_per_s"] / v["decode_tokens_per_s"] for r, v in pairs
               if r["decode_tokens_per_s"] and v["decode_tokens_per_s"]]
     if ratios:
@@ -154,7 +175,7 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
 
 
 def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings | None = None,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, threads: Any = None) -> dict:
     """Benchmark every method of ``settings`` on every input.
 
     Args:
@@ -162,6 +183,8 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
         inputs: clips and prompts (inputs with ``sweep=True`` form the length sweep).
         settings: methods, decoding settings, rounds (default: :class:`BenchSettings`).
         progress: called with one line per measured run (the CLI prints it to stderr).
+        threads: the process's :class:`specvlm.threads.ThreadChoice` (from ``configure()`` at start),
+            recorded in ``meta.threads`` and the ``Machine:`` line; None records nothing.
 
     Returns:
         The report: ``meta`` (settings, versions, conventions), ``inputs`` (name,
@@ -190,12 +213,19 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
             meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
                                 "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
                                 "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
-    meta = {**_meta(pair, settings), "machine": machine,
+    meta = {**_meta(pair, settings), "machine": machine, "threads": _threads_meta(threads),
             "background_load": load.summary.as_dict() if load.summary else None}
     report = {"meta": meta, "inputs": meta_inputs, "results": results}
     report["step_costs"] = measure_step_costs(pair, meta_inputs) if settings.step_costs else None
     report["sweep"] = sweep_series(report)
     return report
+
+
+def _threads_meta(choice: Any) -> dict | None:
+    """``meta.threads``: the ThreadChoice's fields and its one-line description (None without one)."""
+    if choice is None:
+        return None
+    return {**asdict(choice), "describe": choice.describe()}
 
 
 def measure_step_costs(pair: Any, meta_inputs: Sequence[dict], rounds: int = 5) -> dict:

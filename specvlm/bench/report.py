@@ -26,7 +26,7 @@ def machine_line(meta: dict) -> str:
         return ""
     mhz = f" @ {mi['cpu_mhz']:.0f} MHz" if mi.get("cpu_mhz") else ""
     gpu = f", GPU {mi['gpu']}" if mi.get("gpu") else ""
-    threads = mi.get("threads") or f"{mi['torch_threads']} torch threads"
+    threads = (meta.get("threads") or {}).get("describe") or f"{mi['torch_threads']} torch threads"
     load = meta.get("background_load")
     busy = (f"; background load: {load['workers']} busy worker process{'es' if load['workers'] != 1 else ''} "
             f"({load['kind']}) during the rounds, {load['cpu_s']:.1f} CPU s over {load['wall_s']:.1f} s"
@@ -53,7 +53,11 @@ def _identity_cell(r: dict, sampling: bool = False) -> str:
         return "n/a (sampling)"
     if r["identical"] is None:
         return "-"
-    return "yes" if r["identical"] else f"NO (token {r['first_divergence']})"
+    if r["identical"]:
+        return "yes"
+    if r.get("divergence_kind") == "near-tie":
+        return f"near-tie (token {r['first_divergence']}, margin {r['divergence_margin']:.3g})"
+    return f"NO (token {r['first_divergence']})"
 
 
 def markdown_table(report: dict, name: str) -> str:

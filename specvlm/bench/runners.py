@@ -56,7 +56,8 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
             CPU base in MiB that the peak is stated over. False: the memory fields are None.
 
     Returns:
-        dict with every key of :data:`RUN_FIELDS` plus ``token_ids`` (times in s and ms as named).
+        dict with every key of :data:`RUN_FIELDS` plus ``token_ids`` and ``margins`` (vanilla: the target's
+        top-1 minus top-2 logit margin per generated token; times in s and ms as named).
     """
     from specvlm.decoding import generate
 
@@ -70,7 +71,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
     d_len = info.num_draft_prompt_tokens if cfg.speculative else None
     out = empty_run()
     out.update(
-        token_ids=res.token_ids, num_generated=n, decode_s=res.decode_s, text=res.text,
+        token_ids=res.token_ids, margins=res.margins, num_generated=n, decode_s=res.decode_s, text=res.text,
         decode_tokens_per_s=(n - 1) / res.decode_s if res.decode_s > 0 and n > 1 else None,
         e2e_s=res.total_s, prefill_s=info.prefill_s + info.prune_s + info.draft_prefill_s,
         tau=res.tau if cfg.speculative else None, tokens_per_target_forward=res.tokens_per_target_forward,

@@ -17,6 +17,7 @@ import sys
 
 from specvlm.cli import bench, generate
 from specvlm.cli.args import resolve_lambda
+from specvlm.threads import configure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         note = resolve_lambda(args)
         if note:
             print(f"note: {note}", file=sys.stderr)
+        args.thread_choice = configure(args.threads)   # once per process, before any model work
         return args.func(args)
     except ValueError as exc:
         print(f"error: {_flag_names(str(exc))}", file=sys.stderr)
@@ -56,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 _FLAGS = {"drop_rate": "--drop-rate", "top_p_sampling": "--top-p-sampling", "top_p": "--lambda",
           "num_frames": "--num-frames", "max_new_tokens": "--max-new-tokens", "total_tokens": "--total-tokens",
           "top_k": "--top-k", "depth": "--depth", "min_prob": "--min-prob", "temperature": "--temperature", "fps": "--fps",
-          "repeats": "--repeats", "warmup": "--warmup"}
+          "repeats": "--repeats", "warmup": "--warmup",
+          "background_load": "--background-load"}
 
 
 def _flag_names(message: str) -> str:

@@ -14,9 +14,12 @@ from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConf
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
-    """``-v`` (also accepted before the sub-command)."""
+    """``-v`` (also accepted before the sub-command) and ``--threads``."""
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="log progress to stderr (also accepted before the sub-command)")
+    p.add_argument("--threads", metavar="N", default=None,
+                   help="torch intra-op CPU threads: a count, or auto (default: $SPECVLM_THREADS, else chosen from "
+                        "the CPUs this process may use; a short calibration keeps 1 thread on a busy machine)")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args, resolve_models, video_config)
-from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT
+from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT, DecodeConfig
 from specvlm.prompting import SUBTITLE_MODES, no_transcript_note
 
 
@@ -53,6 +53,30 @@ def result_json(res) -> dict:
     }
 
 
+def compare_json(van, res, cfg, dtype) -> dict:
+    """The ``--compare`` fields: identity, the first divergence and its kind, and the decode speedup.
+
+    Args:
+        van: the vanilla DecodeResult (its ``margins``: the target's top-1 minus top-2 logit margin
+            per generated token).
+        res: the speculative DecodeResult of the same request.
+        cfg: the speculative run's DecodeConfig (sampling runs are equal only in distribution, so
+            their divergence is not classified).
+        dtype: the target's dtype (sets the near-tie threshold).
+
+    Returns:
+        {identical, first_divergence (token index or None), divergence_margin (logit units or None),
+        divergence_kind (``identical`` / ``near-tie`` / ``mismatch``; None when sampling), speedup}.
+    """
+    from specvlm.metrics import compare_outputs
+
+    div = compare_outputs(van.token_ids, res.token_ids, van.margins, dtype)
+    greedy = cfg.sampling.temperature == 0
+    return {"identical": div.identical, "first_divergence": div.index,
+            "divergence_margin": div.margin if greedy else None, "divergence_kind": div.kind if greedy else None,
+            "speedup": van.decode_s / res.decode_s if res.decode_s > 0 else None}
+
+
 def subtitle_args(args: argparse.Namespace) -> dict:
     """Keyword arguments for :func:`specvlm.decoding.generate` from ``--srt`` / ``--subtitle-mode``.
 
@@ -76,12 +100,17 @@ def subtitle_args(args: argparse.Namespace) -> dict:
     return {"subtitles": cues, "subtitle_mode": args.subtitle_mode}
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from specvlm.decoding import generate
-    from specvlm.metrics import first_divergence
-    from specvlm.video import load_video, probe_video
+def check_before_load(args: argparse.Namespace) -> DecodeConfig:
+    """Settings, prompt and video path first, so a typo does not cost a model download and load.
 
-    # settings and the video path first: a typo must not cost a model download and load
+    Returns:
+        The speculative or vanilla DecodeConfig of ``--method``.
+
+    Raises:
+        ValueError: a bad setting, an empty prompt, a missing file or folder, or a file that is no video.
+    """
+    from specvlm.video import probe_video
+
     preset = resolve_models(args)[2]
     cfg = decode_config(args, args.method, preset)
     video_config(args, None, preset)
@@ -91,6 +120,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--video {args.video}: no such file; check the path.")
     check_prompt_flag(args.prompt)
     probe_video(args.video)   # a file that is no video fails here, before any model is loaded
+    return cfg
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``python -m specvlm generate``: print the text (and a timing line on stderr), or one JSON object."""
+    from specvlm.decoding import generate
+    from specvlm.video import load_video
+
+    cfg = check_before_load(args)
     extra = subtitle_args(args)
     pair, preset = load_from_args(args)
     clip = load_video(args.video, video_config(args, pair, preset))
@@ -117,9 +155,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare and cfg.speculative:
         van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset), **extra)
         out["vanilla"] = result_json(van)
-        out["identical"] = van.token_ids == res.token_ids
-        out["first_divergence"] = first_divergence(van.token_ids, res.token_ids)
-        out["speedup"] = van.decode_s / res.decode_s if res.decode_s > 0 else None
+        out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:
         print(json.dumps(out))
         return 0
@@ -130,6 +166,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
         print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup {out['speedup']:.2f}x "
-              f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}",
+              f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}"
+              + (f" ({out['divergence_kind']} at token {out['first_divergence']}, target margin "
+                 f"{out['divergence_margin']:.3g})" if out["divergence_margin"] is not None else ""),
               file=sys.stderr)
     return 0
