@@ -88,13 +88,10 @@ class Engine:
         covering the truth's burned-in text (empty when it has none or it is not in the sampled frames)."""
         import torch
 
+        from specvlm.inputs import prepare
         from specvlm.inspect import text_tokens_from_truth
+        inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
         with torch.inference_mode():
-            if subtitles:
-                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt, subtitles=list(subtitles),
-                                              subtitle_mode=subtitle_mode)
-            else:
-                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
             tokens = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
         if tokens.numel() == 0:
             return inputs

@@ -26,9 +26,9 @@ seeds >= 2*10**9; this script uses ``--seed-base`` (default 10**9) + i for the
 short set and ``--seed-base`` + 500,000,000 + i for the long set.
 
 Speed: the target's and the draft's video features and the target's prefill are
-computed once per video and shared by all methods (a memo around
-``specvlm.decoding.prompt_video`` / ``prefill_target``; the cached KV cache is
-copied for every request, the decode loop is the engine's own). ``--workers 2``
+computed once per video and shared by all methods (``prefill=`` of
+:func:`specvlm.decoding.generate`, which copies the KV cache for every request; the
+decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
 Examples:
@@ -38,7 +38,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import json
 import os
@@ -163,57 +162,40 @@ def token_coverage(truth: synth.SceneTruth, grid_thw, token_grid, merge: int = 2
 
 # ----------------------------------------------------------------------------- shared prefill
 
-class PrefillMemo:
-    """Compute video features and the target prefill once per (model, inputs) and share them.
+class SharedPrefill:
+    """One video's target prefills (with and without attention scores, one video-encoder run) and
+    the Std-SD draft's prompt embeddings and side features, computed on first use and passed to
+    every request.
 
-    Wraps ``specvlm.decoding.prompt_video`` and ``prefill_target``; every request gets a
-    fresh copy of the cached target KV cache, so the engine's decode loop is unchanged.
-    Falls back to no sharing when the engine's functions are not found.
+    ``generate(..., prefill=...)`` copies the prefill's KV cache, so each request decodes from
+    the same state a fresh prefill would give. With ``enabled`` False every request prefills.
     """
 
-    def __init__(self) -> None:
-        self.embeds: dict = {}
+    def __init__(self, inputs, enabled: bool = True) -> None:
+        self.inputs, self.enabled = inputs, enabled
         self.prefills: dict = {}
-        self.keep_alive: list = []
-        self.active = False
+        self.draft_video = None
 
-    def install(self) -> bool:
-        import specvlm.decoding as D
-        from specvlm import kv
+    def get(self, pair, method: str):
+        """The prefill for ``method`` on ``pair`` (None when sharing is off)."""
+        if not self.enabled:
+            return None
+        import dataclasses
 
-        if not all(hasattr(D, n) for n in ("prompt_video", "prefill_target")):
-            print("warning: engine internals changed; running without shared prefill", file=sys.stderr)
-            return False
-        orig_pv, orig_pt = D.prompt_video, D.prefill_target
+        import torch
 
-        def prompt_video(model, adapter, inputs):
-            key = (id(model), id(inputs))
-            if key not in self.embeds:
-                self.embeds[key] = orig_pv(model, adapter, inputs)
-                self.keep_alive.append(inputs)
-            emb, side = self.embeds[key]
-            return emb.clone(), side
+        from specvlm.decoding import SCORE_METHODS, prefill_target, prompt_video
 
-        def prefill_target(pair, inputs, *a, **kw):
-            key = (id(pair.target), id(inputs), repr(a), repr(sorted(kw.items())))
-            if key not in self.prefills:
-                self.prefills[key] = orig_pt(pair, inputs, *a, **kw)
-                self.keep_alive.append(inputs)
-            tp = copy.copy(self.prefills[key])  # fresh KV cache per request; the rest is read-only
-            cache = kv.new_cache(pair.target)
-            for i, layer in enumerate(tp.cache.layers):
-                cache.update(layer.keys.clone(), layer.values.clone(), i)
-            tp.cache = cache
-            return tp
-
-        D.prompt_video, D.prefill_target = prompt_video, prefill_target
-        self.active = True
-        return True
-
-    def clear(self) -> None:
-        self.embeds.clear()
-        self.prefills.clear()
-        self.keep_alive.clear()
+        with_scores = method in SCORE_METHODS
+        with torch.inference_mode():
+            if with_scores not in self.prefills:
+                other = next(iter(self.prefills.values()), None)
+                self.prefills[with_scores] = prefill_target(pair, self.inputs.for_target(), with_scores,
+                                                            video=(other.embeds, other.side) if other else None)
+            if not pair.self_sd and self.draft_video is None:
+                d_in = self.inputs.draft_inputs or self.inputs
+                self.draft_video = prompt_video(pair.draft, pair.draft_adapter, d_in)
+        return dataclasses.replace(self.prefills[with_scores], draft_video=self.draft_video)
 
 
 # ----------------------------------------------------------------------------- worker
@@ -233,26 +215,24 @@ def init_worker(args) -> None:
     std = load_pair(args.target, draft, device="cpu", dtype="float32")
     _W["pairs"] = {"std": std, "self": pair_from_models(std.target, std.processor, name="Self-SD")}
     _W["args"] = args
-    memo = PrefillMemo()
-    if not args.no_shared_prefill:
-        memo.install()
-    _W["memo"] = memo
 
 
 def eval_video(job: tuple[str, int]) -> dict:
     """Evaluate one held-out clip; returns its record (see the module docstring)."""
     from specvlm.config import DecodeConfig, PruneConfig
     from specvlm.decoding import generate
+    from specvlm.inputs import prepare
     from specvlm.video import frames_to_clip
 
     kind, index = job
-    args, pairs, memo = _W["args"], _W["pairs"], _W["memo"]
+    args, pairs = _W["args"], _W["pairs"]
     t0 = time.perf_counter()
     seed, spec = clip_spec(kind, index, args)
     frames, truth = synth.generate(seed, spec)
     clip = frames_to_clip(frames, spec.fps)
     std = pairs["std"]
-    inputs = std.adapter.prepare(std.processor, std.target, clip, args.prompt)
+    inputs = prepare(std, clip, args.prompt)
+    shared = SharedPrefill(inputs, enabled=not args.no_shared_prefill)
 
     def cfg(method: str) -> DecodeConfig:
         return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens,
@@ -260,7 +240,7 @@ def eval_video(job: tuple[str, int]) -> dict:
                                               drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed),
                             tree=args.tree_config)
 
-    van = generate(std, None, args.prompt, cfg("vanilla"), inputs=inputs)
+    van = generate(std, inputs, cfg("vanilla"), prefill=shared.get(std, "vanilla"))
     rec: dict = {
         "set": kind, "index": index, "seed": seed, "frames": spec.num_frames, "size": [spec.height, spec.width],
         "fps": spec.fps, "video_tokens": inputs.num_video_tokens, "truth": synth.describe(truth),
@@ -273,7 +253,7 @@ def eval_video(job: tuple[str, int]) -> dict:
     for p in args.pairs:
         pair = pairs[p]
         for m in args.methods:
-            r = generate(pair, None, args.prompt, cfg(m), inputs=inputs)
+            r = generate(pair, inputs, cfg(m), prefill=shared.get(pair, m))
             key = f"{p}/{m}"
             rec["tau"][key] = [int(sum(r.accept_lengths)), len(r.accept_lengths)]
             rec["identical"][key] = r.token_ids == van.token_ids
@@ -294,13 +274,12 @@ def eval_video(job: tuple[str, int]) -> dict:
                     share["area_touch"] = float((cov > 0).mean())
     rec["share"] = share
     if args.text_keep and truth.text is not None and "specvlm" in args.methods:
-        _text_keep(rec, truth, clip, inputs, spec_prune, van, cfg("specvlm"), args, pairs)
+        _text_keep(rec, truth, clip, inputs, spec_prune, van, cfg("specvlm"), args, pairs, shared)
     rec["seconds"] = time.perf_counter() - t0
-    memo.clear()
     return rec
 
 
-def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs) -> None:
+def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs, shared) -> None:
     """On-screen text awareness: which share of the text-covering video tokens each
     SpecVLM stage kept, and τ of SpecVLM with those tokens forced into the draft's view
     (``ModelInputs.force_keep``) next to plain SpecVLM on the same clip
@@ -316,7 +295,7 @@ def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs
     rec["text_tokens"] = stage_shares(spec_prune, tt) if spec_prune is not None else {"text_tokens": int(tt.numel())}
     forced = dataclasses.replace(inputs, force_keep=tt)
     for p in args.pairs:
-        r = generate(pairs[p], None, args.prompt, cfg, inputs=forced)
+        r = generate(pairs[p], forced, cfg, prefill=shared.get(pairs[p], "specvlm"))
         rec["tau"][f"{p}/specvlm@text"] = list(rec["tau"][f"{p}/specvlm"])
         rec["identical"][f"{p}/specvlm@text"] = rec["identical"][f"{p}/specvlm"]
         rec["decode_s"][f"{p}/specvlm@text"] = rec["decode_s"][f"{p}/specvlm"]

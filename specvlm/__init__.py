@@ -2,11 +2,12 @@
 
 Main API::
 
-    from specvlm import load_pair, load_video, stream, generate, DecodeConfig
+    from specvlm import load_pair, load_video, prepare, stream, generate, DecodeConfig
     pair = load_pair("Qwen/Qwen2.5-VL-7B-Instruct")          # Self-SD
-    clip = load_video("clip.mp4")
-    for event in stream(pair, clip, "Describe this video.", DecodeConfig()):
+    inputs = prepare(pair, load_video("clip.mp4"), "Describe this video.")
+    for event in stream(pair, inputs, DecodeConfig()):
         ...
+    result = generate(pair, inputs, DecodeConfig(method="vanilla"))   # same inputs, another method
 
 Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201).
 """
@@ -22,7 +23,7 @@ from specvlm.threads import omp_env_defaults as _omp_env_defaults
 _os.environ.update(_omp_env_defaults())
 
 __all__ = ["DecodeConfig", "PruneConfig", "TreeConfig", "VideoConfig", "ConfigError",
-           "load_pair", "load_video", "stream", "generate"]
+           "load_pair", "load_video", "prepare", "stream", "generate"]
 
 
 def __getattr__(name: str):
@@ -30,6 +31,9 @@ def __getattr__(name: str):
     if name in ("stream", "generate"):
         from specvlm import decoding
         return getattr(decoding, name)
+    if name == "prepare":
+        from specvlm.inputs import prepare
+        return prepare
     if name == "load_pair":
         from specvlm.models import load_pair
         return load_pair

@@ -1,8 +1,10 @@
 """Vanilla and speculative decoding as streaming generators.
 
-``stream()`` is the main API: it yields one :class:`PrefillInfo`, then one
+``stream(pair, inputs, config)`` is the main API: given inputs from
+:func:`specvlm.inputs.prepare`, it yields one :class:`PrefillInfo`, then one
 :class:`StepEvent` per target forward (vanilla) or per verify step
-(speculative). ``generate()`` consumes it into a :class:`DecodeResult`.
+(speculative). ``generate()`` consumes it into a :class:`DecodeResult`. Both also
+take a clip and a prompt (``stream(pair, clip, prompt, config)``), preparing them first.
 
 The numbered comments in :func:`_stream_speculative` mirror DESIGN 4.1-4.10.
 No state is kept on model objects: caches and positions live in local state.
@@ -23,6 +25,7 @@ import torch
 from specvlm import kv
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
+from specvlm.inputs import VideoInput, as_clip, prepare, with_force_keep
 from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair, with_draft_inputs
 from specvlm.models.base import encode_video, video_lm_kwargs
@@ -30,7 +33,7 @@ from specvlm.pruning import prune
 from specvlm.regrid import map_keep
 from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
 from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
-from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent, VideoClip
+from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,9 @@ class TargetPrefill:
         last_logits: float (vocab,) target logits after the prompt (first token under sampling).
         side: float (S, V, D) the video tokens' side features (e.g. DeepStack), or None; reused,
             cut to the kept tokens, by a Self-SD draft.
+        draft_video: a Std-SD draft's own :func:`prompt_video` result (float (1, L, Dd)
+            embeddings, side features or None), when computed ahead to be shared by several
+            requests; None = computed by :func:`prefill_draft`.
     """
 
     cache: Any
@@ -132,6 +138,7 @@ class TargetPrefill:
     scores: torch.Tensor | None
     last_logits: torch.Tensor | None = None
     side: torch.Tensor | None = None
+    draft_video: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
 
 def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
@@ -165,7 +172,8 @@ def _score_hooks(lm: torch.nn.Module, sink: list[torch.Tensor]) -> list[Any]:
     return [layer.self_attn.register_forward_hook(hook) for layer in lm.layers]
 
 
-def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> TargetPrefill:
+def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
+                   video: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> TargetPrefill:
     """Two-pass target prefill: pass A up to the last video token, pass B the rest.
 
     A subtitle transcript after the video (:mod:`specvlm.prompting`) goes into pass A, so the
@@ -174,6 +182,10 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     Pass B runs with eager attention only when ``with_scores``; each layer's weights are reduced
     by a forward hook as soon as they exist, so memory stays O(heads x text x L) for one layer.
 
+    ``video`` (the target's :func:`prompt_video` result, e.g. ``(tp.embeds, tp.side)`` of an
+    earlier prefill of the same prompt) skips the video encoder, e.g. to prefill the same prompt
+    with and without scores.
+
     Raises:
         ValueError: the prompt has no video tokens.
         RuntimeError: the attention modules returned no weights under eager attention.
@@ -181,7 +193,7 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool) -> T
     model, ad = pair.target, pair.adapter
     if inputs.num_video_tokens == 0:
         raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
-    emb, side = prompt_video(model, ad, inputs)
+    emb, side = prompt_video(model, ad, inputs) if video is None else video
     L = emb.shape[1]
     last = int(inputs.video_index[-1])
     if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
@@ -242,6 +254,8 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
         emb[0, inputs.video_index.to(emb.device)] = feats.to(emb.dtype)
     elif pair.self_sd:
         emb = target.embeds
+    elif target.draft_video is not None:
+        emb, side = target.draft_video
     else:
         emb, side = prompt_video(draft, pair.draft_adapter, inputs)
     emb = emb[:, idx.to(emb.device)]
@@ -419,91 +433,103 @@ def for_draft(tokens: list[int], rows: int, substitute: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- streams
-VideoInput = VideoClip | str | os.PathLike
-"""What :func:`stream` and :func:`generate` take as the video: a clip, or a video file to load."""
+_CLIP_FORM = ("config", "prompt", "inputs", "subtitles", "subtitle_mode", "force_keep")
 
 
-def as_clip(pair: ModelPair, clip: VideoInput | None, inputs: ModelInputs | None = None) -> VideoClip | None:
-    """The request's clip: a path is loaded with :func:`specvlm.video.load_video`, a clip passes through.
+def _request(pair: ModelPair, first: Any, second: Any, more: tuple,
+             clip_form: dict) -> tuple[ModelInputs, DecodeConfig]:
+    """(inputs, config) of a :func:`stream` call in the prepared form or the clip form."""
+    unknown = sorted(set(clip_form) - set(_CLIP_FORM))
+    if unknown:
+        raise TypeError(f"stream() got unexpected keyword arguments {', '.join(unknown)}.")
+    if isinstance(first, ModelInputs):
+        config = clip_form.pop("config", second) or DecodeConfig()
+        if more or clip_form:
+            raise TypeError("stream(pair, inputs, config) takes prepared inputs and a config only: put prompt, "
+                            "subtitles and force_keep into specvlm.inputs.prepare(...).")
+        return (_draft_view(pair, first) if config.speculative else first), config
+    prompt = clip_form.pop("prompt", second)
+    config = clip_form.pop("config", more[0] if more else None) or DecodeConfig()
+    inputs = clip_form.pop("inputs", None)
+    force_keep = clip_form.pop("force_keep", None)
+    if inputs is None:
+        return prepare(pair, first, prompt, force_keep=force_keep, **clip_form), config
+    inputs = with_force_keep(inputs, force_keep)
+    if config.speculative:  # inputs prepared without the draft's own prompt: written from the clip
+        clip = None if first is None else as_clip(pair, first)
+        inputs = _draft_view(pair, inputs, clip, prompt, clip_form.get("subtitles"),
+                             clip_form.get("subtitle_mode", "both"))
+    return inputs, config
 
-    A path gets the default :class:`~specvlm.config.VideoConfig` (16 frames, ``max_pixels``
-    448 * 448), with ``even_frames`` when the model reads frames in pairs (Qwen2.5-VL), as the
-    CLI does; for other settings load the clip yourself and pass it.
 
-    Args:
-        pair: the models (for their frames per token).
-        clip: a VideoClip (frames uint8 (T, H, W, 3)), a video file path (str or PathLike), or
-            None when ``inputs`` is given.
-        inputs: prepared inputs; with them the clip is not needed and returned as is (not loaded).
-
-    Returns:
-        The VideoClip; with ``inputs``, ``clip`` unchanged.
+def _draft_view(pair: ModelPair, inputs: ModelInputs, clip: Any = None, prompt: str = "",
+                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
+    """``inputs`` as this pair's draft reads them: with the draft's own prompt where its video
+    geometry differs (written from ``clip`` when missing), without one where the draft reads the
+    target's prompt (e.g. a Self-SD pair made from a Std-SD pair's inputs).
 
     Raises:
-        TypeError: no clip without ``inputs``, or something that is neither a clip nor a path.
-        specvlm.video.VideoError: the file is missing or not a readable video.
+        ValueError: the draft needs its own prompt, it is missing and no clip was given.
     """
-    if inputs is not None:
-        return clip
-    if isinstance(clip, (str, os.PathLike)):
-        from specvlm.config import VideoConfig
-        from specvlm.video import load_video
-
-        return load_video(clip, VideoConfig(even_frames=pair.frames_per_token == 2))
-    if not hasattr(clip, "frames"):
-        raise TypeError(f"clip must be a VideoClip or a video file path, got {type(clip).__name__}; "
-                        "pass a path, or specvlm.video.load_video(path).")
-    return clip
+    if pair.draft_processor is None:
+        return inputs if inputs.draft_inputs is None else replace(inputs, draft_inputs=None)
+    return with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)
 
 
-def stream(pair: ModelPair, clip: VideoInput | None, prompt: str, config: DecodeConfig | None = None, *,
-           inputs: ModelInputs | None = None, should_stop: Callable[[], bool] | None = None,
-           record_trees: bool = False, subtitles: list | None = None,
-           subtitle_mode: str = "both", force_keep: torch.Tensor | None = None) -> Iterator[PrefillInfo | StepEvent]:
+def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
+           /, *more: Any, prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
+           record_trees: bool = False, **clip_form: Any) -> Iterator[PrefillInfo | StepEvent]:
     """Decode one request, streaming events.
+
+    Two forms, one path. Prepared: ``stream(pair, inputs, config)`` with inputs from
+    :func:`specvlm.inputs.prepare`. Clip: ``stream(pair, clip, prompt, config, subtitles=...,
+    subtitle_mode=..., force_keep=...)`` prepares them first (``inputs=`` skips that, with the
+    clip and prompt ignored).
 
     Args:
         pair: target + draft.
-        clip: sampled frames (VideoClip, frames uint8 (T, H, W, 3)), or a video file path loaded
-            with the default VideoConfig (:func:`as_clip`); ignored when ``inputs`` is given.
-        prompt: user text.
-        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults).
-        inputs: prepared inputs (skips the processor), e.g. from ``pair.adapter.prepare``.
+        inputs: prepared ModelInputs (or, in the clip form, a VideoClip or a video file path).
+        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults); in the
+            clip form the prompt, with the config after it.
+        prefill: a target prefill to reuse (:func:`prefill_target` on ``inputs.for_target()``,
+            with scores for the ``specvlm`` and ``attention`` methods); its KV cache is copied, so
+            one prefill serves any number of requests on the same inputs.
         should_stop: polled before every step; True ends the stream early.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
-        subtitles: cues put in the prompt as a timestamped transcript (ignored with ``inputs``).
-        subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``
-            (:mod:`specvlm.prompting`).
-        force_keep: int (F,) video-token indices (raster order of the video placeholders) the draft
-            must always keep, e.g. the tokens covering on-screen text (:func:`specvlm.inspect.text_tokens_from_truth`);
-            they take part of the keep budget (:func:`specvlm.pruning.select_video_tokens`). Overrides
-            ``inputs.force_keep``; ignored by vanilla.
+        **clip_form: ``subtitles``, ``subtitle_mode``, ``force_keep`` (see
+            :func:`specvlm.inputs.prepare`), ``inputs``, ``prompt``: clip form only.
 
     Yields:
         One PrefillInfo, then StepEvents (step 0 = the prefill token).
 
     Raises:
         ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
-            video (:class:`specvlm.video.VideoError`).
-        TypeError: ``clip`` is neither a VideoClip nor a path (and no ``inputs``).
+            video (:class:`specvlm.video.VideoError`); a ``prefill`` of other inputs or without
+            the scores the method needs.
+        TypeError: neither prepared inputs nor a VideoClip or path; arguments of the other form.
+
+    Source: docs/design.md §2 (one generator that the CLI, app and bench consume).
     """
-    config = config or DecodeConfig()
-    clip = as_clip(pair, clip, inputs)
     with torch.inference_mode():
-        t0 = time.perf_counter()
-        if inputs is None:
-            if subtitles:
-                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt, subtitles=subtitles,
-                                              subtitle_mode=subtitle_mode)
-            else:
-                inputs = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
-        if force_keep is not None:
-            inputs = replace(inputs, force_keep=torch.as_tensor(force_keep, dtype=torch.long).reshape(-1))
+        inputs, config = _request(pair, inputs, config, more, clip_form)
         if config.speculative:
-            inputs = with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)
-            yield from _stream_speculative(pair, inputs, config, t0, should_stop, record_trees)
+            yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
         else:
-            yield from _stream_vanilla(pair, inputs, config, t0, should_stop)
+            yield from _stream_vanilla(pair, inputs, config, prefill, should_stop)
+
+
+def _prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
+    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``."""
+    if reuse is None:
+        return prefill_target(pair, inputs, with_scores=with_scores)
+    held, L = kv.cache_length(reuse.cache), int(inputs.input_ids.shape[1])
+    if held != L:
+        raise ValueError(f"prefill holds {held} tokens but the target's prompt has {L}: make it with "
+                         "prefill_target(pair, inputs.for_target(), ...) for these inputs.")
+    if with_scores and reuse.scores is None:
+        raise ValueError("prefill has no attention scores, which this pruning method needs: make it with "
+                         "prefill_target(..., with_scores=True).")
+    return replace(reuse, cache=kv.clone_cache(pair.target, reuse.cache))
 
 
 def _subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
@@ -523,12 +549,12 @@ def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tenso
                                              margin=logit_margin(last_logits))
 
 
-def _stream_vanilla(pair, inputs, config, t0, should_stop):
+def _stream_vanilla(pair, inputs, config, reuse, should_stop):
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
     inputs = inputs.for_target()
     with Timer(dev) as t_pre:
-        tp = prefill_target(pair, inputs, with_scores=False)
+        tp = _prefill(pair, inputs, False, reuse)
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
@@ -548,13 +574,13 @@ def _stream_vanilla(pair, inputs, config, t0, should_stop):
                         margin=logit_margin(logits[-1]))
 
 
-def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
+def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     dev = pair.device
     method = config.prune.method
     t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
     with Timer(dev) as t_pre:
-        tp = prefill_target(pair, t_in, with_scores=method in SCORE_METHODS)
+        tp = _prefill(pair, t_in, method in SCORE_METHODS, reuse)
     # 4.3-4.6 pruning (pure)
     with Timer() as t_prune:
         pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
@@ -614,39 +640,49 @@ def _stream_speculative(pair, inputs, config, t0, should_stop, record_trees):
                         num_generated=len(em.ids), tree=rec)
 
 
-def generate(pair: ModelPair, clip: VideoInput | None, prompt: str, config: DecodeConfig | None = None,
-             **kwargs: Any) -> DecodeResult:
-    """Run :func:`stream` to the end and summarise it (DESIGN 4.12).
+def generate(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
+             /, *more: Any, **kwargs: Any) -> DecodeResult:
+    """Run :func:`stream` to the end and summarise it (docs/design.md §4.12).
 
     Args:
         pair: target + draft.
-        clip: a VideoClip, or a video file path loaded with the default VideoConfig
-            (:func:`as_clip`; not counted in ``total_s``); ignored when ``inputs`` is given.
-        prompt: user text.
-        config: decoding settings (default: SpecVLM, paper defaults).
-        **kwargs: passed to :func:`stream` (``inputs``, ``should_stop``, ``subtitles``, ...).
+        inputs: prepared ModelInputs (:func:`specvlm.inputs.prepare`), or in the clip form
+            ``generate(pair, clip, prompt, config, ...)`` a VideoClip or a video file path (a path
+            is loaded with the default VideoConfig, not counted in ``total_s``).
+        config: decoding settings (default: SpecVLM, paper defaults); the prompt in the clip form.
+        *more: the config in the clip form.
+        **kwargs: passed to :func:`stream` (``prefill``, ``should_stop``, ``record_trees``; in the
+            clip form also ``subtitles``, ``subtitle_mode``, ``force_keep``, ``inputs``).
 
     Returns:
         DecodeResult: ids, text, τ (mean accepted length excluding the bonus token),
         tokens per target forward, decode time (s, excludes prefill/scoring/pruning/draft
-        prefill), end-to-end time (s), tokens/s over decode time, per-step accept lengths.
+        prefill), end-to-end time (s, including preparing the prompt in the clip form), tokens/s
+        over decode time, per-step accept lengths, and for vanilla the per-token logit margins.
 
     Raises:
         ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
             video (:class:`specvlm.video.VideoError`).
-        TypeError: ``clip`` is neither a VideoClip nor a path (and no ``inputs``).
+        TypeError: neither prepared inputs nor a VideoClip or path.
     """
-    config = config or DecodeConfig()
-    clip = as_clip(pair, clip, kwargs.get("inputs"))
+    if isinstance(inputs, (str, os.PathLike)) and kwargs.get("inputs") is None:
+        inputs = as_clip(pair, inputs)
     t0 = time.perf_counter()
+    run = {k: kwargs.pop(k) for k in ("prefill", "should_stop", "record_trees") if k in kwargs}
+    inputs, config = _request(pair, inputs, config, more, kwargs)
     steps: list[StepEvent] = []
     info: PrefillInfo | None = None
-    for ev in stream(pair, clip, prompt, config, **kwargs):
+    for ev in stream(pair, inputs, config, **run):
         if isinstance(ev, PrefillInfo):
             info = ev
         else:
             steps.append(ev)
-    total = time.perf_counter() - t0
+    return _summary(pair, config, info, steps, time.perf_counter() - t0)
+
+
+def _summary(pair: ModelPair, config: DecodeConfig, info: PrefillInfo | None, steps: list[StepEvent],
+             total: float) -> DecodeResult:
+    """A DecodeResult from a finished stream's events; ``total`` = end-to-end seconds."""
     ids = [t for s in steps for t in s.token_ids]
     verify_steps = [s for s in steps if s.step > 0]
     accept = [s.accept_length for s in verify_steps] if config.speculative else []

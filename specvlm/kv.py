@@ -18,6 +18,22 @@ def new_cache(model) -> DynamicCache:
     return prealloc_cache(model)
 
 
+def clone_cache(model, cache: DynamicCache) -> DynamicCache:
+    """A new cache for ``model`` holding a copy of every token in ``cache`` (the original is untouched).
+
+    Args:
+        model: the model the cache belongs to (for :func:`new_cache`).
+        cache: per layer keys / values (B, kv_heads, L, head_dim).
+
+    Returns:
+        An independent cache of the same L tokens.
+    """
+    out = new_cache(model)
+    for i, layer in enumerate(cache.layers):
+        out.update(layer.keys.clone(), layer.values.clone(), i)
+    return out
+
+
 def cache_length(cache: DynamicCache) -> int:
     """Tokens currently held (L)."""
     return int(cache.get_seq_length())

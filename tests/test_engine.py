@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import make_clip
+from specvlm import kv
 from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
 from specvlm.decoding import generate, stream
 from specvlm.models import TokenizerMismatchError, pair_from_models
@@ -238,3 +239,33 @@ def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs,
     runner.feed_nodes([0], fork)
     runner.feed_nodes([1], fork)
     assert masks[0] is None and masks[1] is not None and masks[1].shape[-1] == runner.base + 2
+
+
+@pytest.mark.parametrize("mode", ["self", "std"])
+def test_prepared_inputs_and_a_shared_prefill_give_the_same_tokens(pairs, vanilla, mode):
+    """prepare() once, prefill the target once, decode several methods: the tokens do not change."""
+    from specvlm.decoding import prefill_target, prompt_video
+    from specvlm.inputs import prepare
+
+    pair = pairs[("qwen", mode)]
+    inputs = prepare(pair, make_clip(), PROMPT)
+    assert generate(pair, inputs, _cfg()).token_ids == vanilla["qwen"].token_ids
+    with torch.inference_mode():
+        scored = prefill_target(pair, inputs.for_target(), with_scores=True)
+        plain = prefill_target(pair, inputs.for_target(), with_scores=False, video=(scored.embeds, scored.side))
+        if mode == "std":
+            scored.draft_video = prompt_video(pair.draft, pair.draft_adapter, inputs)
+    held = kv.cache_length(scored.cache)
+    for method, tp in [("specvlm", scored), ("random", plain), ("specvlm", scored), ("vanilla", plain)]:
+        res = generate(pair, inputs, _cfg(method), prefill=tp)
+        assert res.token_ids == vanilla["qwen"].token_ids, method
+    assert kv.cache_length(scored.cache) == kv.cache_length(plain.cache) == held   # copied, never extended
+    events = list(stream(pair, inputs, config=_cfg("specvlm", n=8), prefill=scored))
+    assert [t for e in events[1:] for t in e.token_ids] == vanilla["qwen"].token_ids[:8]
+    with pytest.raises(ValueError, match="no attention scores"):
+        generate(pair, inputs, _cfg("specvlm"), prefill=plain)
+    other = prepare(pair, make_clip(12), PROMPT)
+    with pytest.raises(ValueError, match="prefill holds"):
+        generate(pair, other, _cfg(), prefill=plain)
+    with pytest.raises(TypeError, match="prepared inputs and a config only"):
+        next(stream(pair, inputs, _cfg(), subtitles=[]))

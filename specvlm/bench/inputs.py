@@ -69,11 +69,13 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
     if limit is not None and num_tokens >= limit:
         raise BenchError(f"{num_tokens} video tokens: the target's max_position_embeddings is {limit}; ask for "
                          "fewer video tokens (leave room for the prompt and the answer).")
+    from specvlm.inputs import prepare
+
     k = max(1, int(pair.frames_per_token))
     counts = []
     for t in (2 * k, 4 * k):
         clip = frames_to_clip(_synthetic_frames(t, side, seed), fps)
-        counts.append(pair.adapter.prepare(pair.processor, pair.target, clip, "probe").num_video_tokens)
+        counts.append(prepare(pair, clip, "probe").num_video_tokens)
     per_frame = (counts[1] - counts[0]) / (2 * k)
     if per_frame <= 0:
         raise BenchError("the processor's video token count does not grow with the number of frames.")

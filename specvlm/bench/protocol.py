@@ -53,7 +53,9 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
     Returns:
         One summary dict per method with the keys of :data:`METHOD_FIELDS`.
     """
-    inputs = pair.adapter.prepare(pair.processor, pair.target, inp.clip, inp.prompt)
+    from specvlm.inputs import prepare
+
+    inputs = prepare(pair, inp.clip, inp.prompt)
     enc = hf_inputs(pair, inp, inputs) if set(settings.methods) & set(PEERS) else None
     memory: dict[str, dict] = {}
     base = rss_mb() or True   # one CPU base for every method's peak (the resident set drifts up)

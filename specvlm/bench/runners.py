@@ -65,7 +65,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
     run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
     cfg = replace(config, method=base)
     with memory_probe(pair, memory) as mem:
-        res = generate(run_pair, None, "", cfg, inputs=inputs)
+        res = generate(run_pair, inputs, cfg)
     info, n = res.prefill, len(res.token_ids)
     steps = len(res.accept_lengths) if cfg.speculative else max(len(res.steps) - 1, 0)
     d_len = info.num_draft_prompt_tokens if cfg.speculative else None
