@@ -24,6 +24,6 @@ run: $(STAMP)
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
-# Real-width models with 1 decoder layer (~8 GB RAM, minutes): not part of `make test`.
+# Real-width models with 1 decoder layer (~9.5 GB RAM, ~5 CPU-minutes): not part of `make test`.
 test-real-dims: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m real_dims tests/test_real_dims.py

@@ -5,7 +5,7 @@ vision geometry are the checkpoints' (:mod:`specvlm.realdims`); only the depth i
 decoder layer, 2 vision blocks) and the weights are random. On a short clip, greedy vanilla
 decoding, SpecVLM, SD-Tree and ``model.generate()`` must give the same tokens in float32.
 
-These tests need ~8 GB of RAM and a few minutes, so they are marked ``real_dims`` and left out
+These tests need ~9.5 GB of RAM and ~5 CPU-minutes, so they are marked ``real_dims`` and left out
 of the default run: ``python -m pytest -m real_dims tests/test_real_dims.py``.
 
 Source: docs/design.md §4.11 (lossless), §7 (tiny models); SpecVLM (arXiv 2508.16201) Sec. 4.1.
