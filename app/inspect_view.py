@@ -110,11 +110,24 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
     fig.add_trace(go.Scatter(x=x, y=running, name="running τ", mode="lines", hoverinfo="skip",
                              line=dict(color="rgb(37,99,235)", width=2)))
     depth = int(record.settings.get("tree", {}).get("depth", 0) or 0)
-    fig.update_layout(title=f"{title} · τ = {record.tau:.2f}", height=300, bargap=0.1, clickmode="event",
+    top = max(float(a.max()), depth)
+    for n in range(int(min(top, len(ACCEPT_COLOURS) - 1)) + 1):  # legend entries: accepted length -> colour
+        fig.add_trace(go.Bar(x=[None], y=[None], name=f"accepted {n}", marker_color=accept_colour(n),
+                             showlegend=True, hoverinfo="skip", legendgroup="colours"))
+    fig.data[0].showlegend = False  # the coloured entries explain the bars
+    fig.update_layout(title=f"{title} · τ = {record.tau:.2f}", height=340, bargap=0.1, clickmode="event",
                       margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step", yaxis_title="accepted",
-                      yaxis_range=[0, max(float(a.max()), depth) + 0.5],
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
+                      yaxis_range=[0, top + 0.5], barmode="overlay",
+                      xaxis=dict(tickformat="d", dtick=_dtick(len(x)), tick0=x[0]),
+                      yaxis=dict(tickformat="d", dtick=1),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right",
+                                  title_text="bar colour:"))
     return fig
+
+
+def _dtick(n: int) -> int:
+    """Whole-number tick spacing for ``n`` steps (about ten ticks, never fractional)."""
+    return max(1, -(-n // 10))
 
 
 # --------------------------------------------------------------------------- tree
@@ -156,13 +169,15 @@ def tree_html(tree: StepTree) -> str:
     where = {None: "the accepted path reached a leaf: the draft was right as far as it drafted",
              -1: "at the root: the target rejected every first token"}.get(
         tree.diverged_at, f"after node {tree.diverged_at}")
+    target = (f'the output ended here (end of text or the token budget), so the rest of the tree was not used'
+              if tree.ended else f'target token <b style="color:#c2410c;{_MONO}">{_visible(tree.target_text)}</b> '
+              f'({where})')
     head = (f'<div style="margin-bottom:0.4em"><b>Step {tree.step}</b> · accepted {tree.accept_length} · '
-            f'{len(tree.nodes)} drafted nodes · target token <b style="color:#c2410c;{_MONO}">'
-            f'{_visible(tree.target_text)}</b> ({where})<br>accepted text: <span style="{_MONO}">'
+            f'{len(tree.nodes)} drafted nodes · {target}<br>accepted text: <span style="{_MONO}">'
             f'{accepted or "∅"}</span></div>')
     root = (f'<span class="tree-root" style="background:#dbeafe;border-radius:4px;padding:0 0.35em;{_MONO}">'
             f'{_visible(tree.root_text)}</span> <span style="opacity:0.7;font-size:0.8em">(root)</span>')
-    if tree.diverged_at == -1:
+    if tree.diverged_at == -1 and not tree.ended:
         root += f' <span class="tree-target" style="color:#c2410c">target: <b>{_visible(tree.target_text)}</b></span>'
     return f'<div class="specvlm-tree">{head}{root}{sub(-1)}</div>'
 

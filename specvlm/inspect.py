@@ -379,6 +379,8 @@ class StepTree:
         diverged_at: node index whose children were all rejected (-1 = the root), or None when the
             accepted path ran to a leaf (the draft was right as far as it drafted).
         accept_length: accepted draft tokens emitted at this step.
+        ended: the output ended inside this step (EOS or ``max_new_tokens``): ``accepted_path`` is cut
+            exactly like the emitted tokens and ``target_token`` (the target's next token) was not emitted.
     """
 
     step: int
@@ -390,6 +392,7 @@ class StepTree:
     target_text: str
     diverged_at: int | None
     accept_length: int
+    ended: bool = False
 
 
 def _token_text(record: RunRecord, tokenizer: Any, tok: int | None) -> str:
@@ -425,9 +428,12 @@ def step_tree(record: RunRecord, step: int, tokenizer: Any = None) -> StepTree:
     t = s.tree
     toks, pars, lps = t["tokens"], t["parents"], t["draft_logprobs"]
     path, bonus = list(t["accepted_nodes"]), int(t["target_token"])
+    ended = len(s.token_ids) < len(path) + 1  # EOS / the token budget cut this step's tokens
+    if ended:  # show what was emitted, no more: the accepted path is cut like the output
+        path = path[:len(s.token_ids)]
     on_path = set(path)
     last = path[-1] if path else -1
-    has_children = last in set(pars)
+    has_children = last in set(pars) and not ended
     txt = lambda tok: _token_text(record, tokenizer, tok)  # noqa: E731
     nodes = []
     for i, (tok, par, lp) in enumerate(zip(toks, pars, lps)):
@@ -436,13 +442,13 @@ def step_tree(record: RunRecord, step: int, tokenizer: Any = None) -> StepTree:
         p = par
         while p >= 0:
             depth, p = depth + 1, pars[p]
-        div = par == last and i not in on_path
+        div = par == last and i not in on_path and not ended
         nodes.append(TreeNodeView(i, par, depth, int(tok), txt(tok), math.exp(min(0.0, lp - base)), math.exp(lp),
                                   i in on_path, div, bonus if div else None, txt(bonus) if div else None))
     prev = rows[pos - 1] if pos > 0 else None
     root = prev.token_ids[-1] if prev is not None and prev.token_ids else None
     return StepTree(s.step, root, txt(root), nodes, path, bonus, txt(bonus), last if has_children else None,
-                    s.accept_length)
+                    s.accept_length, ended)
 
 
 # --------------------------------------------------------------------------- on-screen text

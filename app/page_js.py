@@ -1,0 +1,95 @@
+"""Browser-side hooks of the page (run once on load) and its small style sheet.
+
+* The video box takes every format the reader decodes (:data:`VIDEO_EXTENSIONS`, e.g. GIF, MKV, AVI):
+  Gradio's video upload checks the browser's MIME type against ``video/*``, and a GIF is
+  ``image/gif``, so such files are handed to it re-typed as ``video/<ext>`` (same bytes).
+* The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
+  preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
+* Run brings the live panels into view.
+* The heatmap captions wrap instead of being cut off.
+
+Source: docs/design.md §1 (the app), §8 (Gradio traps).
+"""
+from __future__ import annotations
+
+import json
+
+VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".mpg", ".mpeg", ".ts", ".flv",
+                    ".wmv", ".3gp", ".ogv")
+"""File types the video box accepts: every container the video reader decodes (FFmpeg through PyAV)."""
+
+PAGE_CSS = """
+#heatmaps .caption-label, #heatmaps figcaption, #heatmaps .caption { white-space: normal !important;
+  overflow: visible !important; text-overflow: clip !important; height: auto !important; line-height: 1.25; }
+#heatmaps .thumbnail-item { height: auto !important; }
+#video-note:empty { display: none; }
+"""
+"""Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room."""
+
+
+def page_js() -> str:
+    """The JavaScript function (as ``demo.load(None, js=...)`` runs it) that installs the hooks."""
+    return _JS.replace("__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
+        "__CSS__", json.dumps(PAGE_CSS))
+
+
+SCROLL_JS = """
+() => {
+  const el = document.getElementById('live-panels');
+  if (el) el.scrollIntoView({behavior: 'instant', block: 'start'});
+}
+"""
+"""Run's browser-side step: scroll the two live panels to the top of the window."""
+
+_JS = """
+() => {
+  if (window.__specvlmHooks) return;
+  window.__specvlmHooks = true;
+  const EXTS = __EXTS__;
+  const style = document.createElement('style');
+  style.textContent = __CSS__;
+  document.head.appendChild(style);
+  const inBox = (el) => el && el.closest && el.closest('#video');
+  const ext = (f) => (f.name.split('.').pop() || '').toLowerCase();
+  const retype = (f) => (EXTS.includes(ext(f)) && !f.type.startsWith('video/'))
+      ? new File([f], f.name, {type: 'video/' + ext(f), lastModified: f.lastModified}) : f;
+  const retyped = (files) => {
+    const list = Array.from(files || []);
+    if (!list.some((f) => retype(f) !== f)) return null;
+    const dt = new DataTransfer();
+    list.forEach((f) => dt.items.add(retype(f)));
+    return dt;
+  };
+  document.addEventListener('change', (ev) => {
+    const t = ev.target;
+    if (!(t instanceof HTMLInputElement) || t.type !== 'file' || !inBox(t)) return;
+    const dt = retyped(t.files);
+    if (dt) t.files = dt.files;
+  }, true);
+  document.addEventListener('drop', (ev) => {
+    if (!inBox(ev.target) || !ev.dataTransfer || ev.__specvlm) return;
+    const dt = retyped(ev.dataTransfer.files);
+    if (!dt) return;
+    ev.preventDefault();
+    ev.stopImmediatePropagation();
+    const again = new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true});
+    again.__specvlm = true;
+    ev.target.dispatchEvent(again);
+  }, true);
+  const accept = () => document.querySelectorAll('#video input[type=file]').forEach((i) => {
+    const want = 'video/*,' + EXTS.map((e) => '.' + e).join(',');
+    if (i.accept !== want) i.accept = want;
+  });
+  new MutationObserver(accept).observe(document.body, {childList: true, subtree: true});
+  accept();
+  document.addEventListener('error', (ev) => {
+    const v = ev.target;
+    if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;
+    ev.stopImmediatePropagation();  // no red "Video not playable" toast: the server sends a playable preview
+    const note = document.querySelector('#video-note');
+    if (note && !note.dataset.preview) {
+      note.dataset.pending = '1';
+    }
+  }, true);
+}
+"""
