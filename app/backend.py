@@ -15,6 +15,7 @@ Source: docs/design.md §1-3; §8 (Gradio traps); §9 (ZeroGPU).
 """
 from __future__ import annotations
 
+import filecmp
 import logging
 import threading
 from collections import OrderedDict
@@ -26,7 +27,7 @@ from app import uploads
 from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
-from app.view import RunView, final_status
+from app.view import RunView, comparison_json, final_status
 from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, gpu_function, handle_failure
 
 __all__ = ["Backend", "parse_model_spec", "shown_name", "WORKER_PREFIX"]
@@ -199,6 +200,10 @@ class Backend:
             self._pairs[key] = pair
             return pair
 
+    def is_loaded(self, target: str, draft: str | None) -> bool:
+        """True when this pair is already in the cache (a Run starts decoding at once)."""
+        return (target, draft, self.device, self.dtype) in self._pairs
+
     def preload(self, preset: str | None = None) -> str:
         """Load a preset's pair now (app start), so the first Run's GPU window is spent decoding.
 
@@ -282,14 +287,26 @@ class Backend:
 
     # ---- the comparison --------------------------------------------------------------------
 
+    def run_json(self, request: RunRequest, *, session: str | None = None) -> dict[str, Any]:
+        """Run the comparison to the end and return it as one JSON-ready object
+        (:func:`app.view.comparison_json`; errors are returned in it, never raised)."""
+        views: list[RunView] = []
+        error, stopped = None, False
+        for upd in self.run(request, session=session, views=views):
+            error = upd.get("error", error)
+            stopped = stopped or str(upd.get("status", "")).startswith("**Stopped.**")
+        return comparison_json(views[0] if views and views[0].started else None, error, stopped)
+
     def run(self, request: RunRequest, *, session: str | None = None,
-            progress: Callable[[float, str], None] | None = None) -> Iterator[dict[str, Any]]:
+            progress: Callable[[float, str], None] | None = None,
+            views: list[RunView] | None = None) -> Iterator[dict[str, Any]]:
         """Run vanilla then speculative decoding on the same input, yielding UI updates.
 
         Args:
             request: the uploads, prompt and settings.
             session: session id for Stop (one run per session; a second Run ends the first).
             progress: ``progress(fraction, description)`` for load / frames / prefill.
+            views: a list the run's :class:`RunView` is appended to (for :meth:`run_json`).
 
         Yields:
             Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure). Errors
@@ -302,7 +319,7 @@ class Backend:
         if prev is not None:
             prev.set()
         self._stops[sid] = stop
-        views: list[RunView] = []
+        views = [] if views is None else views
         failure, free = None, False
         try:
             try:
@@ -321,8 +338,11 @@ class Backend:
     def _run(self, request: RunRequest, stop: threading.Event, progress: Callable[[float, str], None],
              views: list[RunView]) -> Iterator[dict[str, Any]]:
         job, view, name = self.prepare(request)
-        progress(0.05, f"Loading model {name}")
-        yield {"status": f"Loading model **{name}** (first time only)…"}
+        if not self.is_loaded(*job.model):
+            local = all(Path(m).is_dir() for m in job.model if m)
+            what = "Loading" if local else "Downloading (first time only) and loading"
+            progress(0.05, f"{what} model {name}")
+            yield {"status": f"{what} model **{name}**… (progress above; large models take minutes)"}
         self.get_pair(*job.model)
         if stop.is_set():
             yield {"status": final_status(True)}
@@ -361,7 +381,8 @@ class Backend:
                      subtitle_mode=mode, truth=truth, record_meta=meta)
         label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
         view = RunView(label, dec, mode=request.heatmap_mode, notes=notes, prompt_note=prompt_note,
-                       forced_requested=truth is not None, plot_interval_s=self.plot_interval_s)
+                       forced_requested=truth is not None, plot_interval_s=self.plot_interval_s,
+                       caveat=synthetic_caveat(target, path))
         return job, view, name
 
     def _extras(self, request: RunRequest) -> tuple[list[Any], str, dict[str, Any] | None, list[str]]:
@@ -398,17 +419,59 @@ class Backend:
 
 
 def _model_error(target: str, draft: str | None, e: BaseException, oom: bool) -> str:
-    """One readable sentence for a model that failed to load."""
+    """One readable sentence for a model that failed to load (a family problem names every supported family)."""
     what = f"model {target!r}" + (f" with draft {draft!r}" if draft else "")
     text = str(e)
     if oom:
         return f"Could not load {what}: out of memory. Pick a smaller model or free the GPU."
     if "trust_remote_code" in text or "custom code" in text:
         return (f"Could not load {what}: it needs custom code from its repository (trust_remote_code), which this "
-                "app never runs. Use a Qwen2.5-VL or LLaVA-OneVision checkpoint that transformers supports natively.")
+                f"app never runs. Use a checkpoint of a supported family ({families_text()}) that transformers "
+                "supports natively.")
     if type(e).__name__ in ("ModelLoadError", "TokenizerMismatchError"):
-        return f"Could not load {what}: " + text.removeprefix(f"could not load model {target!r}: ")
+        msg = f"Could not load {what}: " + text.removeprefix(f"could not load model {target!r}: ")
+        if "has type" in text or "not supported" in text:
+            msg = f"{msg.rstrip('.')}. Supported families: {families_text()}."
+        return msg
     return f"Could not load {what}: {type(e).__name__}: {text}"
+
+
+def families_text() -> str:
+    """'Qwen2.5-VL, LLaVA-OneVision, Qwen3-VL, SmolVLM2': every family with an adapter (from the registry)."""
+    try:
+        from specvlm.models.base import supported_families
+        return ", ".join(supported_families())
+    except ImportError:
+        return "see the README"
+
+
+SYNTHETIC_CAVEAT = ("**This model only knows synthetic shape videos** (coloured shapes moving on a plain background): "
+                    "on another video its description is a shapes-style caption, not a real one. For a real "
+                    "description pick a real preset (SmolVLM2 runs on a CPU and downloads from the Hub).")
+"""The summary's caveat when the bundled pair describes a video that is not one of its synthetic clips."""
+
+
+def synthetic_caveat(target: str, video: str, clips: Path | None = None) -> str:
+    """:data:`SYNTHETIC_CAVEAT` when ``target`` is the bundled model and ``video`` is not (a copy of) one of the
+    bundled synthetic clips in ``clips`` (default ``assets/videos``), else ""."""
+    try:
+        from specvlm.models.presets import BUNDLED_TARGET
+        if Path(target).resolve() != Path(BUNDLED_TARGET).resolve():
+            return ""
+    except (ImportError, OSError):
+        return ""
+    if clips is None:
+        from specvlm import assets
+        clips = assets.path("videos")
+    folder = Path(clips)
+    try:
+        size = Path(video).stat().st_size
+        known = [p for p in folder.glob("*.mp4") if p.stat().st_size == size]
+        if any(filecmp.cmp(p, video, shallow=False) for p in known):
+            return ""
+    except OSError:
+        return ""
+    return SYNTHETIC_CAVEAT
 
 
 def _mmss(t: float) -> str:

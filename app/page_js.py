@@ -19,9 +19,8 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 """File types the video box accepts: every container the video reader decodes (FFmpeg through PyAV)."""
 
 PAGE_CSS = """
-#heatmaps .caption-label, #heatmaps figcaption, #heatmaps .caption { white-space: normal !important;
-  overflow: visible !important; text-overflow: clip !important; height: auto !important; line-height: 1.25; }
-#heatmaps .thumbnail-item { height: auto !important; }
+#heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
+  text-overflow: clip !important; line-height: 1.25; }
 #video-note:empty { display: none; }
 """
 """Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room."""
@@ -86,10 +85,6 @@ _JS = """
     const v = ev.target;
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;
     ev.stopImmediatePropagation();  // no red "Video not playable" toast: the server sends a playable preview
-    const note = document.querySelector('#video-note');
-    if (note && !note.dataset.preview) {
-      note.dataset.pending = '1';
-    }
   }, true);
 }
 """

@@ -9,6 +9,7 @@ import logging
 import shutil
 import tempfile
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,18 +17,21 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from app import plots
+from app import plots, preview
 from app.backend import Backend
 from app.inspect_view import build_inspect_tab
+from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
                           TREE_SHAPES, RunRequest, RunSettings, UserError)
 from app.uploads import UploadJanitor
-from app.view import OUTPUT_KEYS, pick_heatmaps
+from app.view import OUTPUT_KEYS, blank_outputs, comparison_json, pick_heatmaps
 from specvlm import assets
 
 log = logging.getLogger(__name__)
 
 EXAMPLES_DIR = assets.path("videos")
+MAX_PREVIEWS = 1000
+"""Preview -> upload entries remembered (the oldest are forgotten first)."""
 GPU_QUEUE = "gpu"
 """concurrency_id shared by every event that runs models: one decode at a time per device."""
 
@@ -95,7 +99,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             ``ThreadChoice.describe()`` and a model-loading note).
 
     Returns:
-        The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare``, Stop as ``/stop``.
+        The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare`` (the page's outputs)
+        and ``/compare_json`` (one JSON object, :func:`app.view.comparison_json`), Stop as ``/stop``.
         ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
         ``demo.specvlm_janitor`` is the upload janitor.
     """
@@ -121,6 +126,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             c["record"] = gr.State(None)
             c["inspect"] = build_inspect_tab(c["record"])
         c["footer"] = gr.Markdown(f"<small>{footer}</small>" if footer else "", elem_id="footer")
+        c["json"] = gr.JSON(label="Comparison (JSON)", visible=False, elem_id="comparison-json")
+        c["json_run"] = gr.Button("Compare (JSON)", visible=False, elem_id="compare-json")
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
         _wire(backend, c, janitor, demo, scratch_dir)
@@ -207,6 +214,9 @@ def _input_column(backend: Backend) -> dict[str, Any]:
     return dict(
         video=gr.Video(label="Video", sources=["upload"], format=None, include_audio=True, elem_id="video",
                        height=300),
+        video_note=gr.Markdown("", elem_id="video-note"),
+        formats_md=gr.Markdown(f"<small>Accepted: {', '.join(e.lstrip('.').upper() for e in VIDEO_EXTENSIONS)} "
+                               "(any codec FFmpeg reads).</small>", elem_id="video-formats"),
         limits_md=gr.Markdown(limits.describe() if limits else "", elem_id="limits"),
         prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
                           max_length=limits.max_prompt_chars if limits else None),
@@ -229,7 +239,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
     c: dict[str, Any] = dict(
         preset=gr.Dropdown(backend.preset_names(), value=d.preset, label="Model preset", elem_id="preset"),
         preset_md=gr.Markdown(backend.preset_info(d.preset)[0], elem_id="preset-info"),
-        custom=gr.Textbox(label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
+        custom=gr.Textbox(value="", label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
                           placeholder="overrides the preset when filled", elem_id="custom-model"),
     )
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
@@ -241,9 +251,9 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                elem_id="top-p")
         c["tree"] = gr.Radio(list(TREE_SHAPES), value=d.tree_shape, label="Draft tree", elem_id="tree")
         with gr.Row():
-            c["depth"] = gr.Slider(1, 16, value=d.depth, step=1, label="Depth", elem_id="depth")
-            c["top_k"] = gr.Slider(1, 16, value=d.top_k, step=1, label="Top-k", elem_id="top-k")
-            c["total"] = gr.Slider(1, 128, value=d.total_tokens, step=1, label="Total tokens",
+            c["depth"] = gr.Slider(1, 16, value=d.depth, step=1, precision=0, label="Depth", elem_id="depth")
+            c["top_k"] = gr.Slider(1, 16, value=d.top_k, step=1, precision=0, label="Top-k", elem_id="top-k")
+            c["total"] = gr.Slider(1, 128, value=d.total_tokens, step=1, precision=0, label="Total tokens",
                                    elem_id="total-tokens")
         c["min_prob"] = gr.Slider(0.0, 0.95, value=d.min_prob, step=0.05, label="Early stop (min draft probability)",
                                   info="dynamic and chain trees: stop drafting deeper once the best path's cumulative "
@@ -253,9 +263,9 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         max_frames = limits.max_frames if limits else 256
         max_new = limits.max_new_tokens if limits else 1024
         with gr.Row():
-            c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, label="Frames",
-                                    elem_id="frames")
-            c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1,
+            c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
+                                    label="Frames", elem_id="frames")
+            c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
                                      label="Max new tokens", elem_id="max-new-tokens")
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature",
@@ -265,56 +275,61 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     with gr.Row():
         c["run"] = gr.Button("Run", variant="primary", elem_id="run")
-        c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop")
-    c["status"] = gr.Markdown("Ready.", elem_id="status")
+        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # variant "stop" while a run is active
+    c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     return c
 
 
 def _output_section() -> dict[str, Any]:
     """The two streaming panels, summary, charts and the heatmap gallery."""
     c: dict[str, Any] = {}
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="live-panels"):
         with gr.Column():
             gr.Markdown("### Vanilla")
-            c["vanilla_stats"] = gr.Markdown(elem_id="vanilla-stats")
-            c["vanilla_html"] = gr.HTML(plots.plain_text_html("", "waiting…"), elem_id="vanilla-text")
+            c["vanilla_stats"] = gr.Markdown(label="Vanilla stats", elem_id="vanilla-stats")
+            c["vanilla_html"] = gr.HTML(plots.plain_text_html("", "waiting…"), label="Vanilla text",
+                                        elem_id="vanilla-text")
         with gr.Column():
             gr.Markdown("### SpecVLM")
-            c["spec_stats"] = gr.Markdown(elem_id="spec-stats")
+            c["spec_stats"] = gr.Markdown(label="SpecVLM stats", elem_id="spec-stats")
             gr.HTML(plots.tokens_legend_html())
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
-                                     elem_id="spec-text")
-    c["summary"] = gr.Markdown(elem_id="summary")
+                                     label="SpecVLM text", elem_id="spec-text")
+    c["summary"] = gr.Markdown(label="Summary", elem_id="summary")
     with gr.Row():
         c["accept_plot"] = gr.Plot(label="Accepted length per step", elem_id="accept-plot")
         c["time_plot"] = gr.Plot(label="Tokens over time", elem_id="time-plot")
     gr.Markdown("### Which video tokens the draft sees")
     c["hm_mode"] = gr.Radio(list(HEATMAP_MODES), value="Pruning stages", label="Heatmap", elem_id="heatmap-mode")
-    c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), elem_id="heatmap-legend")
-    c["gallery"] = gr.Gallery(label="Sampled frames with the video-token grid", columns=6, height="auto",
+    c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), label="Heatmap legend",
+                                  elem_id="heatmap-legend")
+    c["gallery"] = gr.Gallery(label="Sampled frames with the video-token grid", columns=4, height="auto",
                               object_fit="contain", format="png", elem_id="heatmaps")
     c["heatmaps"] = gr.State(None)
     return c
 
 
-def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None) -> None:
+def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None,
+              previews: dict[str, str]) -> None:
     """Run (shared GPU queue, one at a time; named ``/compare`` inputs with defaults, built into a
-    :class:`RunRequest`) and Stop (own queue; it also cancels the Run event, which closes the worker)."""
+    :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue; it
+    also cancels the Run event, which closes the worker). ``previews`` maps a player preview's file
+    name to the upload it stands for."""
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in COMPARE_INPUTS]
 
     d = backend.default_settings()
 
-    def compare(video=None, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
+    def compare(video, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
                 drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
                 total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
                 temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
                 subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
-                request: gr.Request = None, progress=gr.Progress()):
+                request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
         """Run vanilla then speculative decoding and stream both panels (inputs: :data:`COMPARE_INPUTS`,
-        each with a default but the video)."""
+        each with a default but the video). Model downloads and loading show their progress."""
         named = dict(locals())
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         with janitor.using([req.video, req.srt, req.truth]), request_scratch(scratch_dir) as tmp, \
                 contextlib.closing(backend.run(req, session=session,
@@ -323,11 +338,26 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                 err = upd.pop("error", None)
                 if err:
                     gr.Warning(err)
+                    upd = blank_outputs() | upd  # API clients get plain values for every output
                 if "gallery" in upd:
                     upd["gallery"] = gallery_files(upd["gallery"], tmp)
                 if upd.get("record", "") is None:  # no new record: Inspect keeps the last one
                     upd["record"] = gr.skip()
                 yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
+
+    def compare_json(video, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
+                     drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
+                     total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
+                     temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
+                     subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
+                     request: gr.Request = None) -> dict[str, Any]:
+        """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
+        both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
+        accepted lengths and kept video-token counts; ``error`` holds a readable message when it failed."""
+        named = dict(locals())
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        with janitor.using([req.video, req.srt, req.truth]):
+            return backend.run_json(req, session=getattr(request, "session_hash", None))
 
     def stop(request: gr.Request):
         """End the session's Run: its worker is closed, which ends the decode loop at its next step (the
@@ -343,18 +373,28 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
 
     run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
                                concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
+    run_event.then(_stop_idle, None, c["stop"], api_visibility="private", concurrency_id="ui", concurrency_limit=None,
+                   show_progress="hidden")
+    c["run"].click(_stop_active, None, c["stop"], js=SCROLL_JS, api_visibility="private", concurrency_id="ui",
+                   concurrency_limit=None, show_progress="hidden")
+    c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
+                        concurrency_id=GPU_QUEUE, concurrency_limit=1)
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
                     show_progress="hidden", cancels=[run_event]).then(
         mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
         outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
-        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
+        concurrency_id="stop", concurrency_limit=None, show_progress="hidden").then(
+        _stop_idle, None, c["stop"], api_visibility="private", concurrency_id="ui", concurrency_limit=None,
+        show_progress="hidden")
 
 
 def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
           scratch_dir: str | None = None) -> None:
     """Events: Run and Stop (:func:`_wire_run`), subtitles, preset, heatmap toggle, and upload
     bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
-    _wire_run(backend, c, janitor, scratch_dir)
+    previews: OrderedDict[str, str] = OrderedDict()  # preview file name -> the upload it stands for
+    _wire_run(backend, c, janitor, scratch_dir, previews)
+    demo.load(None, js=page_js())
 
     def show_subtitles(path, request: gr.Request):
         """Parse the uploaded .srt and show its cues."""
@@ -376,8 +416,25 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             gr.Warning(str(e))
 
     def on_video(path, request: gr.Request):
-        """The page now shows this video: keep it for re-runs, let the previous upload go."""
-        janitor.hold(getattr(request, "session_hash", None), "video", path)
+        """The page now shows this video: keep it for re-runs, let the previous upload go. A file the
+        browser cannot play gets an H.264 preview in the player; the run still reads the upload."""
+        session = getattr(request, "session_hash", None)
+        if path and Path(path).name in previews:  # the preview just sent to the player
+            janitor.hold(session, "video-preview", path)
+            return gr.skip(), gr.skip()
+        janitor.hold(session, "video", path)
+        janitor.hold(session, "video-preview", None)
+        made = preview_for(backend, path) if path else None
+        if made is None:
+            return gr.skip(), ""
+        clip, what = made
+        if clip is None:
+            return gr.skip(), f"*Your browser cannot play {what}; the run reads the file as uploaded.*"
+        previews[Path(clip).name] = path
+        while len(previews) > MAX_PREVIEWS:
+            previews.popitem(last=False)
+        return clip, f"*Your browser cannot play {what}: the player shows a small H.264 preview; the run reads " \
+                     "the uploaded file.*"
 
     def on_unload(request: gr.Request):
         """The page closed: delete what it uploaded (if no one else uses it) and stop its run."""
@@ -399,13 +456,47 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
                       show_progress="hidden")
-    c["video"].change(on_video, inputs=[c["video"]], outputs=None, api_visibility="private",
+    c["video"].change(on_video, inputs=[c["video"]], outputs=[c["video"], c["video_note"]], api_visibility="private",
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
     demo.unload(on_unload)
     c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
                        api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
+
+
+def _stop_active():
+    """Stop is prominent while a run is active."""
+    return gr.update(variant="stop")
+
+
+def _stop_idle():
+    """Stop is a plain button while nothing runs."""
+    return gr.update(variant="secondary")
+
+
+def source_of(video: Any, previews: dict[str, str]) -> Any:
+    """The upload a page's video value stands for: the original file when the player shows its preview."""
+    if video and Path(str(video)).name in previews:
+        return previews[Path(str(video)).name]
+    return video
+
+
+def preview_for(backend: Backend, path: str) -> tuple[str | None, str] | None:
+    """None when the browser plays ``path`` as it is (or it cannot be probed), else (an H.264 preview or
+    None when FFmpeg could not make one, the format's name for the page's note)."""
+    probe = getattr(backend.engine, "probe_video", None)
+    try:
+        info = probe(path) if probe is not None else None
+    except Exception:  # unreadable: the run will say so in the user's terms
+        log.info("could not probe %s for a preview", path, exc_info=True)
+        return None
+    if info is None or preview.browser_playable(path, getattr(info, "codec", "")):
+        return None
+    folder = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"  # served as is, deleted with the upload
+    folder.mkdir(parents=True, exist_ok=True)
+    timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
+    return preview.make_preview(path, folder, timeout_s=timeout), preview.describe_codec(info, path)
 
 
 def _stopped_stats(stats: str | None) -> str:

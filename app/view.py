@@ -10,6 +10,7 @@ Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, tokens per forward, speedup); 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from typing import Any
 
@@ -98,17 +99,19 @@ class RunView:
         prompt_note: the note on the prompt ("" if none).
         forced_requested: the run asked to force on-screen-text tokens.
         plot_interval_s: minimum seconds between chart updates while decoding.
+        caveat: a sentence put at the top of the summary (e.g. the bundled model on a real video).
     """
 
     def __init__(self, label: str, dec: Any, mode: str = "stages", notes: list[str] | None = None,
                  prompt_note: str = "", forced_requested: bool = False,
-                 plot_interval_s: float = PLOT_INTERVAL_S) -> None:
+                 plot_interval_s: float = PLOT_INTERVAL_S, caveat: str = "") -> None:
         self.runs = {"vanilla": RunProgress("Vanilla"), "spec": RunProgress(label)}
         self.dec, self.mode = dec, mode
         self.notes = [n for n in (notes or []) if n]
         self.prompt_note = prompt_note
         self.forced_requested = forced_requested
         self.plot_interval_s = plot_interval_s
+        self.caveat = caveat
         self.started = False  # the video is decoded and both panels exist
         self.heatmaps: dict | None = None
         self.outcome: Outcome | None = None
@@ -166,7 +169,7 @@ class RunView:
 
     def _clip(self, msg: ClipReady) -> None:
         self.started = True
-        notes = [*msg.notes, *self.notes]
+        notes = [*(user_note(n) for n in msg.notes), *self.notes]
         if msg.transcript_gap:
             notes = [n for n in notes if "subtitle cue" not in n] + [msg.transcript_gap]
         self.notes = notes
@@ -220,7 +223,7 @@ class RunView:
             "vanilla_stats": van.stats_md(False),
             "spec_html": plots.tokens_html(spec.pieces, legend=False, placeholder="waiting…"),
             "spec_stats": spec.stats_md(True),
-            "summary": summary_md(van, spec, self.dec, self.outcome),
+            "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.outcome)) if x),
             "gallery": gallery,
             "heatmap_legend": legend,
             "accept_plot": self._accept_fig(),
@@ -263,6 +266,33 @@ class RunView:
         if p.num_kept is None:
             return "no on-screen-text tokens were forced: this run did not prune"
         return "no on-screen-text tokens were forced: the text is on none of the sampled frames"
+
+
+_DETAIL = re.compile(r"Error\b|error:|Check failed|Failed to|Traceback|errno", re.IGNORECASE)
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[^/\s'\"()]+)+/([^/\s'\"()]+)")
+_DECODER = re.compile(r"decoded with PyAV: decord could not read this (\S+) file")
+
+
+def user_note(note: str) -> str:
+    """An input note in the user's terms: decoder internals in parentheses (``DECORDError: Check failed ...``,
+    ``Failed to measure duration``) are dropped (the library logs them) and server paths become file names."""
+    text = _DECODER.sub(r"decoded with PyAV, the fallback decoder: the fast decoder cannot read this \1 file", str(note))
+    out, i = [], 0
+    while i < len(text):
+        j = text.find("(", i)
+        if j < 0:
+            out.append(text[i:])
+            break
+        depth, k = 0, j
+        while k < len(text):  # the balanced group that starts at j
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        group = text[j:k + 1]
+        out.append(text[i:j].rstrip() if _DETAIL.search(group) else text[i:j] + group)
+        i = k + 1
+    return _PATH.sub(lambda m: m.group(1), "".join(out)).strip()
 
 
 def final_status(stopped: bool) -> str:
@@ -365,3 +395,58 @@ def _prefill(st: RunProgress) -> str:
 
 def _last(xs: list[int]) -> int:
     return xs[-1] if xs else 0
+
+
+def blank_outputs() -> dict[str, Any]:
+    """Plain empty values for every page output but ``record`` (what an API client gets for outputs a
+    failed run never reached, instead of Gradio's raw update objects)."""
+    return {"status": "", "vanilla_html": plots.plain_text_html("", placeholder="waiting…"), "vanilla_stats": "",
+            "spec_html": plots.tokens_html([], legend=False, placeholder="waiting…"), "spec_stats": "",
+            "summary": "", "gallery": [], "heatmap_legend": plots.heatmap_legend_html("stages"),
+            "accept_plot": None, "time_plot": None, "heatmaps": None}
+
+
+def comparison_json(view: RunView | None, error: str | None = None, stopped: bool = False) -> dict[str, Any]:
+    """One Run as one JSON-ready object (the ``/compare_json`` endpoint).
+
+    Args:
+        view: the run's view (None when the run failed before decoding).
+        error: the readable error message, or None.
+        stopped: the run was stopped.
+
+    Returns:
+        ``{"status": "done" | "stopped" | "error", "error", "notes", "vanilla": {...}, "speculative": {...},
+        "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup",
+        "tau", "accept_lengths", "video_tokens", "kept_tokens", "forced_tokens"}``; each run holds ``text``,
+        ``token_ids``, ``tokens``, ``decode_s``, ``tokens_per_s`` and ``prefill_s`` (seconds).
+    """
+    status = "error" if error else "stopped" if stopped else "done"
+    out: dict[str, Any] = {"status": status, "error": error, "notes": [], "vanilla": None, "speculative": None,
+                           "identical": None, "divergence": None, "speedup": None, "tau": None,
+                           "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
+    if view is None:
+        return out
+    van, spec = view.runs["vanilla"], view.runs["spec"]
+    out["notes"] = [n for n in [view.prompt_note, *view.notes] if n]
+    out["vanilla"], out["speculative"] = _run_json(van), _run_json(spec)
+    out["speculative"]["method"] = getattr(view.dec, "method", None)
+    if van.tokens_per_s > 0 and spec.tokens_per_s > 0:
+        out["speedup"] = round(spec.tokens_per_s / van.tokens_per_s, 4)
+    out["tau"] = round(spec.tau, 4) if spec.accept else None
+    out["accept_lengths"] = list(spec.accept)
+    p = spec.prefill
+    if p is not None:
+        out["video_tokens"], out["kept_tokens"], out["forced_tokens"] = p.num_video_tokens, p.num_kept, p.num_forced
+    o = view.outcome
+    if o is not None and van.done and spec.done:
+        out["identical"] = o.index is None
+        if o.index is not None:
+            out["divergence"] = {"index": o.index, "kind": o.kind, "margin": o.margin, "threshold": o.threshold,
+                                 "dtype": o.dtype}
+    return out
+
+
+def _run_json(st: RunProgress) -> dict[str, Any]:
+    return {"text": st.text, "token_ids": [int(t) for t in st.ids], "tokens": _last(st.counts),
+            "decode_s": round(st.elapsed, 4), "tokens_per_s": round(st.tokens_per_s, 3),
+            "prefill_s": None if st.prefill is None else round(st.prefill.prefill_s, 4), "done": st.done}

@@ -102,6 +102,7 @@ class Adapter(Protocol):
     """What generic code needs from a model family."""
 
     family: str
+    title: str  # the family's name as people write it, e.g. "Qwen2.5-VL"
     frames_per_token: int
 
     def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,
@@ -248,6 +249,16 @@ def adapter_for(model: Any) -> Adapter:
             f"(supported: {', '.join(supported_model_types())})."
         )
     return _ADAPTERS[mt]
+
+
+def supported_families() -> list[str]:
+    """The supported model families as people name them (e.g. ``Qwen2.5-VL``), one per registered adapter,
+    in registration order (MoE and dense variants of a family count once).
+
+    Source: the adapter registry (:func:`register`).
+    """
+    supported_model_types()
+    return list(dict.fromkeys(getattr(a, "title", "") or a.family for a in _ADAPTERS.values()))
 
 
 def supported_model_types() -> list[str]:

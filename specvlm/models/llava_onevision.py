@@ -23,6 +23,7 @@ class LlavaOnevisionAdapter:
     """Adapter for ``LlavaOnevisionForConditionalGeneration`` (model_type ``llava_onevision``)."""
 
     family = "llava_onevision"
+    title = "LLaVA-OneVision"
     frames_per_token = 1
 
     def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,

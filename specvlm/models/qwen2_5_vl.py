@@ -20,6 +20,7 @@ class Qwen25VLAdapter:
     """Adapter for ``Qwen2_5_VLForConditionalGeneration`` (model_type ``qwen2_5_vl``)."""
 
     family = "qwen2_5_vl"
+    title = "Qwen2.5-VL"
     frames_per_token = 2
 
     def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,

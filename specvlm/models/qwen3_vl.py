@@ -89,6 +89,7 @@ class Qwen3VLAdapter:
     """
 
     family = "qwen3_vl"
+    title = "Qwen3-VL"
     frames_per_token = 2
 
     def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,

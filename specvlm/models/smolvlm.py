@@ -81,6 +81,7 @@ class SmolVLMAdapter:
     """Adapter for ``SmolVLMForConditionalGeneration`` (model_type ``smolvlm``, SmolVLM2)."""
 
     family = "smolvlm"
+    title = "SmolVLM2"
     frames_per_token = 1
 
     def prepare(self, processor: Any, model: Any, clip: VideoClip, prompt: str,

@@ -103,7 +103,7 @@ def decode(
             reason = short_error(e)
             # info, not warning: the note below reaches the user via clip.notes (CLI and app show them)
             logger.info("decord could not read %s (%s); falling back to PyAV", info.path, reason)
-            notes.append(f"decoded with PyAV: decord could not read this {info.codec} file ({reason})")
+            notes.append(f"decoded with PyAV, the fallback decoder: the fast decoder cannot read this {info.codec} file")
     else:
         notes.append(f"decoded with PyAV and rotated {info.rotation} degrees counter-clockwise (display matrix)")
     try:

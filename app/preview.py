@@ -1,0 +1,67 @@
+"""A small H.264 preview for the player when the browser cannot play an upload (HEVC, GIF, AVI, ...).
+
+The run always reads the uploaded file; only the page's player shows the preview. The preview is
+made with the FFmpeg binary that ships with the ``imageio-ffmpeg`` package (no system FFmpeg).
+
+Source: docs/design.md §8 (video traps).
+"""
+from __future__ import annotations
+
+import logging
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PLAYABLE_CODECS = frozenset({"h264", "vp8", "vp9", "av1"})
+"""Video codecs every current browser plays."""
+PLAYABLE_CONTAINERS = frozenset({".mp4", ".m4v", ".webm", ".mov", ".ogv"})
+"""Containers browsers open in a ``<video>`` element."""
+PREVIEW_MAX_SIDE = 480
+"""Longest side of a preview (pixels)."""
+PREVIEW_MAX_S = 60
+"""Longest preview (seconds); the run still reads the whole upload."""
+
+
+def browser_playable(path: str, codec: str | None) -> bool:
+    """True when browsers play this file as it is (container and codec)."""
+    return Path(path).suffix.lower() in PLAYABLE_CONTAINERS and (codec or "").lower() in PLAYABLE_CODECS
+
+
+def make_preview(path: str, folder: str | Path, timeout_s: float = 60.0) -> str | None:
+    """Write a small H.264 MP4 of ``path`` into ``folder`` (no audio, at most :data:`PREVIEW_MAX_SIDE`
+    px and :data:`PREVIEW_MAX_S` s). Returns its path, or None when FFmpeg is missing or fails
+    (the page then shows a note instead; the failure is logged)."""
+    try:
+        import imageio_ffmpeg
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError) as e:
+        log.info("no FFmpeg binary for a preview: %s", e)
+        return None
+    out = Path(folder) / f"{Path(path).stem}-preview-{uuid.uuid4().hex[:8]}.mp4"
+    scale = (f"scale='min({PREVIEW_MAX_SIDE},iw)':'min({PREVIEW_MAX_SIDE},ih)':force_original_aspect_ratio=decrease,"
+             "scale=trunc(iw/2)*2:trunc(ih/2)*2")
+    cmd = [exe, "-nostdin", "-v", "error", "-y", "-i", str(path), "-t", str(PREVIEW_MAX_S), "-an", "-vf", scale,
+           "-c:v", "libx264", "-preset", "veryfast", "-crf", "28", "-pix_fmt", "yuv420p", "-movflags", "+faststart",
+           str(out)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("preview of %s failed: %s", path, e)
+        out.unlink(missing_ok=True)
+        return None
+    if r.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
+        log.warning("preview of %s failed: %s", path, r.stderr.strip()[-500:])
+        out.unlink(missing_ok=True)
+        return None
+    return str(out)
+
+
+def describe_codec(info: Any, path: str) -> str:
+    """'HEVC', 'GIF', ... for the page's note."""
+    codec = (getattr(info, "codec", "") or "").lower()
+    names = {"hevc": "HEVC (H.265)", "h265": "HEVC (H.265)", "gif": "GIF", "mpeg4": "MPEG-4 Part 2",
+             "prores": "ProRes", "mjpeg": "Motion JPEG"}
+    return names.get(codec, codec.upper() or Path(path).suffix.lstrip(".").upper() or "this format")

@@ -1,0 +1,82 @@
+"""The HTTP API as a script meets it (``gradio_client`` against the app launched on 127.0.0.1): named
+parameters with defaults (all but the video), integer settings typed as integers, named outputs, plain
+values on an error, and ``/compare_json``."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_app_fakes import FakeEngine, free_port, sample_video  # noqa: E402
+
+from app.settings import COMPARE_INPUTS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served():
+    from gradio_client import Client
+
+    from app.backend import Backend
+    from app.ui import build_demo
+    video = sample_video()
+    if video is None:
+        pytest.skip("no sample video")
+    demo = build_demo(Backend(FakeEngine(step_s=0.0)), examples=[])
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False), video
+    finally:
+        demo.close()
+
+
+def test_parameters_named_with_defaults_and_integer_types(served):
+    client, _ = served
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    for name in ("/compare", "/compare_json"):
+        params = api[name]["parameters"]
+        assert [p["parameter_name"] for p in params] == list(COMPARE_INPUTS)
+        assert [p["parameter_name"] for p in params if not p["parameter_has_default"]] == ["video"]
+        types = {p["parameter_name"]: p["type"]["type"] for p in params}
+        for integer in ("depth", "top_k", "total", "frames", "max_new", "seed"):
+            assert types[integer] == "integer", (name, integer, types[integer])
+        assert types["drop_rate"] == "number" and types["custom"] == "string"
+    labels = [r["label"] for r in api["/compare"]["returns"]]
+    assert labels[:6] == ["Status", "Vanilla text", "Vanilla stats", "SpecVLM text", "SpecVLM stats", "Summary"]
+    assert not any(lbl.startswith("value_") for lbl in labels)
+    assert [r["label"] for r in api["/compare_json"]["returns"]] == ["Comparison (JSON)"]
+    assert "JSON" in api["/compare_json"]["description"]
+
+
+def test_compare_json_with_only_the_video(served):
+    from gradio_client import handle_file
+    client, video = served
+    out = client.predict(handle_file(str(video)), api_name="/compare_json")
+    out = json.loads(out) if isinstance(out, str) else out
+    assert out["status"] == "done" and out["error"] is None
+    van, spec = out["vanilla"], out["speculative"]
+    assert van["text"] and van["text"] == spec["text"] and van["token_ids"] == spec["token_ids"]
+    assert out["identical"] is True and out["divergence"] is None
+    assert len(van["token_ids"]) == van["tokens"] > 0
+    assert out["accept_lengths"] and out["tau"] == pytest.approx(sum(out["accept_lengths"]) / len(out["accept_lengths"]),
+                                                                  abs=1e-3)
+    assert out["speedup"] > 0 and out["kept_tokens"] < out["video_tokens"]
+    json.dumps(out)  # one plain JSON object
+
+
+def test_compare_with_only_the_video_and_an_error_gives_plain_values(served):
+    from gradio_client import handle_file
+    client, video = served
+    ok = client.predict(handle_file(str(video)), api_name="/compare")
+    assert ok[0].startswith("**Done.**") and "Outputs identical" in ok[5]
+    bad = client.predict(handle_file(str(video)), custom=" + x", api_name="/compare")
+    assert bad[0].startswith("**Error:**") and "custom model field" in bad[0]
+    flat = json.dumps(bad, default=str)
+    assert "__type__" not in flat
+    assert all(v is None or isinstance(v, (str, list, dict)) for v in bad)
+    err = client.predict(handle_file(str(video)), custom=" + x", api_name="/compare_json")
+    err = json.loads(err) if isinstance(err, str) else err
+    assert err["status"] == "error" and "custom model field" in err["error"] and err["vanilla"] is None
