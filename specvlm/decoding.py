@@ -6,7 +6,7 @@
 (speculative). ``generate()`` consumes it into a :class:`DecodeResult`. Both also
 take a clip and a prompt (``stream(pair, clip, prompt, config)``), preparing them first.
 
-The numbered comments in :func:`_stream_speculative` mirror DESIGN 4.1-4.10.
+The numbered comments in :func:`_stream_speculative` mirror docs/design.md §4.1-4.10.
 No state is kept on model objects: caches and positions live in local state.
 
 Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
@@ -24,15 +24,16 @@ import torch
 
 from specvlm import kv
 from specvlm.config import DecodeConfig, SamplingConfig
+from specvlm.drafting import draft_substitute, for_draft, make_drafter
 from specvlm.fast import set_text_attn_implementation, text_attn_implementation
-from specvlm.inputs import VideoInput, as_clip, prepare, with_force_keep
+from specvlm.inputs import VideoInput, as_clip, resolve_call
 from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
-from specvlm.models import ModelInputs, ModelPair, with_draft_inputs
+from specvlm.models import ModelInputs, ModelPair
 from specvlm.models.base import encode_video, video_lm_kwargs
 from specvlm.pruning import prune
 from specvlm.regrid import map_keep
-from specvlm.sampling import build_sampled, make_generator, process_logits, sample, sampled_accept
-from specvlm.tree import DraftTree, additive_mask, build_tree, greedy_accept, verify_mask
+from specvlm.sampling import make_generator, process_logits, sample
+from specvlm.tree import DraftTree, additive_mask, verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def _is_video(inputs: ModelInputs) -> torch.Tensor:
 # --------------------------------------------------------------------------- prefill
 @dataclass
 class TargetPrefill:
-    """Target state after prefill (DESIGN 4.1-4.2).
+    """Target state after prefill (docs/design.md §4.1-4.2).
 
     Attributes:
         cache: target KV cache over the L prompt tokens.
@@ -152,7 +153,7 @@ def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -
     Returns:
         float32 (V,): mean over layers, read at the video-token positions.
 
-    Source: SpecVLM Sec. 3.2 (verifier-guided importance); DESIGN 4.2.
+    Source: SpecVLM Sec. 3.2 (verifier-guided importance); docs/design.md §4.2.
     """
     stacked = torch.stack([t.to(per_layer[0].device) for t in per_layer])
     return stacked.mean(0)[video_index.to(stacked.device)].cpu()
@@ -236,7 +237,7 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
     Returns:
         (draft cache, draft prompt length).
 
-    Source: DESIGN 4.7 (positions kept, not renumbered).
+    Source: docs/design.md §4.7 (positions kept, not renumbered).
     """
     L = inputs.input_ids.shape[1]
     seq_keep = torch.ones(L, dtype=torch.bool)
@@ -403,79 +404,7 @@ def _rope_dims(inputs: ModelInputs) -> int:
     return int(inputs.positions.shape[0])
 
 
-def draft_substitute(pair: ModelPair) -> tuple[int, int]:
-    """How the draft embeds target tokens it has no row for: (draft rows, substitute id).
-
-    In Std-SD the target's LM head can be larger than the draft's embedding table (padded
-    vocabularies: Qwen2.5-VL-7B 152,064 vs 3B 151,936). The target may emit such an id (sampled,
-    or greedy when its head favours a padding row); the draft then sees the tokenizer's pad id
-    in its place (else its unk id, else 0). Only the draft's context changes, so later drafts
-    may be accepted less often; the target still decides every token, so the output does not.
-
-    Returns:
-        (Vd, substitute): ids >= Vd are replaced by ``substitute`` (< Vd) before the draft
-        embeds them.
-
-    Source: docs/design.md §4 (padded vocabularies within a family).
-    """
-    rows = int(pair.draft.get_input_embeddings().weight.shape[0])
-    tok = getattr(pair.processor, "tokenizer", None)
-    for name in ("pad_token_id", "unk_token_id"):
-        tid = getattr(tok, name, None)
-        if isinstance(tid, int) and 0 <= tid < rows:
-            return rows, tid
-    return rows, 0
-
-
-def for_draft(tokens: list[int], rows: int, substitute: int) -> list[int]:
-    """``tokens`` with every id >= ``rows`` replaced by ``substitute`` (see :func:`draft_substitute`)."""
-    return [t if t < rows else substitute for t in tokens]
-
-
 # --------------------------------------------------------------------------- streams
-_CLIP_FORM = ("config", "prompt", "inputs", "subtitles", "subtitle_mode", "force_keep")
-
-
-def _request(pair: ModelPair, first: Any, second: Any, more: tuple,
-             clip_form: dict) -> tuple[ModelInputs, DecodeConfig]:
-    """(inputs, config) of a :func:`stream` call in the prepared form or the clip form."""
-    unknown = sorted(set(clip_form) - set(_CLIP_FORM))
-    if unknown:
-        raise TypeError(f"stream() got unexpected keyword arguments {', '.join(unknown)}.")
-    if isinstance(first, ModelInputs):
-        config = clip_form.pop("config", second) or DecodeConfig()
-        if more or clip_form:
-            raise TypeError("stream(pair, inputs, config) takes prepared inputs and a config only: put prompt, "
-                            "subtitles and force_keep into specvlm.inputs.prepare(...).")
-        return (_draft_view(pair, first) if config.speculative else first), config
-    prompt = clip_form.pop("prompt", second)
-    config = clip_form.pop("config", more[0] if more else None) or DecodeConfig()
-    inputs = clip_form.pop("inputs", None)
-    force_keep = clip_form.pop("force_keep", None)
-    if inputs is None:
-        return prepare(pair, first, prompt, force_keep=force_keep, **clip_form), config
-    inputs = with_force_keep(inputs, force_keep)
-    if config.speculative:  # inputs prepared without the draft's own prompt: written from the clip
-        clip = None if first is None else as_clip(pair, first)
-        inputs = _draft_view(pair, inputs, clip, prompt, clip_form.get("subtitles"),
-                             clip_form.get("subtitle_mode", "both"))
-    return inputs, config
-
-
-def _draft_view(pair: ModelPair, inputs: ModelInputs, clip: Any = None, prompt: str = "",
-                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
-    """``inputs`` as this pair's draft reads them: with the draft's own prompt where its video
-    geometry differs (written from ``clip`` when missing), without one where the draft reads the
-    target's prompt (e.g. a Self-SD pair made from a Std-SD pair's inputs).
-
-    Raises:
-        ValueError: the draft needs its own prompt, it is missing and no clip was given.
-    """
-    if pair.draft_processor is None:
-        return inputs if inputs.draft_inputs is None else replace(inputs, draft_inputs=None)
-    return with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)
-
-
 def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
            /, *more: Any, prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
            record_trees: bool = False, **clip_form: Any) -> Iterator[PrefillInfo | StepEvent]:
@@ -511,7 +440,7 @@ def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: Dec
     Source: docs/design.md §2 (one generator that the CLI, app and bench consume).
     """
     with torch.inference_mode():
-        inputs, config = _request(pair, inputs, config, more, clip_form)
+        inputs, config = resolve_call(pair, inputs, config, more, clip_form)
         if config.speculative:
             yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
         else:
@@ -602,18 +531,14 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)
+    drafter = make_drafter(config, pick.gen)  # greedy, or sampled siblings + recursive rejection sampling
     while not em.done and not (should_stop and should_stop()):
         step += 1
         # 4.8 draft tree from the root (pending tokens first enter the draft cache)
         with Timer(pair.draft.device) as t_d:
-            root_logp = runner.feed_pending(for_draft(pending, d_rows, d_sub), pos)
-            if pick.greedy:
-                tree = build_tree(root_logp, runner.feed_nodes, config.tree)
-            else:  # draft siblings sampled without replacement (Jeon et al. 2024)
-                sampled = build_sampled(root_logp, runner.feed_nodes, config.tree, config.sampling, pick.gen)
-                tree = sampled.tree
-            runner.rollback()
-        # 4.9 verify: one target forward over root + tree with a 4-D mask
+            draft = drafter.draft(runner, for_draft(pending, d_rows, d_sub), pos)
+            tree = draft.tree
+        # 4.9 verify: one target forward over root + tree with a 4-D mask, then accept
         with Timer(dev) as t_v:
             Lt = kv.cache_length(tp.cache)
             toks = torch.cat([torch.tensor([root]), tree.tokens])
@@ -622,10 +547,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
             mask = verify_mask(tree.parents, Lt, dtype, dev)
             logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
                                    tp.cache, mask=mask, rows=slice(None))
-            if pick.greedy:
-                path, bonus = greedy_accept(tree, logits.argmax(-1).cpu())
-            else:  # recursive rejection sampling: exact target distribution
-                path, bonus = sampled_accept(sampled, logits.float().cpu(), config.sampling, pick.gen)
+            path, bonus = drafter.accept(draft, logits)
             # 4.10 commit: keep root + accepted nodes in path order
             kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
         accepted = [int(tree.tokens[i]) for i in path]
@@ -669,7 +591,7 @@ def generate(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: D
         inputs = as_clip(pair, inputs)
     t0 = time.perf_counter()
     run = {k: kwargs.pop(k) for k in ("prefill", "should_stop", "record_trees") if k in kwargs}
-    inputs, config = _request(pair, inputs, config, more, kwargs)
+    inputs, config = resolve_call(pair, inputs, config, more, kwargs)
     steps: list[StepEvent] = []
     info: PrefillInfo | None = None
     for ev in stream(pair, inputs, config, **run):

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from specvlm.config import DecodeConfig
 from specvlm.models import ModelInputs, ModelPair, with_draft_inputs
 from specvlm.types import VideoClip
 
@@ -99,3 +100,57 @@ def with_force_keep(inputs: ModelInputs, force_keep: Any) -> ModelInputs:
     if force_keep is None:
         return inputs
     return replace(inputs, force_keep=torch.as_tensor(force_keep, dtype=torch.long).reshape(-1))
+
+
+_CLIP_FORM = ("config", "prompt", "inputs", "subtitles", "subtitle_mode", "force_keep")
+
+
+def resolve_call(pair: ModelPair, first: Any, second: Any, more: tuple,
+                 clip_form: dict) -> tuple[ModelInputs, DecodeConfig]:
+    """(inputs, config) of a :func:`specvlm.decoding.stream` call in the prepared or the clip form.
+
+    Prepared: ``(inputs, config)``. Clip: ``(clip, prompt, config)`` plus keywords ``subtitles``,
+    ``subtitle_mode``, ``force_keep`` and ``inputs`` (prepared inputs that skip :func:`prepare`).
+    For a speculative config the inputs carry the draft's own prompt when its video geometry
+    differs (written from the clip), and none where the draft reads the target's prompt.
+
+    Raises:
+        TypeError: unknown keywords, or clip-form arguments with prepared inputs; no clip or path.
+        ValueError (and subclasses): as :func:`prepare`; a draft that needs its own prompt
+            without a clip to write it from.
+    """
+    unknown = sorted(set(clip_form) - set(_CLIP_FORM))
+    if unknown:
+        raise TypeError(f"stream() got unexpected keyword arguments {', '.join(unknown)}.")
+    if isinstance(first, ModelInputs):
+        config = clip_form.pop("config", second) or DecodeConfig()
+        if more or clip_form:
+            raise TypeError("stream(pair, inputs, config) takes prepared inputs and a config only: put prompt, "
+                            "subtitles and force_keep into specvlm.inputs.prepare(...).")
+        return (_draft_view(pair, first) if config.speculative else first), config
+    prompt = clip_form.pop("prompt", second)
+    config = clip_form.pop("config", more[0] if more else None) or DecodeConfig()
+    inputs = clip_form.pop("inputs", None)
+    force_keep = clip_form.pop("force_keep", None)
+    if inputs is None:
+        return prepare(pair, first, prompt, force_keep=force_keep, **clip_form), config
+    inputs = with_force_keep(inputs, force_keep)
+    if config.speculative:  # inputs prepared without the draft's own prompt: written from the clip
+        clip = None if first is None else as_clip(pair, first)
+        inputs = _draft_view(pair, inputs, clip, prompt, clip_form.get("subtitles"),
+                             clip_form.get("subtitle_mode", "both"))
+    return inputs, config
+
+
+def _draft_view(pair: ModelPair, inputs: ModelInputs, clip: Any = None, prompt: str = "",
+                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
+    """``inputs`` as this pair's draft reads them: with the draft's own prompt where its video
+    geometry differs (written from ``clip`` when missing), without one where the draft reads the
+    target's prompt (e.g. a Self-SD pair made from a Std-SD pair's inputs).
+
+    Raises:
+        ValueError: the draft needs its own prompt, it is missing and no clip was given.
+    """
+    if pair.draft_processor is None:
+        return inputs if inputs.draft_inputs is None else replace(inputs, draft_inputs=None)
+    return with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)

@@ -1,9 +1,9 @@
 """KV-cache commit and rollback over transformers' public Cache API.
 
 Per-layer tensors live in ``cache.layers[i].keys / .values`` with shape
-(B, kv_heads, L, head_dim) (DESIGN 7).
+(B, kv_heads, L, head_dim) (docs/design.md §7).
 
-Source: DESIGN 4.10 (commit = keep prefix + accepted path, in path order).
+Source: docs/design.md §4.10 (commit = keep prefix + accepted path, in path order).
 """
 from __future__ import annotations
 

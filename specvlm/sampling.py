@@ -1,35 +1,31 @@
 """Lossless sampling: logits processing, sampling and speculative verification that keeps
-the target distribution exactly (DESIGN 4.11).
+the target distribution exactly (docs/design.md §4.11).
 
 Pure functions over tensors. All randomness comes from one ``torch.Generator`` per request
 (:func:`make_generator`), consumed in a fixed order, so the same seed, method and settings give
 the same output. Every random number is a single uniform ``u ~ U[0, 1)`` drawn with
 ``torch.rand((), generator=g, device=g.device)``: the probabilities may live on any device.
 
-Conventions shared with :mod:`specvlm.tree`:
+Conventions shared with :mod:`specvlm.tree` and :mod:`specvlm.drafting`:
 
 * Rows of ``target_probs`` / ``draft_probs``: row 0 = after the root (the last emitted token),
   row ``1 + i`` = after tree node ``i``.
-* Children of a node are tried in increasing node index, which the samplers here make equal
-  to the order in which they were drawn (without replacement) from the draft.
+* Children of a node are tried in increasing node index, which the sampled drafter
+  (:class:`specvlm.drafting.SampledDrafter`) makes equal to the order in which they were drawn
+  (without replacement) from the draft.
 * Draft probabilities may cover fewer tokens than the target's (shared vocabulary); they are
   zero-padded to the target's width.
 
 Source: Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding");
 Chen et al. 2023 ("Accelerating LLM Decoding with Speculative Sampling"); Jeon et al. 2024
 ("Recursive Speculative Decoding: Accelerating LLM Inference via Sampling Without
-Replacement"); Holtzman et al. 2020 (nucleus sampling); DESIGN 4.8-4.11.
+Replacement"); Holtzman et al. 2020 (nucleus sampling); docs/design.md §4.8-4.11.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
-from specvlm.config import ConfigError, SamplingConfig, TreeConfig  # noqa: F401 (re-exported)
-from specvlm.tree import STATIC_TREES, DraftTree, FeedFn
-
+from specvlm.config import ConfigError, SamplingConfig  # noqa: F401 (re-exported)
 
 
 # --------------------------------------------------------------------------- config
@@ -258,10 +254,10 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
     Hence the token emitted at a node has exactly the target's law p given the prefix, and by
     the chain rule so does every generated sequence. Drawing siblings *with* replacement from
     the full q, or taking the deterministic top-k with the full q as the proposal
-    (:func:`verify_tree_naive`), breaks the premise "x_j ~ q_j" and biases the output. A token
+    (a deliberately naive verifier in the tests), breaks the premise "x_j ~ q_j" and biases the output. A token
     rejected as x_j has p' (x_j) = 0 afterwards, so it is never emitted twice nor sampled after.
 
-    Requirements on the tree (met by :func:`build_sampled_tree` / :func:`build_sampled_static`):
+    Requirements on the tree (met by :class:`specvlm.drafting.SampledDrafter`):
     for every node, the number of children is decided before they are drawn, and they are
     sequential draws without replacement from the recorded draft row.
 
@@ -275,7 +271,7 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
         generator: the request's generator.
 
     Returns:
-        (accepted node indices root-first, next token id), like :func:`specvlm.tree.greedy_accept`.
+        (accepted node indices root-first, next token id), like :func:`specvlm.drafting.greedy_accept`.
 
     Source: Jeon et al. 2024, "Recursive Speculative Decoding", Sec. 3 (recursive rejection
     sampling) and Algorithm 1; Leviathan et al. 2023 for the single rejection step.
@@ -307,258 +303,3 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
                 node = nxt
                 continue
         return path, sample(p, generator)
-
-
-def verify_tree_naive(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_probs: torch.Tensor,
-                      draft_probs: torch.Tensor, generator: torch.Generator) -> tuple[list[int], int]:
-    """DELIBERATELY WRONG tree verification, kept only to prove the tests have power.
-
-    Meant for deterministic top-k children (e.g. :func:`specvlm.tree.build_dynamic`): each child
-    is accepted with min(1, p(x) / q(x)) using the full draft q and the full target p for every
-    sibling; if all are rejected the next token comes from normalize(max(0, p - q)). Neither the
-    proposal law (top-k is not a sample from q) nor the per-sibling target is right, so the output
-    distribution differs from the target's. Do not use for decoding.
-
-    Args / Returns: as :func:`verify_tree`.
-    """
-    children = _children(tree_parents.tolist())
-    toks = tree_tokens.tolist()
-    V = target_probs.shape[-1]
-    path: list[int] = []
-    node = -1
-    while True:
-        row = node + 1
-        p = target_probs[row].float()
-        kids = children.get(node, [])
-        if not kids:
-            return path, sample(p, generator)
-        q = _pad(draft_probs[row], V)
-        q = q / q.sum()
-        nxt = next((c for c in kids if _accept(float(p[toks[c]]), float(q[toks[c]]), generator)), None)
-        if nxt is None:
-            return path, sample(residual(p, q), generator)
-        path.append(nxt)
-        node = nxt
-
-
-# --------------------------------------------------------------------------- tree building
-@dataclass
-class SampledTree:
-    """A draft tree drawn for sampling, with what verification needs.
-
-    Attributes:
-        tree: the drafted tree (parents-first; siblings in drawing order).
-        draft_probs: float32 (N+1, Vd): row 0 = the draft distribution the root's children were
-            drawn from, row 1+i = node i's (zeros for nodes without children).
-    """
-
-    tree: DraftTree
-    draft_probs: torch.Tensor
-
-
-class _Builder:
-    """Nodes in creation order (parents-first, siblings consecutive in draw order)."""
-
-    def __init__(self, root_q: torch.Tensor):
-        self.toks: list[int] = []
-        self.pars: list[int] = []
-        self.deps: list[int] = []
-        self.scores: list[float] = []
-        self.dists: dict[int, torch.Tensor] = {}
-        self.root_q = root_q
-
-    def view(self) -> DraftTree:
-        if not self.toks:
-            return DraftTree.empty()
-        return DraftTree(torch.tensor(self.toks, dtype=torch.long), torch.tensor(self.pars, dtype=torch.long),
-                         torch.tensor(self.deps, dtype=torch.long),
-                         torch.tensor(self.scores, dtype=torch.float32))
-
-    def draw(self, parent: int, q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
-        """Draw k children of ``parent`` without replacement from q; returns their node ids."""
-        if k <= 0:
-            return []
-        self.dists[parent + 1] = q
-        toks = _draw(q, k, generator)
-        base = self.scores[parent] if parent >= 0 else 0.0
-        depth = self.deps[parent] + 1 if parent >= 0 else 1
-        logq = q[toks].log().tolist()
-        out = []
-        for t, lq in zip(toks, logq):
-            self.toks.append(int(t))
-            self.pars.append(parent)
-            self.deps.append(depth)
-            self.scores.append(base + float(lq))
-            out.append(len(self.toks) - 1)
-        return out
-
-    def finish(self) -> SampledTree:
-        n = len(self.toks)
-        dp = self.root_q.new_zeros(n + 1, self.root_q.numel())
-        for row, q in self.dists.items():
-            dp[row] = q
-        return SampledTree(self.view(), dp)
-
-
-def _support(q: torch.Tensor) -> torch.Tensor:
-    return (q > 0).sum(-1)
-
-
-def build_sampled_tree(root_logp: torch.Tensor, feed: FeedFn, depth: int, top_k: int,
-                       generator: torch.Generator, cfg: SamplingConfig,
-                       total_tokens: int | None = None, min_prob: float = 0.0) -> SampledTree:
-    """Dynamic (EAGLE-2-like) draft tree with children sampled without replacement.
-
-    Level 1: the root's children, min(top_k, support, total_tokens) draws without replacement
-    from q_root = process_logits(root_logp, cfg). Level d >= 2: the frontier = the best
-    ``top_k`` nodes of level d-1 by cumulative draft log-probability (sum of log q of the drawn
-    tokens along the path) is fed to the draft in one call; each candidate slot (frontier node v,
-    j-th draw) gets the key score(v) + log(j-th largest q_v), and the best min(top_k, remaining
-    budget) slots decide how many children each frontier node gets (always a prefix j = 0..c-1,
-    since keys fall with j); then the children are drawn. So each level has at most ``top_k``
-    nodes, and the tree at most ``total_tokens``.
-
-    Exactness (see :func:`verify_tree`): a node's child count depends only on nodes drawn at
-    earlier levels and on q_v, never on the values of its own children, and the children are
-    sequential draws without replacement from q_v. EAGLE-2's final rerank by the drawn children's
-    own scores would violate this and is therefore not done. ``top_k = 1`` gives a chain.
-
-    Args:
-        root_logp: float (Vd,) draft log-probs (or logits) after the root.
-        feed: ``feed(node_ids, tree) -> float32 (F, Vd)`` draft log-probs after each node
-            (:data:`specvlm.tree.FeedFn`, e.g. ``DraftRunner.feed_nodes``); called once per
-            level >= 2 with the frontier, whose ancestors are already fed.
-        depth: maximum drafted tokens on a path (>= 1).
-        top_k: children per expanded node and nodes per level (>= 1).
-        generator: the request's generator.
-        cfg: the draft's sampling config (usually the target's; any q keeps exactness).
-        total_tokens: node budget (None = depth * top_k).
-        min_prob: stop before a level whose best frontier node has a cumulative draft
-            probability below this (0 = never). The decision uses only nodes already drawn, like
-            the child counts, so exactness is kept.
-
-    Returns:
-        SampledTree: tree (scores = cumulative log q) and the recorded draft rows.
-
-    Source: EAGLE-2 (Li et al. 2024) Sec. 4 for the frontier expansion; Jeon et al. 2024 for
-    drawing siblings without replacement.
-    """
-    budget = depth * top_k if total_tokens is None else int(total_tokens)
-    q_root = process_logits(root_logp, cfg)
-    b = _Builder(q_root)
-    level = b.draw(-1, q_root, min(top_k, int(_support(q_root)), budget), generator)
-    budget -= len(level)
-    for _ in range(2, depth + 1):
-        if budget <= 0 or not level:
-            break
-        frontier = sorted(level, key=lambda i: (-b.scores[i], i))[:top_k]
-        if min_prob > 0 and b.scores[frontier[0]] < math.log(min_prob):
-            break
-        q = process_logits(feed(frontier, b.view()), cfg)
-        k = min(top_k, q.shape[-1])
-        top_q = q.topk(k, dim=-1).values.clamp_min(0).log().cpu()
-        slots = []
-        for f, node in enumerate(frontier):
-            for j in range(min(k, int(_support(q[f])))):
-                slots.append((-(b.scores[node] + float(top_q[f, j])), f, j))
-        slots.sort()
-        counts = [0] * len(frontier)
-        for _, f, _ in slots[:min(top_k, budget)]:
-            counts[f] += 1
-        level = []
-        for f, node in enumerate(frontier):
-            level += b.draw(node, q[f], counts[f], generator)
-        budget -= len(level)
-    return b.finish()
-
-
-def build_sampled_static(root_logp: torch.Tensor, feed: FeedFn, spec: list[tuple[int, ...]],
-                         generator: torch.Generator, cfg: SamplingConfig) -> SampledTree:
-    """Static-shape draft tree with children sampled without replacement.
-
-    Path (r_1, ..., r_d) is the r_d-th draw (0-based, without replacement) among the children of
-    path (r_1, ..., r_{d-1}); the child count is fixed by ``spec`` (capped by the support of q),
-    so it never depends on the drawn values. Nodes whose rank exceeds the support are dropped
-    with their descendants.
-
-    Args:
-        root_logp: float (Vd,) draft log-probs after the root.
-        feed: see :func:`build_sampled_tree`; called once per level with the nodes to expand.
-        spec: rank paths (e.g. :data:`specvlm.tree.STATIC_TREES`); every prefix present and the
-            children of each path ranked 0..m-1 without gaps.
-        generator: the request's generator.
-        cfg: the draft's sampling config.
-
-    Returns:
-        SampledTree.
-
-    Raises:
-        ValueError: a path's prefix is missing or a node's child ranks have gaps.
-    """
-    spec = sorted(set(spec), key=lambda p: (len(p), p))
-    have = set(spec)
-    kids: dict[tuple[int, ...], int] = {}
-    for p in spec:
-        if len(p) > 1 and p[:-1] not in have:
-            raise ValueError(f"static tree path {p} has no parent {p[:-1]} in the tree.")
-        kids[p[:-1]] = kids.get(p[:-1], 0) + 1
-    for par, m in kids.items():
-        if any(par + (r,) not in have for r in range(m)):
-            raise ValueError(f"static tree children of {par} must be ranked 0..{m - 1} without gaps.")
-    q_root = process_logits(root_logp, cfg)
-    b = _Builder(q_root)
-    node_of: dict[tuple[int, ...], int] = {}
-    q_of: dict[tuple[int, ...], torch.Tensor] = {(): q_root}
-    todo = [()]  # paths of the current level that have children in spec
-    while todo:
-        for par in todo:
-            q = q_of[par]
-            ids = b.draw(node_of.get(par, -1), q, min(kids[par], int(_support(q))), generator)
-            for r, i in enumerate(ids):
-                node_of[par + (r,)] = i
-        todo = [p for p in node_of if len(p) == len(todo[0]) + 1 and p in kids]
-        if todo:
-            out = process_logits(feed([node_of[p] for p in todo], b.view()), cfg)
-            for p, row in zip(todo, out):
-                q_of[p] = row
-    return b.finish()
-
-
-def build_sampled(root_logp: torch.Tensor, feed: FeedFn, config: TreeConfig, cfg: SamplingConfig,
-                  generator: torch.Generator) -> SampledTree:
-    """Sampling counterpart of :func:`specvlm.tree.build_tree`: dispatch on ``config.shape``.
-
-    chain -> :func:`build_sampled_tree` with top_k = 1; static -> :func:`build_sampled_static`
-    on ``STATIC_TREES[config.static_preset]``; dynamic -> :func:`build_sampled_tree` with
-    ``config.depth``, ``config.top_k``, ``config.total_tokens``; all but static stop early at
-    ``config.min_prob``.
-
-    Raises:
-        ValueError: unknown static preset.
-    """
-    if config.shape == "chain":
-        return build_sampled_tree(root_logp, feed, config.depth, 1, generator, cfg, config.depth, config.min_prob)
-    if config.shape == "static":
-        if config.static_preset not in STATIC_TREES:
-            raise ValueError(f"static tree {config.static_preset!r} is unknown: use one of {', '.join(STATIC_TREES)}.")
-        return build_sampled_static(root_logp, feed, STATIC_TREES[config.static_preset], generator, cfg)
-    return build_sampled_tree(root_logp, feed, config.depth, config.top_k, generator, cfg, config.total_tokens,
-                              config.min_prob)
-
-
-def sampled_accept(st: SampledTree, target_logits: torch.Tensor, cfg: SamplingConfig,
-                   generator: torch.Generator) -> tuple[list[int], int]:
-    """Sampling counterpart of :func:`specvlm.tree.greedy_accept` for the decode loop.
-
-    Args:
-        st: the sampled tree (N nodes) and its draft rows.
-        target_logits: float (N+1, V) verify-forward logits (row 0 after the root).
-        cfg: the target's sampling config (the same as vanilla sampling uses).
-        generator: the request's generator.
-
-    Returns:
-        (accepted node indices root-first, next token id).
-    """
-    probs = process_logits(target_logits, cfg)
-    return verify_tree(st.tree.parents, st.tree.tokens, probs, st.draft_probs.to(probs.device), generator)
-

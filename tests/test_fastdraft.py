@@ -13,7 +13,7 @@ from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.fastdraft import FastDraftRunner, FastDraftUnsupported, make_draft_runner
 from specvlm.models import pair_from_models
-from specvlm.tree import build_tree
+from specvlm.drafting import GreedyDrafter
 
 PROMPT = "describe this video in detail"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +44,9 @@ def _compare_runners(pair, steps=4, **fast_kwargs):
             def spy(runner, key):
                 return lambda nodes, tree: got[key].append(runner.feed_nodes(nodes, tree)) or got[key][-1]
 
-            t_ref = build_tree(a, spy(ref, "r"), TreeConfig(depth=4, top_k=3, total_tokens=10))
-            t_fast = build_tree(a, spy(fast, "f"), TreeConfig(depth=4, top_k=3, total_tokens=10))
+            drafter = GreedyDrafter(TreeConfig(depth=4, top_k=3, total_tokens=10))
+            t_ref = drafter.build(a, spy(ref, "r")).tree
+            t_fast = drafter.build(a, spy(fast, "f")).tree
             assert torch.equal(t_ref.tokens, t_fast.tokens) and torch.equal(t_ref.parents, t_fast.parents)
             assert len(got["r"]) == len(got["f"]) >= 3
             worst = max(worst, max(float((x - y).abs().max()) for x, y in zip(got["r"], got["f"])))

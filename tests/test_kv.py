@@ -7,7 +7,8 @@ from conftest import make_clip
 from specvlm import kv
 from specvlm.decoding import embed_tokens, lm_forward, prefill_target
 from specvlm.models import pair_from_models
-from specvlm.tree import DraftTree, greedy_accept, verify_mask
+from specvlm.drafting import greedy_accept
+from specvlm.tree import DraftTree, verify_mask
 
 
 def test_commit_equals_sequential_decode(qwen_tiny):

@@ -12,7 +12,8 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.decoding import draft_substitute, for_draft, generate
+from specvlm.decoding import generate
+from specvlm.drafting import draft_substitute, for_draft
 from specvlm.models import pair_from_models
 
 PROMPT = "describe this video"

@@ -8,8 +8,8 @@ first generated tokens is enumerated, and the empirical law from N runs must lie
 total-variation bound of the Bretagnolle-Huber-Carol inequality,
     P(||p_hat - p||_1 >= eps) <= 2^k exp(-N eps^2 / 2),
 at alpha = 1e-3 for k cells: TV <= eps / 2 = sqrt(2 (k ln 2 + ln(1 / alpha)) / N) / 2.
-A deliberately wrong tree verifier (deterministic top-k children, plain per-child rejection) must
-exceed the same bound, which proves the tests have power.
+A deliberately wrong tree verifier (deterministic top-k children, plain per-child rejection; it
+lives here, never in the library) must exceed the same bound, which proves the tests have power.
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ import pytest
 import torch
 
 from specvlm.config import ConfigError, TreeConfig
-from specvlm.sampling import (SamplingConfig, build_sampled, build_sampled_static, build_sampled_tree, exclude,
-                              make_generator, process_logits, residual, sample, sample_without_replacement,
-                              sampled_accept, verify_chain, verify_tree, verify_tree_naive)
-from specvlm.tree import build_dynamic, greedy_accept
+from specvlm.drafting import GreedyDrafter, SampledDrafter, greedy_accept
+from specvlm.sampling import (SamplingConfig, _accept, _children, _pad, exclude, make_generator, process_logits,
+                              residual, sample, sample_without_replacement, verify_chain, verify_tree)
 
 V, VD, ROOT = 6, 5, 0
 ALPHA = 1e-3
@@ -37,6 +36,56 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------- drafters and a wrong verifier
+def build_dynamic(root, feed, depth, top_k, total):
+    return GreedyDrafter(TreeConfig()).dynamic(root, feed, depth, top_k, total).tree
+
+
+def build_sampled_tree(root, feed, depth, top_k, generator, cfg, total_tokens=None, min_prob=0.0):
+    total = depth * top_k if total_tokens is None else total_tokens
+    return SampledDrafter(TreeConfig(), cfg, generator).dynamic(root, feed, depth, top_k, total, min_prob)
+
+
+def build_sampled_static(root, feed, spec, generator, cfg):
+    return SampledDrafter(TreeConfig(shape="static"), cfg, generator).static(root, feed, spec)
+
+
+def build_sampled(root, feed, tree_cfg, cfg, generator):
+    return SampledDrafter(tree_cfg, cfg, generator).build(root, feed)
+
+
+def sampled_accept(draft, target_logits, cfg, generator):
+    return SampledDrafter(TreeConfig(), cfg, generator).accept(draft, target_logits)
+
+
+def verify_tree_naive(tree_parents, tree_tokens, target_probs, draft_probs, generator):
+    """DELIBERATELY WRONG tree verification, only to prove the statistical tests have power.
+
+    Meant for deterministic top-k children: each child is accepted with min(1, p(x) / q(x)) using
+    the full draft q and the full target p for every sibling; if all are rejected the next token
+    comes from normalize(max(0, p - q)). Neither the proposal law (top-k is not a sample from q)
+    nor the per-sibling target is right, so the output distribution differs from the target's.
+    """
+    children = _children(tree_parents.tolist())
+    toks = tree_tokens.tolist()
+    V = target_probs.shape[-1]
+    path: list[int] = []
+    node = -1
+    while True:
+        row = node + 1
+        p = target_probs[row].float()
+        kids = children.get(node, [])
+        if not kids:
+            return path, sample(p, generator)
+        q = _pad(draft_probs[row], V)
+        q = q / q.sum()
+        nxt = next((c for c in kids if _accept(float(p[toks[c]]), float(q[toks[c]]), generator)), None)
+        if nxt is None:
+            return path, sample(residual(p, q), generator)
+        path.append(nxt)
+        node = nxt
 
 
 # --------------------------------------------------------------------------- synthetic model

@@ -1,14 +1,26 @@
-"""Draft trees: masks, paths, dynamic/static/chain building, greedy acceptance."""
+"""Draft trees: masks, paths, and the greedy drafter's dynamic/static/chain building and acceptance."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from specvlm.config import TreeConfig
-from specvlm.tree import (STATIC_TREES, DraftTree, ancestor_mask, build_dynamic, build_static, build_tree,
-                          greedy_accept, paths, verify_mask)
+from specvlm.drafting import GreedyDrafter, greedy_accept
+from specvlm.tree import STATIC_TREES, DraftTree, ancestor_mask, paths, verify_mask
 
 V = 50
+
+
+def build_dynamic(root, feed, depth, top_k, total_tokens, min_prob=0.0):
+    return GreedyDrafter(TreeConfig()).dynamic(root, feed, depth, top_k, total_tokens, min_prob).tree
+
+
+def build_static(root, feed, spec):
+    return GreedyDrafter(TreeConfig(shape="static")).static(root, feed, spec).tree
+
+
+def build_tree(root, feed, config):
+    return GreedyDrafter(config).build(root, feed).tree
 
 
 def fake_feed(seed=0):
