@@ -10,7 +10,7 @@
   step (one query, no mask) is folded the same way. Everything else is delegated to
   transformers' own SDPA path.
 
-Source: DESIGN 7 (profile: masked sdpa path copies KV to every head; DynamicCache
+Source: docs/design.md §7 (profile: masked sdpa path copies KV to every head; DynamicCache
 re-concatenates every step); grouped-query attention (Ainslie et al. 2023).
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Pure functions over tensors: attention scores (V,) in, sorted kept indices out.
 Every method keeps exactly K = max(1, floor(V * (1 - r))) of the V video tokens
 (``none`` keeps all V). Results are CPU int64 whatever the scores' device.
 
-Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3.2; DESIGN 4.3-4.6.
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3.2; docs/design.md §4.3-4.6.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def kept_count(num_video_tokens: int, drop_rate: float) -> int:
         ValueError: V < 1.
         ConfigError: r outside [0, 1).
 
-    Source: DESIGN 4.3.
+    Source: docs/design.md §4.3.
     """
     if int(num_video_tokens) < 1:
         raise ValueError(f"num_video_tokens={num_video_tokens!r}: need at least 1 video token.")
@@ -70,7 +70,7 @@ def stage1_top_p(scores: torch.Tensor, budget: int, top_p: float) -> torch.Tenso
         ValueError: scores not 1-D, empty, non-finite or negative; budget < 0.
         ConfigError: λ outside [0, 1].
 
-    Source: paper Sec. 3.2 (Stage I); DESIGN 4.4.
+    Source: paper Sec. 3.2 (Stage I); docs/design.md §4.4.
     """
     s = _check_scores(scores)
     if (s < 0).any():
@@ -110,7 +110,7 @@ def stage2_uniform(num_video_tokens: int, exclude: torch.Tensor | None, count: i
     Raises:
         ValueError: V < 1, ``exclude`` out of range, or count outside [0, M].
 
-    Source: paper Sec. 3.2 (Stage II); DESIGN 4.5.
+    Source: paper Sec. 3.2 (Stage II); docs/design.md §4.5.
     """
     v = int(num_video_tokens)
     if v < 1:
@@ -176,7 +176,7 @@ def select_video_tokens(
         ValueError: scores missing for a score method, malformed scores or grid,
             V unknown or inconsistent, ``frame`` without a grid.
 
-    Source: paper Sec. 3.2 and Sec. 4 baselines; DESIGN 4.3-4.6.
+    Source: paper Sec. 3.2 and Sec. 4 baselines; docs/design.md §4.3-4.6.
     """
     if method not in PRUNE_METHODS:
         raise ConfigError(f"pruning method {method!r} is unknown: use one of {', '.join(PRUNE_METHODS)}.")
@@ -300,7 +300,7 @@ def prune(
     Raises:
         ValueError: as :func:`select_video_tokens`.
 
-    Source: DESIGN 4.3-4.6.
+    Source: docs/design.md §4.3-4.6.
     """
     return select_video_tokens(
         scores, config.method, config.drop_rate, config.top_p, grid=grid, seed=config.seed,

@@ -1,4 +1,4 @@
-"""Tests for specvlm.metrics (DESIGN 4.12)."""
+"""Tests for specvlm.metrics (docs/design.md §4.12)."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,4 @@
-"""Tests for specvlm.pruning (DESIGN 4.3-4.6)."""
+"""Tests for specvlm.pruning (docs/design.md §4.3-4.6)."""
 from __future__ import annotations
 
 import pytest

@@ -159,7 +159,7 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
 
 
 def _check_tokenizers(t_tok: Any, d_tok: Any) -> None:
-    """Refuse tokenizers that really differ; padded vocab sizes are fine (DESIGN 4)."""
+    """Refuse tokenizers that really differ; padded vocab sizes are fine (docs/design.md §4)."""
     tv, dv = t_tok.get_vocab(), d_tok.get_vocab()
     common = set(tv) & set(dv)
     diff = [tok for tok in common if tv[tok] != dv[tok]]

@@ -4,7 +4,7 @@ An adapter turns (processor, clip, prompt) into :class:`ModelInputs` and knows
 where a model keeps its language model, LM head and video encoder. Generic code
 (prefill, drafting, verification) only talks to adapters.
 
-Source: DESIGN.md sections 2-3 and 7.
+Source: docs/design.md §2-3 and §7.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class ModelInputs:
         """Position of the first generated token: last prompt position + 1.
 
         Matches ``generate()`` (tested on long, low-fps clips where temporal M-RoPE positions of the
-        video exceed the text positions after it); not max + 1 (DESIGN 7).
+        video exceed the text positions after it); not max + 1 (docs/design.md §7).
         """
         return int(self.positions[0, -1]) + 1
 

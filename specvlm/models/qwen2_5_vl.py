@@ -1,7 +1,7 @@
 """Qwen2.5-VL adapter: chat inputs, 3-D M-RoPE positions, video features.
 
 Source: Qwen2.5-VL technical report (M-RoPE with absolute time); transformers'
-``Qwen2_5_VLModel.get_rope_index`` for positions (DESIGN 7: pass
+``Qwen2_5_VLModel.get_rope_index`` for positions (docs/design.md §7: pass
 ``mm_token_type_ids`` and compute once over the full prompt).
 """
 from __future__ import annotations
