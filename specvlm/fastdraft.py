@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from specvlm import kv
+from specvlm.tree import feed_mask
 
 log = logging.getLogger(__name__)
 
@@ -278,15 +279,8 @@ class FastDraftRunner:
         Args:
             nodes: F node indices of ``tree`` (a :class:`specvlm.tree.DraftTree`).
         """
-        par = tree.parents.tolist()
-        n_fed, F_ = len(self.slot), len(nodes)
-        allowed = torch.zeros(F_, n_fed + F_, dtype=torch.bool)
-        for r, node in enumerate(nodes):
-            allowed[r, n_fed + r] = True
-            p = par[node]
-            while p >= 0:
-                allowed[r, self.slot[p] - self.base] = True
-                p = par[p]
+        n_fed = len(self.slot)
+        allowed = feed_mask(tree.parents, nodes, {n: s - self.base for n, s in self.slot.items()})
         idx = torch.as_tensor(nodes, dtype=torch.long)
         logp = self._forward(tree.tokens[idx], self.root_pos + tree.depths[idx],
                              None if bool(allowed.all()) else allowed)

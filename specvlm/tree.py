@@ -89,6 +89,34 @@ def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def feed_mask(parents: torch.Tensor, nodes: list[int], fed: dict[int, int]) -> torch.Tensor:
+    """Which tree nodes each newly fed node may see, when earlier nodes are already in a draft cache.
+
+    Args:
+        parents: int64 (N,) tree parents (parents-first order).
+        nodes: the F nodes fed now, in feed order; each node's ancestors are fed or among ``nodes``
+            earlier in the list.
+        fed: node -> its slot (0-based, in feed order) among the tree nodes already in the cache.
+
+    Returns:
+        bool (F, len(fed) + F): row r may see slot j iff that slot holds ``nodes[r]`` or one of its
+        ancestors.
+
+    Source: EAGLE-2 (Li et al. 2024) tree attention; docs/design.md §4.8.
+    """
+    par = parents.tolist()
+    n_fed, n_new = len(fed), len(nodes)
+    slot = dict(fed)
+    slot.update({node: n_fed + r for r, node in enumerate(nodes)})
+    allowed = torch.zeros(n_new, n_fed + n_new, dtype=torch.bool)
+    for r, node in enumerate(nodes):
+        p = node
+        while p >= 0:
+            allowed[r, slot[p]] = True
+            p = par[p]
+    return allowed
+
+
 def verify_mask(parents: torch.Tensor, prefix_len: int, dtype: torch.dtype,
                 device: torch.device | str = "cpu") -> torch.Tensor:
     """4-D additive mask for verifying [root] + N tree nodes after a cached prefix.

@@ -6,7 +6,7 @@ import torch
 
 from specvlm.config import TreeConfig
 from specvlm.drafting import GreedyDrafter, greedy_accept
-from specvlm.tree import STATIC_TREES, DraftTree, ancestor_mask, paths, verify_mask
+from specvlm.tree import STATIC_TREES, DraftTree, ancestor_mask, feed_mask, paths, verify_mask
 
 V = 50
 
@@ -162,3 +162,12 @@ def test_min_prob_through_tree_config():
         TreeConfig(min_prob="0.3")
     import numpy as np
     assert TreeConfig(min_prob=np.float32(0.25)).min_prob == np.float32(0.25)   # numpy scalars are numbers too
+
+
+def test_feed_mask_sees_fed_ancestors_and_itself():
+    # root children 0 and 1; 2 under 0; 3 under 2. Nodes 0 and 1 are already fed (slots 0, 1).
+    parents = torch.tensor([-1, -1, 0, 2])
+    allowed = feed_mask(parents, [2, 3], {0: 0, 1: 1})
+    assert allowed.tolist() == [[True, False, True, False],
+                                [True, False, True, True]]
+    assert feed_mask(parents, [0, 1], {}).tolist() == [[True, False], [False, True]]
