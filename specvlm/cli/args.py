@@ -25,8 +25,9 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """--model/--draft/--device/--dtype, shared by the sub-commands."""
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="target: Hub id or local folder (default: the bundled CPU model, or "
-                                    "Qwen2.5-VL-7B-Instruct when CUDA is available)")
+    g.add_argument("--model", help="target: Hub id or local folder (default: Qwen2.5-VL-7B-Instruct with CUDA; "
+                                    "on a CPU SmolVLM2-500M with its 256M draft when the Hub is reachable, "
+                                    "else the bundled model)")
     g.add_argument("--draft", help="Std-SD draft (same family and tokenizer); default: Self-SD, or the "
                                    "bundled draft when --model is not given")
     g.add_argument("--self-sd", action="store_true", help="use the target as its own draft even for the bundled pair")

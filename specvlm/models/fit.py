@@ -77,6 +77,8 @@ class ModelSize:
 _QWEN_VIDEO = 128.0  # 16x16 = 256 merged tokens per 2-frame group at 448x448
 _QWEN3_VIDEO = 98.0  # 14x14 = 196 merged tokens per 2-frame group at 448x448 (patch 16, merge 2)
 _LLAVA_VIDEO = 196.0  # 14x14 pooled SigLIP tokens per frame at 384x384
+_SMOL_VIDEO = 64.0  # 8x8 pixel-shuffled tokens per 512 px frame (256M / 500M)
+_SMOL_2B_VIDEO = 81.0  # 9x9 pixel-shuffled tokens per 384 px frame (2.2B)
 KNOWN_SIZES: dict[str, ModelSize] = {
     "Qwen/Qwen2.5-VL-3B-Instruct": ModelSize(3.75e9, 36, 2, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-7B-Instruct": ModelSize(8.29e9, 28, 4, 128, _QWEN_VIDEO),
@@ -88,6 +90,9 @@ KNOWN_SIZES: dict[str, ModelSize] = {
     "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": ModelSize(0.894e9, 24, 2, 64, _LLAVA_VIDEO),
     "llava-hf/llava-onevision-qwen2-7b-ov-hf": ModelSize(8.03e9, 28, 4, 128, _LLAVA_VIDEO),
     "llava-hf/llava-onevision-qwen2-72b-ov-hf": ModelSize(73.2e9, 80, 8, 128, _LLAVA_VIDEO),
+    "HuggingFaceTB/SmolVLM2-2.2B-Instruct": ModelSize(2.25e9, 24, 32, 64, _SMOL_2B_VIDEO),
+    "HuggingFaceTB/SmolVLM2-500M-Video-Instruct": ModelSize(0.51e9, 32, 5, 64, _SMOL_VIDEO),
+    "HuggingFaceTB/SmolVLM2-256M-Video-Instruct": ModelSize(0.26e9, 30, 3, 64, _SMOL_VIDEO),
 }
 
 
