@@ -5,7 +5,8 @@
   ``image/gif``, so such files are handed to it re-typed as ``video/<ext>`` (same bytes).
 * The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
   preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
-* Run brings the live panels into view.
+* Run brings the live panels into view; Stop is red (class ``specvlm-running``) only while a run is
+  active, i.e. from Run until the status line says the run is done, stopped or failed.
 * The heatmap captions wrap instead of being cut off.
 
 Source: docs/design.md §1 (the app), §8 (Gradio traps).
@@ -22,6 +23,8 @@ PAGE_CSS = """
 #heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
   text-overflow: clip !important; line-height: 1.25; }
 #video-note:empty { display: none; }
+#stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
+  border-color: var(--button-cancel-border-color); }
 """
 """Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room."""
 
@@ -36,9 +39,11 @@ SCROLL_JS = """
 () => {
   const el = document.getElementById('live-panels');
   if (el) el.scrollIntoView({behavior: 'instant', block: 'start'});
+  const stop = document.getElementById('stop');
+  if (stop) stop.classList.add('specvlm-running');
 }
 """
-"""Run's browser-side step: scroll the two live panels to the top of the window."""
+"""Run's browser-side step: scroll the two live panels to the top of the window and make Stop red."""
 
 _JS = """
 () => {
@@ -81,6 +86,12 @@ _JS = """
   });
   new MutationObserver(accept).observe(document.body, {childList: true, subtree: true});
   accept();
+  const ENDED = /^(Done\.|Stopped\.|Error:|Ready\.)/;
+  new MutationObserver(() => {  // Stop back to a plain button once the status says the run ended
+    const status = document.getElementById('status');
+    const stop = document.getElementById('stop');
+    if (status && stop && ENDED.test(status.innerText.trim())) stop.classList.remove('specvlm-running');
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
   document.addEventListener('error', (ev) => {
     const v = ev.target;
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;

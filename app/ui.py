@@ -275,7 +275,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     with gr.Row():
         c["run"] = gr.Button("Run", variant="primary", elem_id="run")
-        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # variant "stop" while a run is active
+        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active (app.page_js)
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     return c
 
@@ -373,19 +373,14 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
 
     run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
                                concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
-    run_event.then(_stop_idle, None, c["stop"], api_visibility="private", concurrency_id="ui", concurrency_limit=None,
-                   show_progress="hidden")
-    c["run"].click(_stop_active, None, c["stop"], js=SCROLL_JS, api_visibility="private", concurrency_id="ui",
-                   concurrency_limit=None, show_progress="hidden")
+    c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=1)
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
                     show_progress="hidden", cancels=[run_event]).then(
         mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
         outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
-        concurrency_id="stop", concurrency_limit=None, show_progress="hidden").then(
-        _stop_idle, None, c["stop"], api_visibility="private", concurrency_id="ui", concurrency_limit=None,
-        show_progress="hidden")
+        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
 
 
 def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
@@ -463,16 +458,6 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                        api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
-
-
-def _stop_active():
-    """Stop is prominent while a run is active."""
-    return gr.update(variant="stop")
-
-
-def _stop_idle():
-    """Stop is a plain button while nothing runs."""
-    return gr.update(variant="secondary")
 
 
 def source_of(video: Any, previews: dict[str, str]) -> Any:
