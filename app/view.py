@@ -415,19 +415,22 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
         stopped: the run was stopped.
 
     Returns:
-        ``{"status": "done" | "stopped" | "error", "error", "notes", "vanilla": {...}, "speculative": {...},
+        ``{"status": "done" | "stopped" | "error", "error", "notes", "caveat" (e.g. the bundled model on a
+        real video, else None), "vanilla": {...}, "speculative": {...},
         "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup",
         "tau", "accept_lengths", "video_tokens", "kept_tokens", "forced_tokens"}``; each run holds ``text``,
         ``token_ids``, ``tokens``, ``decode_s``, ``tokens_per_s`` and ``prefill_s`` (seconds).
     """
     status = "error" if error else "stopped" if stopped else "done"
-    out: dict[str, Any] = {"status": status, "error": error, "notes": [], "vanilla": None, "speculative": None,
+    out: dict[str, Any] = {"status": status, "error": error, "notes": [], "caveat": None, "vanilla": None,
+                           "speculative": None,
                            "identical": None, "divergence": None, "speedup": None, "tau": None,
                            "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
     if view is None:
         return out
     van, spec = view.runs["vanilla"], view.runs["spec"]
     out["notes"] = [n for n in [view.prompt_note, *view.notes] if n]
+    out["caveat"] = view.caveat.replace("**", "") or None
     out["vanilla"], out["speculative"] = _run_json(van), _run_json(spec)
     out["speculative"]["method"] = getattr(view.dec, "method", None)
     if van.tokens_per_s > 0 and spec.tokens_per_s > 0:

@@ -77,6 +77,8 @@ def test_bundled_model_on_a_real_video_says_it_only_knows_shapes(tmp_path):
     backend = Backend(_bundled_engine())
     _, last = _last(backend, real, preset="Bundled")
     assert last["summary"].startswith("**This model only knows synthetic shape videos**")
+    as_json = backend.run_json(RunRequest(video=str(real), settings=RunSettings(preset="Bundled")))
+    assert as_json["caveat"].startswith("This model only knows synthetic shape videos")
     _, last = _last(backend, copy, preset="Bundled")
     assert "synthetic shape" not in last["summary"] and "Outputs identical" in last["summary"]
 
