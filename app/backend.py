@@ -453,7 +453,10 @@ SYNTHETIC_CAVEAT = ("**This model only knows synthetic shape videos** (coloured 
 
 def synthetic_caveat(target: str, video: str, clips: Path | None = None) -> str:
     """:data:`SYNTHETIC_CAVEAT` when ``target`` is the bundled model and ``video`` is not (a copy of) one of the
-    bundled synthetic clips in ``clips`` (default ``assets/videos``), else ""."""
+    bundled synthetic clips in ``clips`` (default ``assets/videos``), else "".
+
+    Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
+    """
     try:
         from specvlm.models.presets import BUNDLED_TARGET
         if Path(target).resolve() != Path(BUNDLED_TARGET).resolve():

@@ -26,14 +26,20 @@ PREVIEW_MAX_S = 60
 
 
 def browser_playable(path: str, codec: str | None) -> bool:
-    """True when browsers play this file as it is (container and codec)."""
+    """True when browsers play this file as it is (container and codec).
+
+    Source: docs/design.md §8 (video traps).
+    """
     return Path(path).suffix.lower() in PLAYABLE_CONTAINERS and (codec or "").lower() in PLAYABLE_CODECS
 
 
 def make_preview(path: str, folder: str | Path, timeout_s: float = 60.0) -> str | None:
     """Write a small H.264 MP4 of ``path`` into ``folder`` (no audio, at most :data:`PREVIEW_MAX_SIDE`
     px and :data:`PREVIEW_MAX_S` s). Returns its path, or None when FFmpeg is missing or fails
-    (the page then shows a note instead; the failure is logged)."""
+    (the page then shows a note instead; the failure is logged).
+
+    Source: docs/design.md §8 (video traps).
+    """
     try:
         import imageio_ffmpeg
         exe = imageio_ffmpeg.get_ffmpeg_exe()

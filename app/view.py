@@ -275,7 +275,10 @@ _DECODER = re.compile(r"decoded with PyAV: decord could not read this (\S+) file
 
 def user_note(note: str) -> str:
     """An input note in the user's terms: decoder internals in parentheses (``DECORDError: Check failed ...``,
-    ``Failed to measure duration``) are dropped (the library logs them) and server paths become file names."""
+    ``Failed to measure duration``) are dropped (the library logs them) and server paths become file names.
+
+    Source: docs/design.md §8 (video traps).
+    """
     text = _DECODER.sub(r"decoded with PyAV, the fallback decoder: the fast decoder cannot read this \1 file", str(note))
     out, i = [], 0
     while i < len(text):
@@ -420,6 +423,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
         "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup",
         "tau", "accept_lengths", "video_tokens", "kept_tokens", "forced_tokens"}``; each run holds ``text``,
         ``token_ids``, ``tokens``, ``decode_s``, ``tokens_per_s`` and ``prefill_s`` (seconds).
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, speedup); docs/design.md §1 (the app).
     """
     status = "error" if error else "stopped" if stopped else "done"
     out: dict[str, Any] = {"status": status, "error": error, "notes": [], "caveat": None, "vanilla": None,
