@@ -24,7 +24,7 @@ from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
                           TREE_SHAPES, RunRequest, RunSettings, UserError)
 from app.uploads import UploadJanitor
-from app.view import OUTPUT_KEYS, blank_outputs, comparison_json, pick_heatmaps
+from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
 from specvlm import assets
 
 log = logging.getLogger(__name__)

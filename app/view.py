@@ -279,7 +279,8 @@ def user_note(note: str) -> str:
 
     Source: docs/design.md §8 (video traps).
     """
-    text = _DECODER.sub(r"decoded with PyAV, the fallback decoder: the fast decoder cannot read this \1 file", str(note))
+    text = _DECODER.sub(r"decoded with PyAV, the fallback decoder: the fast decoder cannot read this \1 file",
+                        str(note))
     out, i = [], 0
     while i < len(text):
         j = text.find("(", i)

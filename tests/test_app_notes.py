@@ -15,7 +15,8 @@ from app.settings import RunRequest, RunSettings
 from app.view import RunView, user_note
 from app.worker import ClipReady
 
-INTERNAL = "decoded with PyAV: decord could not read this gif file (DECORDError: Check failed: st_nb >= 0 (-1128613112 vs. 0))"
+INTERNAL = ("decoded with PyAV: decord could not read this gif file "
+            "(DECORDError: Check failed: st_nb >= 0 (-1128613112 vs. 0))")
 
 
 def test_input_notes_drop_decoder_internals_and_temp_paths():
