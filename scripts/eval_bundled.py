@@ -184,7 +184,8 @@ class SharedPrefill:
 
         import torch
 
-        from specvlm.decoding import SCORE_METHODS, prefill_target, prompt_video
+        from specvlm.decoding import prefill_target, prompt_video
+        from specvlm.pruning import SCORE_METHODS
 
         with_scores = method in SCORE_METHODS
         with torch.inference_mode():

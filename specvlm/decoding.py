@@ -30,7 +30,7 @@ from specvlm.inputs import VideoInput, as_clip, resolve_call
 from specvlm.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
 from specvlm.models import ModelInputs, ModelPair
 from specvlm.models.base import encode_video, video_lm_kwargs
-from specvlm.pruning import prune
+from specvlm.pruning import SCORE_METHODS, prune
 from specvlm.regrid import map_keep
 from specvlm.sampling import make_generator, process_logits, sample
 from specvlm.tree import DraftTree, additive_mask, feed_mask, verify_mask
@@ -38,7 +38,6 @@ from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
 
-SCORE_METHODS = ("specvlm", "attention")
 
 
 # --------------------------------------------------------------------------- forwards

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specvlm.config import DEFAULT_PROMPT
+
 logger = logging.getLogger(__name__)
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -373,7 +375,7 @@ def generate(seed: int, spec: SceneSpec | None = None) -> tuple[np.ndarray, Scen
 # ----------------------------------------------------------------------------- grammar
 
 DESCRIBE_PROMPTS = (
-    "Describe this video in detail.",
+    DEFAULT_PROMPT,
     "Please provide a detailed description of the video, focusing on the main subjects, "
     "their actions, and the background scenes.",
     "What happens in this video?",
