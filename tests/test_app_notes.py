@@ -43,7 +43,7 @@ def test_model_errors_name_every_supported_family():
     assert msg.endswith(f"Supported families: {families_text()}.")
     for fam in fams:
         assert fam in msg
-    remote = _model_error("x/y", None, ValueError("needs trust_remote_code=True"), False)
+    remote = _model_error("x/y", None, ValueError("needs trust_remote_code"), False)
     assert all(fam in remote for fam in fams)
 
 

@@ -72,8 +72,8 @@ def test_fold_is_reused_for_the_same_mask_object_only():
 
 def test_ancestor_mask_is_consistent_with_verify_mask():
     parents = _tree_parents(7, 4)
-    vm = verify_mask(parents, 3, torch.float32)[0, 0] == 0
-    assert vm[:, :3].all() and torch.equal(vm[1:, 4:], ancestor_mask(parents))
+    visible = verify_mask(parents, 3, torch.float32)[0, 0] == 0
+    assert visible[:, :3].all() and torch.equal(visible[1:, 4:], ancestor_mask(parents))
 
 
 @pytest.mark.parametrize("h,kvh", [(4, 2), (8, 2), (4, 1)])

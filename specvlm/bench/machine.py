@@ -1,6 +1,6 @@
 """What the machine is and how fast it is right now, so reports from different machines compare.
 
-Machines of one kind differ (the same clip can run 3.5x slower on a 2.0 GHz vCPU pair than on a
+Machines of one kind differ (the same clip can take 3.5x longer on a 2.0 GHz vCPU pair than on a
 2.6 GHz one, with the same speedup ratios), so every report carries two quick calibration figures
 measured just before the run: fp32 matmul throughput and memory copy bandwidth.
 """
