@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: What the Space needs, relative to the repository root (folders include everything under them).
-SPACE_PATHS = ("app.py", "app", "specvlm", "assets", "requirements.txt", ".gitattributes", "README.md", "LICENSE")
+SPACE_PATHS = ("app.py", "app", "specvlm", "assets", "docs", "requirements.txt", ".gitattributes", "README.md")
 SKIP = re.compile(r"(^|/)(__pycache__|\.pytest_cache)(/|$)|\.pyc$")
 #: Hardware names the Hub accepts (huggingface_hub.SpaceHardware); checked again against the installed library.
 HARDWARE = ("cpu-basic", "cpu-upgrade", "zero-a10g", "t4-small", "t4-medium", "l4x1", "l4x4", "l40sx1", "l40sx4",

@@ -202,6 +202,11 @@ def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or os.path.sep in path and path.count("/") > 1
 
 
+def _one_line(exc: BaseException, limit: int) -> str:
+    """An exception's message on one line (library messages span several), at most ``limit`` characters."""
+    return " ".join(str(exc).split())[:limit].rstrip(". ")
+
+
 def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -216,7 +221,7 @@ def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
         cfg = AutoConfig.from_pretrained(path, local_files_only=local)
     except Exception as exc:  # noqa: BLE001 - turned into one readable message
         raise ModelLoadError(
-            f"could not load model {path!r}: {exc.__class__.__name__}: {str(exc)[:300].rstrip('. ')}.{hint} Use a "
+            f"could not load model {path!r}: {exc.__class__.__name__}: {_one_line(exc, 300)}.{hint} Use a "
             "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision / SmolVLM2 / "
             "Qwen3-VL model (remote code is never run)."
         ) from exc
@@ -231,12 +236,12 @@ def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
         processor = AutoProcessor.from_pretrained(path, local_files_only=local)
     except Exception as exc:  # noqa: BLE001
         raise ModelLoadError(f"could not load model {path!r}: {exc.__class__.__name__}: "
-                             f"{str(exc)[:300].rstrip('. ')}.") from exc
+                             f"{_one_line(exc, 300)}.") from exc
     if not device_map:
         try:
             model.to(device)
         except (RuntimeError, AssertionError) as exc:
-            raise ModelLoadError(f"could not move model {path!r} to {device!r}: {str(exc)[:200]}") from exc
+            raise ModelLoadError(f"could not move model {path!r} to {device!r}: {_one_line(exc, 200)}") from exc
     return model, processor
 
 
