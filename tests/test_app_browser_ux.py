@@ -94,10 +94,13 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
 
                 _set_slider(page, "max-new-tokens", 160)
                 page.evaluate("window.scrollTo(0, 0)")
+                bg = "() => getComputedStyle(document.querySelector('#stop')).backgroundColor"
+                idle = page.evaluate(bg)
                 page.locator("#run").click()
                 page.wait_for_function("() => document.querySelector('#stop').classList.contains('specvlm-running')",
                                        timeout=30_000)          # red while the run is active
-                red = page.evaluate("() => getComputedStyle(document.querySelector('#stop')).backgroundColor")
+                page.wait_for_function(f"idle => ({bg})() !== idle", arg=idle, timeout=10_000)  # after any transition
+                red = page.evaluate(bg)
                 page.locator("#vanilla-stats").get_by_text("Vanilla").wait_for(timeout=60_000)
                 assert "Error" not in page.locator("#status").inner_text(), page.locator("#status").inner_text()
                 top = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
@@ -106,7 +109,8 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
                     page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=120_000)
                 page.wait_for_function("() => !document.querySelector('#stop').classList.contains('specvlm-running')",
                                        timeout=30_000)          # plain again once the run ended
-                plain = page.evaluate("() => getComputedStyle(document.querySelector('#stop')).backgroundColor")
+                page.wait_for_function(f"idle => ({bg})() === idle", arg=idle, timeout=10_000)
+                plain = page.evaluate(bg)
                 assert red != plain, (red, plain)
                 assert eng.read and Path(eng.read[-1]).name == hevc.name  # the run read the upload, not the preview
 
