@@ -327,6 +327,16 @@ class DraftRunner:
             self.slot[node] = self.base + n_fed + r
         return self._logp(logits)
 
+    def feed_next(self, token: int, depth: int) -> torch.Tensor:
+        """Feed one chain node (the child of the last fed node, or of the root), at ``depth``.
+
+        Returns:
+            float32 (vocab,) draft log-probs after the node.
+        """
+        pos = torch.full((self.R, 1), self.root_pos + depth)
+        logits = lm_forward(self.model, self.ad, embed_tokens(self.model, [token]), pos, self.cache)
+        return self._logp(logits[-1])
+
     def rollback(self) -> None:
         """Drop every tree node from the draft cache (back to after the pending tokens)."""
         kv.truncate(self.cache, self.base)

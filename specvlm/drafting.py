@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.sampling import _draw, process_logits, verify_tree
 from specvlm.tree import DraftTree, FeedFn, static_paths
+
+NextFn = Callable[[int, int], torch.Tensor]
+"""feed_next(token, depth) -> float32 (vocab,) draft log-probs after one chain node: the child of
+the node fed just before (of the root at depth 1); see ``FastDraftRunner.feed_next``."""
 
 
 @dataclass
@@ -166,16 +170,18 @@ class Drafter:
         """
         root_logp = runner.feed_pending(pending, root_pos)
         try:
-            return self.build(root_logp, runner.feed_nodes)
+            return self.build(root_logp, runner.feed_nodes, getattr(runner, "feed_next", None))
         finally:
             runner.rollback()
 
-    def build(self, root_logp: torch.Tensor, feed: FeedFn) -> Draft:
+    def build(self, root_logp: torch.Tensor, feed: FeedFn, feed_next: NextFn | None = None) -> Draft:
         """Dispatch on the tree shape: chain (top_k 1), static (``static_preset``) or dynamic.
 
         Args:
             root_logp: float (Vd,) draft log-probs after the root.
             feed: runs the draft on nodes whose ancestors are fed (:data:`specvlm.tree.FeedFn`).
+            feed_next: runs the draft on one chain node (:data:`NextFn`), the cheaper call a
+                greedy chain uses; None = chains go through ``feed`` too.
 
         Raises:
             ValueError: unknown static preset, or a preset with orphans or gaps in its ranks.
@@ -184,7 +190,7 @@ class Drafter:
         if c.shape == "static":
             return self.static(root_logp, feed, static_paths(c.static_preset))
         if c.shape == "chain":
-            return self.dynamic(root_logp, feed, c.depth, 1, c.depth, c.min_prob)
+            return self.chain(root_logp, feed, feed_next, c.depth, c.min_prob)
         return self.dynamic(root_logp, feed, c.depth, c.top_k, c.total_tokens, c.min_prob)
 
     def row(self, logits: torch.Tensor) -> torch.Tensor:
@@ -199,6 +205,11 @@ class Drafter:
                 min_prob: float) -> Draft:
         """A dynamic tree (see the subclasses)."""
         raise NotImplementedError
+
+    def chain(self, root_logp: torch.Tensor, feed: FeedFn, feed_next: NextFn | None, depth: int,
+              min_prob: float) -> Draft:
+        """A chain: the dynamic tree with one child per node (``top_k`` = 1, ``depth`` nodes)."""
+        return self.dynamic(root_logp, feed, depth, 1, depth, min_prob)
 
     def accept(self, draft: Draft, target_logits: torch.Tensor) -> tuple[list[int], int]:
         """(accepted node indices root-first, next token id) from verify logits float (N+1, V)."""
@@ -341,6 +352,38 @@ class GreedyDrafter(Drafter):
                 keep.add(i)
                 i = nodes.pars[i]
         return Draft(nodes.view(list(keep)))
+
+    def chain(self, root_logp: torch.Tensor, feed: FeedFn, feed_next: NextFn | None, depth: int,
+              min_prob: float) -> Draft:
+        """Greedy chain: each node is the draft's argmax after the previous one.
+
+        The same tree as :meth:`dynamic` with ``top_k`` = 1 (stop before a node whose parent's
+        cumulative draft probability is below ``min_prob``), built with one single-query draft
+        forward per level (``feed_next``) and no per-level tree bookkeeping.
+
+        Args:
+            root_logp: float (Vd,) draft log-probs after the root.
+            feed: used only when ``feed_next`` is None.
+            feed_next: ``feed_next(token, depth)`` -> float32 (Vd,) log-probs after that node.
+            depth: at most this many nodes.
+            min_prob: early-stop threshold (``TreeConfig.min_prob``; 0 = never).
+
+        Returns:
+            Draft whose tree is a chain of 1..``depth`` nodes.
+
+        Source: EAGLE-2 (Li et al. 2024) Sec. 4 with one child per node; early stop: Mamou et
+        al. 2024 (arXiv 2405.04304).
+        """
+        if feed_next is None:
+            return super().chain(root_logp, feed, feed_next, depth, min_prob)
+        min_logp = math.log(min_prob) if min_prob > 0 else -math.inf
+        lp, tok = root_logp.max(-1)
+        toks, scores = [int(tok)], [float(lp)]
+        while len(toks) < depth and scores[-1] >= min_logp:
+            lp, tok = feed_next(toks[-1], len(toks)).max(-1)
+            toks.append(int(tok))
+            scores.append(scores[-1] + float(lp))
+        return Draft(DraftTree.chain(toks, scores))
 
     def accept(self, draft: Draft, target_logits: torch.Tensor) -> tuple[list[int], int]:
         """Greedy acceptance on the target's argmax per row (:func:`greedy_accept`)."""

@@ -185,8 +185,8 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
     """Time a target decode step, a draft tree level and a draft chain node, interleaved.
 
     The draft side is what the engine runs per tree level: the draft runner's ``feed_nodes``
-    over ``width`` sibling nodes (each sees the cache and itself: the 4-D tree mask), and over
-    one chain node (no mask), rolled back after every call. Ratios are taken per round, so
+    over ``width`` sibling nodes (each sees the cache and itself: the 4-D tree mask), and its
+    ``feed_next`` on one chain node (no mask, a single query), rolled back after every call. Ratios are taken per round, so
     machine drift hits both sides alike.
 
     Args:
@@ -220,14 +220,12 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
         tok = torch.tensor([7])
         level = DraftTree(tokens=torch.arange(width) + 3, parents=torch.full((width,), -1),
                           depths=torch.ones(width, dtype=torch.long), scores=torch.zeros(width))
-        chain = DraftTree(tokens=torch.tensor([3]), parents=torch.tensor([-1]), depths=torch.ones(1, dtype=torch.long),
-                          scores=torch.zeros(1))
         steps = {
             "decode": (lambda: lm_forward(pair.target, ad, embed_tokens(pair.target, tok),
                                           torch.full((3, 1), target_tokens), t_cache),
                        lambda: kv.truncate(t_cache, target_tokens)),
             "level": (lambda: runner.feed_nodes(list(range(width)), level), runner.rollback),
-            "chain": (lambda: runner.feed_nodes([0], chain), runner.rollback),
+            "chain": (lambda: runner.feed_next(3, 1), runner.rollback),
         }
         per: dict[str, list[float]] = {k: [] for k in steps}
         for r in range(rounds):

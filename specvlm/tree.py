@@ -65,6 +65,13 @@ class DraftTree:
         return int(self.tokens.numel())
 
     @staticmethod
+    def chain(tokens: list[int], scores: list[float]) -> "DraftTree":
+        """A chain of ``len(tokens)`` nodes (node i the child of node i - 1) with cumulative ``scores``."""
+        n = len(tokens)
+        return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.arange(-1, n - 1),
+                         torch.arange(1, n + 1), torch.tensor(scores, dtype=torch.float32))
+
+    @staticmethod
     def empty() -> "DraftTree":
         z = torch.zeros(0, dtype=torch.long)
         return DraftTree(z, z.clone(), z.clone(), torch.zeros(0))
