@@ -33,6 +33,7 @@ from specvlm.models.base import encode_video, video_lm_kwargs
 from specvlm.pruning import SCORE_METHODS, prune
 from specvlm.regrid import map_keep
 from specvlm.sampling import make_generator, process_logits, sample
+from specvlm.threads import adapt as adapt_threads
 from specvlm.tree import DraftTree, additive_mask, feed_mask, verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, PrefillInfo, StepEvent
 
@@ -441,6 +442,7 @@ def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: Dec
 
     Source: docs/design.md §2 (one generator that the CLI, app and bench consume).
     """
+    adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
     with torch.inference_mode():
         inputs, config = resolve_call(pair, inputs, config, more, clip_form)
         if config.speculative:

@@ -8,6 +8,12 @@ processes, N OpenMP threads wait at every barrier for a thread that is not sched
 many small ops run 10-50x slower than on one thread; the calibration sees that and keeps one
 thread. ``threads=`` / ``SPECVLM_THREADS`` override the choice.
 
+A machine that gets busy later is seen at the next request: :func:`adapt` (called by
+:func:`specvlm.decoding.stream` before every request) reads how much CPU time other processes
+took on this process's CPUs since the last request (``/proc/stat`` minus this process's own
+time) and runs the request on one thread while they keep at least :data:`CONTENDED_CORES` busy,
+returning to the calibrated count once they leave.
+
 OpenMP's wait policy (how long an idle worker spins before it sleeps) is read by the OpenMP
 runtime once, when torch's ``libgomp`` is loaded at ``import torch``; torch 2.14 exposes no
 runtime setter for it (``torch.set_num_threads`` only changes the team size). So
@@ -26,7 +32,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -41,6 +47,15 @@ GAIN_NEEDED = 0.85
 """N threads are kept only when the calibration mix runs in <= this share of its 1-thread time."""
 CALIBRATION_BUDGET_S = 0.3
 """Upper bound on the calibration's wall time (seconds)."""
+CONTENDED_CORES = 0.5
+"""Other processes' CPU use on this process's CPUs (cores, averaged since the last request) from
+which a request runs on one thread (:func:`adapt`)."""
+RELEASED_CORES = 0.25
+"""Other processes' CPU use below which the calibrated thread count comes back."""
+SAMPLE_WINDOW_S = 0.05
+"""A fresh measuring window (s) when the last sample is older than :data:`STALE_S`."""
+STALE_S = 10.0
+"""A sample older than this (s) says little about the machine now."""
 
 
 class ThreadsError(ValueError):
@@ -147,6 +162,13 @@ def affinity_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _affinity_set() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def usable_cpus(affinity: int, quota: float | None) -> tuple[int, str]:
@@ -291,7 +313,127 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
         choice = ThreadChoice(n, f"{why}; {how}" if usable > 1 else f"{why} ({how})", usable, one, many)
     torch.set_num_threads(choice.threads)
     log.info("%s", choice.describe())
+    global _POLICY
+    _POLICY = None
+    if requested is None and usable > 1 and (quota is None or quota >= affinity):
+        idle = 1 if choice.reason.startswith("no gain") else usable   # the count for a free machine
+        _POLICY = _Adaptive(choice, idle, _affinity_set())
     return choice
+
+
+# --------------------------------------------------------------------------- per request
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU time counters at one moment.
+
+    Attributes:
+        wall: ``time.monotonic()`` (s).
+        busy: busy time summed over this process's CPUs since boot (s, from ``/proc/stat``).
+        own: this process's CPU time, user + system, all threads (s).
+    """
+
+    wall: float
+    busy: float
+    own: float
+
+
+def parse_proc_stat(text: str, cpus: set[int] | None, hz: float) -> float | None:
+    """Busy seconds (all states but idle and iowait) summed over ``cpus`` from ``/proc/stat`` text.
+
+    Args:
+        text: the file's contents; cpus: CPU numbers to sum (None: the aggregate ``cpu`` line);
+        hz: clock ticks per second (``os.sysconf("SC_CLK_TCK")``).
+
+    Returns:
+        Seconds, or None when no listed CPU is found.
+    """
+    total, found = 0, False
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu"):
+            continue
+        if (cpus is None and name == "cpu") or (cpus is not None and name[3:].isdigit() and int(name[3:]) in cpus):
+            f = [int(x) for x in rest.split()[:8]]
+            if len(f) < 5:
+                continue
+            total += sum(f) - f[3] - f[4]
+            found = True
+    return total / hz if found else None
+
+
+def cpu_sample(cpus: set[int] | None) -> CpuSample | None:
+    """Counters now (None where ``/proc/stat`` cannot be read, e.g. not Linux)."""
+    try:
+        text = Path("/proc/stat").read_text()
+        hz = float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    busy = parse_proc_stat(text, cpus, hz)
+    if busy is None:
+        return None
+    t = os.times()
+    return CpuSample(time.monotonic(), busy, t.user + t.system)
+
+
+def foreign_cores(a: CpuSample, b: CpuSample) -> float:
+    """Cores other processes kept busy between samples ``a`` and ``b`` (>= 0)."""
+    wall = b.wall - a.wall
+    if wall <= 0:
+        return 0.0
+    return max(0.0, ((b.busy - a.busy) - (b.own - a.own)) / wall)
+
+
+class _Adaptive:
+    """The automatic policy's state between requests (one per process, set by :func:`configure`)."""
+
+    def __init__(self, choice: ThreadChoice, idle_threads: int, cpus: set[int] | None):
+        self.choice, self.idle_threads, self.cpus = choice, idle_threads, cpus
+        self.last = cpu_sample(cpus)
+
+    def step(self, sample_window_s: float = SAMPLE_WINDOW_S) -> ThreadChoice:
+        now = cpu_sample(self.cpus)
+        if now is None:
+            return self.choice
+        if self.last is None or now.wall - self.last.wall > STALE_S:
+            time.sleep(sample_window_s)
+            self.last, now = now, cpu_sample(self.cpus) or now
+        other = foreign_cores(self.last, now)
+        self.last = now
+        n = self.choice.threads
+        if other >= CONTENDED_CORES and n > 1:
+            n, why = 1, f"contended now: other processes kept {other:.1f} of these CPUs busy"
+        elif other < RELEASED_CORES and n != self.idle_threads:
+            n, why = self.idle_threads, f"free again: other processes kept {other:.1f} CPUs busy"
+        else:
+            return self.choice
+        import torch
+
+        torch.set_num_threads(n)
+        self.choice = replace(self.choice, threads=n, reason=why)
+        log.info("%s", self.choice.describe())
+        return self.choice
+
+
+_POLICY: _Adaptive | None = None
+
+
+def adapt() -> ThreadChoice | None:
+    """Re-check the machine before a request and set torch's threads for it (automatic policy only).
+
+    A no-op (returns None) unless :func:`configure` chose the count automatically for several
+    usable CPUs that the cgroup quota does not cap (on a quota-capped container ``/proc/stat``
+    also counts other tenants). Costs one ``/proc/stat`` read, plus a :data:`SAMPLE_WINDOW_S`
+    wait when the last request is more than :data:`STALE_S` ago.
+
+    Returns:
+        The :class:`ThreadChoice` in effect now (its reason says why it changed), or None.
+    """
+    return None if _POLICY is None else _POLICY.step()
+
+
+def in_effect() -> ThreadChoice | None:
+    """The automatic policy's current choice (None when the count was set by the user or not configured)."""
+    return None if _POLICY is None else _POLICY.choice
 
 
 def omp_env_defaults(environ: Mapping[str, str] | None = None, torch_loaded: bool | None = None) -> dict[str, str]:

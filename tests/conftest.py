@@ -60,3 +60,13 @@ def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
         ("llava", "self"): pair_from_models(*llava_tiny),
         ("llava", "std"): pair_from_models(llava_tiny[0], llava_tiny[1], llava_tiny_draft[0], llava_tiny_draft[1]),
     }
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_policy():
+    """Tests that run the CLI in-process install the automatic thread policy; it must not follow
+    into later tests (it would change torch's threads whenever other processes are busy)."""
+    from specvlm import threads
+
+    yield
+    threads._POLICY = None

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from specvlm import threads
-from specvlm.threads import (ThreadChoice, ThreadsError, cgroup_quota, configure, decide, omp_env_defaults,
-                             parse_cfs, parse_cpu_max, parse_threads, usable_cpus)
+from specvlm.threads import (CpuSample, ThreadChoice, ThreadsError, adapt, cgroup_quota, configure, decide,
+                             foreign_cores, in_effect, omp_env_defaults, parse_cfs, parse_cpu_max, parse_proc_stat,
+                             parse_threads, usable_cpus)
 
 
 @pytest.fixture(autouse=True)
@@ -118,3 +119,81 @@ def test_omp_env_defaults():
 def test_choice_is_frozen():
     with pytest.raises(AttributeError):
         ThreadChoice(1, "x").threads = 2
+
+
+STAT = """cpu  400 0 100 1000 50 0 0 0 0 0
+cpu0 100 0 50 500 25 0 0 0 0 0
+cpu1 300 0 50 500 25 0 0 0 0 0
+intr 12345
+"""
+
+
+def test_parse_proc_stat_sums_busy_ticks_of_the_listed_cpus():
+    assert parse_proc_stat(STAT, None, 100.0) == 5.0          # 400 + 100 busy ticks (idle, iowait excluded)
+    assert parse_proc_stat(STAT, {1}, 100.0) == 3.5
+    assert parse_proc_stat(STAT, {0, 1}, 100.0) == 5.0
+    assert parse_proc_stat(STAT, {7}, 100.0) is None
+    assert parse_proc_stat("", None, 100.0) is None
+
+
+def test_foreign_cores_subtracts_this_process():
+    a, b = CpuSample(10.0, 100.0, 5.0), CpuSample(12.0, 103.0, 6.0)
+    assert foreign_cores(a, b) == pytest.approx(1.0)       # 3 busy CPU s over 2 s, 1 of them ours
+    assert foreign_cores(a, CpuSample(12.0, 100.5, 6.0)) == 0.0   # never negative
+    assert foreign_cores(a, a) == 0.0
+
+
+def _policy(monkeypatch, samples):
+    """An automatic policy on 2 CPUs whose /proc/stat readings come from ``samples``."""
+    feed = iter(samples)
+    monkeypatch.setattr(threads, "cpu_sample", lambda cpus: next(feed))
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: None)
+    monkeypatch.setattr(threads, "calibrate", lambda n, **k: (6.0, 4.0))
+    return configure(environ={})
+
+
+def test_adapt_runs_on_one_thread_while_others_keep_the_cpus_busy(monkeypatch):
+    s = [CpuSample(0.0, 0.0, 0.0),            # at configure()
+         CpuSample(1.0, 1.9, 0.4),            # 1.5 other cores busy: one thread
+         CpuSample(2.0, 3.3, 0.8),            # still 1.0: stays at one
+         CpuSample(3.0, 3.8, 1.2),            # 0.1: back to the calibrated two
+         CpuSample(4.0, 4.5, 1.6)]            # 0.3: between the thresholds, unchanged
+    assert _policy(monkeypatch, s).threads == 2 and torch.get_num_threads() == 2
+    c = adapt()
+    assert c.threads == 1 and torch.get_num_threads() == 1 and "contended now" in c.reason and "1.5" in c.reason
+    assert adapt().threads == 1
+    c = adapt()
+    assert c.threads == 2 and torch.get_num_threads() == 2 and "free again" in c.reason
+    assert adapt() is c and in_effect() is c
+
+
+def test_adapt_measures_a_fresh_window_after_a_pause(monkeypatch):
+    slept = []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    s = [CpuSample(0.0, 0.0, 0.0),
+         CpuSample(100.0, 5.0, 1.0),           # 100 s later: too old to judge, measure a fresh window
+         CpuSample(100.05, 5.1, 1.0)]          # 2 other cores busy in it
+    _policy(monkeypatch, s)
+    assert adapt().threads == 1 and slept == [threads.SAMPLE_WINDOW_S]
+
+
+def test_adapt_is_off_when_the_user_set_the_count_or_a_quota_caps_the_cpus(monkeypatch):
+    monkeypatch.setattr(threads, "cpu_sample", lambda cpus: pytest.fail("no /proc/stat reading"))
+    configure(2)
+    assert adapt() is None and in_effect() is None and torch.get_num_threads() == 2
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 8)
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: 2.0)   # other tenants' load would show in /proc/stat
+    monkeypatch.setattr(threads, "calibrate", lambda n, **k: (6.0, 4.0))
+    assert configure(environ={}).threads == 2 and adapt() is None
+
+
+def test_stream_adapts_threads_before_each_request(monkeypatch):
+    import specvlm.decoding as dec
+
+    calls = []
+    monkeypatch.setattr(dec, "adapt_threads", lambda: calls.append(1))
+    gen = dec.stream(None, None)
+    with pytest.raises(Exception):
+        next(gen)
+    assert calls == [1]

@@ -28,6 +28,7 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict
 from typing import Any, Callable, Sequence
 
@@ -71,8 +72,10 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
             runs[m].append(rec)
             if progress:
                 tps = rec["decode_tokens_per_s"]
+                n = rec.get("torch_threads")
                 progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
-                         + (f"{tps:.1f} tokens/s" if tps else rec["status"]))
+                         + (f"{tps:.1f} tokens/s" if tps else rec["status"])
+                         + (f" ({n} thread{'s' if n != 1 else ''})" if n else ""))
     return [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
 
 
@@ -145,6 +148,7 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
     if ratios:
         rec.update(speedup=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
                    speedups=ratios)
+    rec["threads_per_round"] = [r.get("torch_threads") for r in runs]
     v_step = _median([v["verify_ms_per_step"] for v in vanilla if v["status"] == "ok"])
     if v_step and rec["verify_ms_per_step"] is not None:
         rec["verify_vs_decode_step"] = rec["verify_ms_per_step"] / v_step
@@ -215,7 +219,9 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
             meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
                                 "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
                                 "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
+    used = Counter(n for r in results for n in (r.get("threads_per_round") or []) if n)
     meta = {**_meta(pair, settings), "machine": machine, "threads": _threads_meta(threads),
+            "threads_used": {str(k): v for k, v in sorted(used.items())},
             "background_load": load.summary.as_dict() if load.summary else None}
     report = {"meta": meta, "inputs": meta_inputs, "results": results}
     report["step_costs"] = measure_step_costs(pair, meta_inputs) if settings.step_costs else None

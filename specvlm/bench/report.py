@@ -31,9 +31,15 @@ def machine_line(meta: dict) -> str:
     busy = (f"; background load: {load['workers']} busy worker process{'es' if load['workers'] != 1 else ''} "
             f"({load['kind']}) during the rounds, {load['cpu_s']:.1f} CPU s over {load['wall_s']:.1f} s"
             if load else "")
+    used = meta.get("threads_used") or {}
+    start = (meta.get("threads") or {}).get("threads")
+    adapted = (f"; timed runs per intra-op thread count: "
+               + ", ".join(f"{k} thread{'s' if k != '1' else ''}: {v}" for k, v in used.items())
+               + " (chosen per request from other processes' CPU use)"
+               if len(used) > 1 or (used and start is not None and str(start) not in used) else "")
     return (f"Machine: {mi.get('cpu_model') or 'unknown CPU'}{mhz}, {meta.get('cpu_count')} CPUs, "
             f"{threads}{gpu}; right before the run: fp32 matmul "
-            f"{mi['matmul_gflops']} GFLOP/s, memory copy {mi['copy_gb_per_s']} GB/s{busy}")
+            f"{mi['matmul_gflops']} GFLOP/s, memory copy {mi['copy_gb_per_s']} GB/s{busy}{adapted}")
 
 
 def _cell(x: Any, nd: int = 2) -> str:

@@ -17,6 +17,8 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from specvlm.bench.hf_peers import processor_inputs, run_hf
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import LABELS, PEERS, SELF, BenchInput, BenchSettings, base_method
@@ -83,6 +85,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
         draft_kv_mb=kv_mb(run_pair.draft, d_len + n) if d_len is not None else None,
         **memory_fields(mem),
     )
+    out["torch_threads"] = torch.get_num_threads()   # what this run used (specvlm.threads.adapt)
     return out
 
 
