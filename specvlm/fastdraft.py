@@ -215,6 +215,39 @@ def draft_weights(model: Any, lm: Any, vocab: int) -> tuple[list[_Layer], _Dims,
     return held.layers, held.dims, held.head, held.final_norm
 
 
+_ROPE: "weakref.WeakKeyDictionary[Any, dict[int, tuple[torch.Tensor, torch.Tensor]]]" = weakref.WeakKeyDictionary()
+
+
+def rope_table(model: Any, lm: Any, adapter: Any, rope_dims: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE cos and sign-folded sin for 1-D positions 0..P-1 (P >= ``need``), kept with the model.
+
+    Built with the model's own rotary module (every M-RoPE row at the same position, as for text
+    tokens and tree nodes) and grown by at least :data:`GROW` rows when a longer position is asked
+    for, so requests share it instead of rebuilding it (~3 ms for 3k positions on a CPU).
+
+    Args:
+        model: the draft model (the cache key); lm: its text decoder stack; adapter: its family
+        adapter (``lm_positions``); rope_dims: R, rows of the position ids; need: positions needed.
+
+    Returns:
+        (cos, sin) float (P, head_dim) in the model's dtype; ``sin`` has its first half negated, so
+        rotate_half(x) * sin = flip(x halves) * sin.
+    """
+    tables = _ROPE.setdefault(model, {})
+    held = tables.get(rope_dims)
+    if held is not None and held[0].shape[0] >= need:
+        return held
+    emb = model.get_input_embeddings().weight
+    n = max(need + GROW, 2 * held[0].shape[0] if held is not None else 0)
+    with torch.no_grad():
+        rows = torch.arange(n, device=emb.device).expand(rope_dims, n)
+        cos, sin = lm.rotary_emb(emb[:1][None], adapter.lm_positions(rows))
+        cos, sin = cos.reshape(n, -1), sin.reshape(n, -1)
+        h = sin.shape[-1] // 2
+        tables[rope_dims] = (cos, torch.cat([-sin[:, :h], sin[:, h:]], -1))
+    return tables[rope_dims]
+
+
 class FastDraftRunner:
     """Drop-in :class:`specvlm.decoding.DraftRunner` with fused eager ops over a static KV buffer.
 
@@ -233,11 +266,11 @@ class FastDraftRunner:
         self.lm, self.ad, self.R, self.offset = ad.language_model(model), ad, rope_dims, int(pos_offset)
         self.vocab = int(pair.shared_vocab)
         self.layers, self.dims, self.head, self.final_norm = draft_weights(model, self.lm, self.vocab)
-        self.embed = model.get_input_embeddings().weight
+        self.model, self.embed = model, model.get_input_embeddings().weight
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.length = kv.cache_length(cache)
         self.k, self.v = self._copy_cache(cache, self.length + GROW)
-        self.cos = self.sin = torch.empty(0, self.dims.head_dim, dtype=self.dtype, device=self.device)
+        self.cos, self.sin = rope_table(model, self.lm, ad, rope_dims, 0)
         self.base, self.root_pos = self.length, 0
         self.slot: dict[int, int] = {}
 
@@ -267,16 +300,10 @@ class FastDraftRunner:
                 bufs[i] = nb
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin (n, d) for 1-D positions ``pos`` (n,), from the model's rotary module."""
+        """cos and sign-folded sin (n, d) for 1-D positions ``pos`` (n,) (:func:`rope_table`)."""
         top = int(pos.max()) + 1
         if top > self.cos.shape[0]:
-            n = top + GROW
-            rows = torch.arange(n, device=self.device).expand(self.R, n)
-            x = self.embed[:1][None]
-            cos, sin = self.lm.rotary_emb(x, self.ad.lm_positions(rows))
-            cos, sin = cos.reshape(n, -1), sin.reshape(n, -1)
-            h = sin.shape[-1] // 2
-            self.cos, self.sin = cos, torch.cat([-sin[:, :h], sin[:, h:]], -1)
+            self.cos, self.sin = rope_table(self.model, self.lm, self.ad, self.R, top)
         return self.cos[pos], self.sin[pos]
 
     # ------------------------------------------------------------------ forward

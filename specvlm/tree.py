@@ -87,8 +87,10 @@ def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
         bool (N, N): [i, j] True iff j == i or j is an ancestor of i.
     """
     n = int(parents.numel())
-    mask = torch.eye(n, dtype=torch.bool)
     par = parents.tolist()
+    if par == list(range(-1, n - 1)):   # a chain: every earlier node is an ancestor
+        return torch.ones(n, n, dtype=torch.bool).tril_()
+    mask = torch.eye(n, dtype=torch.bool)
     for i in range(n):
         p = par[i]
         if p >= 0:

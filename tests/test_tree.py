@@ -50,6 +50,10 @@ def test_ancestor_mask_and_paths():
     assert torch.equal(m, expected)
     tree = DraftTree(torch.arange(5), parents, torch.tensor([1, 1, 2, 2, 3]), torch.zeros(5))
     assert sorted(paths(tree)) == [[0, 2, 4], [0, 3], [1]]
+    chain = DraftTree.chain([5, 6, 7, 8], [-0.1, -0.3, -0.4, -0.9])
+    assert chain.parents.tolist() == [-1, 0, 1, 2] and chain.depths.tolist() == [1, 2, 3, 4]
+    assert ancestor_mask(chain.parents).tolist() == [[j <= i for j in range(4)] for i in range(4)]
+    assert ancestor_mask(torch.tensor([-1, 0, 0])).tolist() == [[1, 0, 0], [1, 1, 0], [1, 0, 1]]  # not a chain
 
 
 def test_verify_mask_layout():

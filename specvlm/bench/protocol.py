@@ -66,17 +66,25 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
             if w == 0:
                 memory[m] = rec
     runs: dict[str, list[dict]] = {m: [] for m in settings.methods}
+    again: list[dict] = []   # a second vanilla run per round under background load: the run-to-run noise
     for r in range(settings.repeats):
         for m in settings.methods:
             rec = run_method(pair, m, inp, inputs, settings, enc)
             runs[m].append(rec)
+            if m == "vanilla" and settings.background_load:
+                again.append(run_method(pair, m, inp, inputs, settings, enc))
             if progress:
                 tps = rec["decode_tokens_per_s"]
                 n = rec.get("torch_threads")
                 progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
                          + (f"{tps:.1f} tokens/s" if tps else rec["status"])
                          + (f" ({n} thread{'s' if n != 1 else ''})" if n else ""))
-    return [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
+    rows = [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
+    if again:
+        rows[settings.methods.index("vanilla")]["vanilla_aa"] = [
+            a["decode_tokens_per_s"] / b["decode_tokens_per_s"] for a, b in zip(again, runs["vanilla"])
+            if a["status"] == b["status"] == "ok" and a["decode_tokens_per_s"] and b["decode_tokens_per_s"]]
+    return rows
 
 
 def _median(vals: Sequence[Any]) -> float | None:

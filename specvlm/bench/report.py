@@ -79,6 +79,8 @@ def markdown_table(report: dict, name: str) -> str:
             lines.append(f"| {r['label']} | failed: {r['error']} |" + " |" * 9)
             continue
         sp = f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})" if r["speedup"] else "-"
+        if r.get("vanilla_aa"):
+            sp += f"; vanilla again: {min(r['vanilla_aa']):.2f}-{max(r['vanilla_aa']):.2f}"
         kv = f"{_cell(r['target_kv_tokens'], 0)} / {_cell(r['draft_kv_tokens'], 0)}"
         mem = f"{_cell(r['peak_memory_mb'], 0)} ({_cell(r['peak_memory_delta_mb'], 0)})"
         lines.append(f"| {r['label']} | {_cell(r['tau'])} | {_cell(r['tokens_per_target_forward'])} | "
