@@ -273,6 +273,7 @@ class FastDraftRunner:
         self.cos, self.sin = rope_table(model, self.lm, ad, rope_dims, 0)
         self.base, self.root_pos = self.length, 0
         self.slot: dict[int, int] = {}
+        self.chain: list[int] = []   # tokens fed by feed_next since the last feed_pending, in slot order
 
     # ------------------------------------------------------------------ buffers
     def _copy_cache(self, cache: Any, cap: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -379,10 +380,18 @@ class FastDraftRunner:
         """
         n = len(tokens)
         root_pos = root_pos + self.offset
+        # accepted chain nodes are still in the buffer right after the old root, at these same
+        # positions and seeing the same tokens: keep them instead of feeding them again
+        kept = 0
+        if root_pos - n == self.root_pos and self.length == self.base:
+            while kept < min(n - 1, len(self.chain)) and tokens[kept] == self.chain[kept]:
+                kept += 1
+        self.length += kept
+        tokens, n = tokens[kept:], n - kept
         pos = torch.arange(root_pos - n + 1, root_pos + 1)
         causal = torch.ones(n, n, dtype=torch.bool).tril_() if n > 1 else None
         logp = self._feed(torch.as_tensor(tokens, dtype=torch.long), pos, causal)
-        self.base, self.root_pos, self.slot = self.length, root_pos, {}
+        self.base, self.root_pos, self.slot, self.chain = self.length, root_pos, {}, []
         return logp[-1]
 
     def feed_nodes(self, nodes: list[int], tree: Any) -> torch.Tensor:
@@ -392,6 +401,7 @@ class FastDraftRunner:
             nodes: F node indices of ``tree`` (a :class:`specvlm.tree.DraftTree`).
         """
         n_fed = len(self.slot)
+        self.chain = []   # the tree's slots are not a chain any more
         allowed = feed_mask(tree.parents, nodes, {n: s - self.base for n, s in self.slot.items()})
         idx = torch.as_tensor(nodes, dtype=torch.long)
         logp = self._feed(tree.tokens[idx], self.root_pos + tree.depths[idx],
@@ -413,13 +423,18 @@ class FastDraftRunner:
             float32 (vocab,) draft log-probs after the node.
         """
         p = self.root_pos + depth
+        if depth == len(self.chain) + 1 and self.length == self.base + len(self.chain) and not self.slot:
+            self.chain.append(int(token))   # its keys/values land in slot base + depth - 1
+        else:
+            self.chain = []
         if p >= self.cos.shape[0]:
             self._rope(torch.tensor([p]))
         x = self.embed[token:token + 1]
         return self._forward(x, self.cos[p:p + 1], self.sin[p:p + 1], None)[0]
 
     def rollback(self) -> None:
-        """Drop every tree node (back to after the pending tokens): the buffer keeps its contents."""
+        """Drop every tree node (back to after the pending tokens): the buffer keeps its contents, so
+        chain nodes that the target accepts are reused by the next :meth:`feed_pending`."""
         self.length, self.slot = self.base, {}
 
 

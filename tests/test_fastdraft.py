@@ -142,6 +142,33 @@ def test_greedy_chain_through_feed_next_is_the_top1_dynamic_tree(pairs, fast, mi
         assert float((x - y[0]).abs().max()) < LOGP_TOL
 
 
+def test_accepted_chain_nodes_are_kept_not_fed_again(pairs):
+    """After a chain step the accepted nodes' keys/values stay in the buffer: the next feed_pending
+    feeds only the rest (the bonus token) and gives the log-probs of feeding everything again."""
+    pair = pairs[("qwen", "std")]
+    with torch.inference_mode():
+        inputs, tp, d_cache = _prefilled(pair)
+        R, pos = dec._rope_dims(inputs), inputs.next_position
+        fast = FastDraftRunner(pair, d_cache, R)
+        ref = FastDraftRunner(pair, d_cache, R)
+        fed: list[int] = []
+        real = fast._feed
+        fast._feed = lambda tokens, p, allowed: fed.append(len(tokens)) or real(tokens, p, allowed)
+        root = [tp.first_token]
+        fast.feed_pending(root, pos)
+        ref.feed_pending(root, pos)
+        chain = [int(fast.feed_next(t, d).argmax()) for d, t in enumerate([11, 12, 13, 14], start=1)]
+        assert len(chain) == 4 and fast.chain == [11, 12, 13, 14]
+        fast.rollback()
+        pending = [11, 12, 99]            # two chain nodes accepted, then the target's own token
+        a, b = fast.feed_pending(pending, pos + 3), ref.feed_pending(pending, pos + 3)
+        assert fed == [1, 1] and fast.length == ref.length == fast.base
+        assert float((a - b).abs().max()) < LOGP_TOL
+        fast.rollback()
+        a, b = fast.feed_pending([5, 6], pos + 5), ref.feed_pending([5, 6], pos + 5)   # nothing to keep
+        assert fed == [1, 1, 2] and float((a - b).abs().max()) < LOGP_TOL
+
+
 def test_unsupported_draft_falls_back_to_draft_runner(pairs):
     pair = pairs[("qwen", "std")]
     draft = copy.deepcopy(pair.draft)
