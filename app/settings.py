@@ -223,9 +223,9 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
                                                        "max_new_tokens")}
         prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
                             top_p=_as_float("λ", s.top_p))
-        tree = TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
-                          total_tokens=ints["total_tokens"],
-                          min_prob=_as_float("early stop (min draft probability)", s.min_prob))
+        tree = _preset_tree(s.preset, TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
+                                                 total_tokens=ints["total_tokens"],
+                                                 min_prob=_as_float("early stop (min draft probability)", s.min_prob)))
         sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
                                   top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
                                   seed=_as_int("seed", s.seed))
@@ -293,3 +293,14 @@ def _as_float(name: str, v: Any) -> float:
     if not math.isfinite(f):
         raise UserError(f"Invalid setting: {name} must be a finite number, got {v!r}.")
     return f
+
+
+def _preset_tree(preset: str, tree: TreeConfig) -> TreeConfig:
+    """The preset's own tree (with its long-prompt variant, ``TreeConfig.long_prompt``) when the tree
+    widgets still hold its values; else ``tree`` as set."""
+    from specvlm.models.presets import PRESETS
+
+    own = getattr(PRESETS.get(preset), "tree", None)
+    if own is not None and own.without_long_prompt() == tree:
+        return own
+    return tree

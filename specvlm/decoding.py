@@ -535,6 +535,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     pos, root, pending, step = t_in.next_position, first, [first], 0
     dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)
+    config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
     drafter = make_drafter(config, pick.gen)  # greedy, or sampled siblings + recursive rejection sampling
     while not em.done and not (should_stop and should_stop()):
         step += 1

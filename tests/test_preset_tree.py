@@ -16,7 +16,8 @@ def _args(**kw):
 def test_bundled_presets_carry_their_tree_and_name_it():
     std, self_sd = PRESETS[BUNDLED_STD], PRESETS[BUNDLED_SELF]
     assert std.tree == BUNDLED_STD_TREE and self_sd.tree == BUNDLED_SELF_TREE
-    assert std.description.endswith("draft: chain of up to 8, stop < 0.05")
+    assert std.description.endswith("draft: chain of up to 8, stop < 0.05; "
+                                    "from 8,192 prompt tokens: chain of up to 12, stop < 0.1")
     assert self_sd.description.endswith("draft: chain of up to 12, stop < 0.1")
     for p in PRESETS.values():
         assert p.tree.describe() in p.description and p.description.count("draft: ") == 1
@@ -32,7 +33,53 @@ def test_cli_tree_comes_from_the_preset_unless_overridden():
     std = PRESETS[BUNDLED_STD]
     assert tree_config(_args(), std) == BUNDLED_STD_TREE
     assert tree_config(_args(), None) == TreeConfig()
-    assert tree_config(_args(depth=5), std) == TreeConfig(shape="chain", depth=5, min_prob=0.05)
+    assert tree_config(_args(depth=5), std) == TreeConfig(shape="chain", depth=5, min_prob=0.05)  # no long variant
     assert tree_config(_args(min_prob=0.0), std).min_prob == 0.0
     assert tree_config(_args(tree="dynamic"), std) == TreeConfig()      # another shape: its own defaults
     assert tree_config(_args(tree="dynamic", top_k=2), std) == TreeConfig(top_k=2)
+
+
+def test_long_prompt_tree():
+    long = TreeConfig(shape="chain", depth=12, min_prob=0.1)
+    t = TreeConfig(shape="chain", depth=8, min_prob=0.05, long_prompt=long, long_from=1000)
+    assert t.for_prompt(999) is t and t.for_prompt(1000) is long and t.for_prompt(10**6) is long
+    assert TreeConfig().for_prompt(10**6) == TreeConfig()
+    assert t.without_long_prompt() == TreeConfig(shape="chain", depth=8, min_prob=0.05, long_from=1000)
+    assert t.describe() == "chain of up to 8, stop < 0.05; from 1,000 prompt tokens: chain of up to 12, stop < 0.1"
+    assert BUNDLED_STD_TREE.for_prompt(16403).depth == 12 and BUNDLED_STD_TREE.for_prompt(787).depth == 8
+    import pytest
+    from specvlm.config import ConfigError
+    with pytest.raises(ConfigError, match="long_from"):
+        TreeConfig(long_from=0)
+    with pytest.raises(ConfigError, match="not a TreeConfig"):
+        TreeConfig(long_prompt="deep")
+
+
+def test_app_keeps_the_presets_long_prompt_tree_while_its_widgets_are_unchanged():
+    from app.settings import _preset_tree
+
+    same = BUNDLED_STD_TREE.without_long_prompt()
+    assert _preset_tree(BUNDLED_STD, same) is BUNDLED_STD_TREE
+    changed = TreeConfig(shape="chain", depth=6, min_prob=0.05)
+    assert _preset_tree(BUNDLED_STD, changed) is changed
+    assert _preset_tree("no such preset", same) is same
+
+
+def test_engine_drafts_with_the_long_prompt_tree_on_long_prompts(pairs):
+    import specvlm.decoding as dec
+    from conftest import make_clip
+    from specvlm.config import DecodeConfig
+
+    std_pair = pairs[("qwen", "std")]
+    clip, prompt = make_clip(), "describe this video in detail"
+    inputs = std_pair.adapter.prepare(std_pair.processor, std_pair.target, clip, prompt)
+    L = int(inputs.input_ids.shape[1])
+    short, deep = TreeConfig(shape="chain", depth=2), TreeConfig(shape="chain", depth=6)
+    van = dec.generate(std_pair, inputs, DecodeConfig(method="vanilla", max_new_tokens=24, stop_at_eos=False))
+    sizes = {}
+    for name, frm in (("long", L), ("short", L + 1)):
+        tree = TreeConfig(shape="chain", depth=2, long_prompt=deep, long_from=frm)
+        res = dec.generate(std_pair, inputs, DecodeConfig(max_new_tokens=24, stop_at_eos=False, tree=tree))
+        assert res.token_ids == van.token_ids, name
+        sizes[name] = max(s.tree_size for s in res.steps[1:])
+    assert sizes == {"long": 6, "short": short.depth}

@@ -194,6 +194,10 @@ def _verify_goal(report: dict, name: str, at: str) -> dict:
     """Verify <= 1.5x a decode step: on the isolated cost curve when measured (the worst size
     n <= 16 tokens), else on the run's mean verify step; the other figure goes in the detail."""
     cfg = report["meta"]["decode_config"]["tree"]
+    main = next((i for i in report["inputs"] if i["name"] == name), {})
+    long = cfg.get("long_prompt")
+    if long and (main.get("target_kv_tokens") or 0) >= cfg.get("long_from", 0):
+        cfg = long   # the tree this prompt was drafted with (TreeConfig.for_prompt)
     row = _row(report, name, "specvlm") or _row(report, name, "none")
     run_r = row["verify_vs_decode_step"] if row else None
     nodes = cfg["depth"] if cfg.get("shape") == "chain" else cfg["total_tokens"]

@@ -130,13 +130,15 @@ def load_from_args(args: argparse.Namespace):
 
 def tree_config(args: argparse.Namespace, preset) -> TreeConfig:
     """The preset's draft tree (``Preset.tree``; TreeConfig() without a preset) with the tree options given;
-    a --tree of another shape starts from that shape's defaults."""
+    a --tree of another shape starts from that shape's defaults, and any tree option applies to every
+    prompt length (the preset's long-prompt tree is dropped)."""
     base = preset.tree if preset is not None and getattr(preset, "tree", None) is not None else TreeConfig()
     if args.tree is not None and args.tree != base.shape:
         base = TreeConfig(shape=args.tree)  # another shape: its own defaults, not the preset's tuning
     given = {"shape": args.tree, "depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens,
              "min_prob": args.min_prob}
-    return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    given = {k: v for k, v in given.items() if v is not None}
+    return dataclasses.replace(base.without_long_prompt() if given else base, **given)
 
 
 def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
