@@ -1,4 +1,4 @@
-"""CPU thread policy: how many intra-op threads torch uses, chosen once per process.
+"""CPU thread policy: how many intra-op threads torch uses, chosen at start and re-checked per request.
 
 ``configure()`` picks torch's intra-op threads from the CPUs this process may really use
 (its scheduler affinity and the cgroup v1/v2 CPU quota, not ``os.cpu_count()``), then runs a

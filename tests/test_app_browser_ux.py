@@ -95,12 +95,12 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
                 _set_slider(page, "max-new-tokens", 160)
                 page.evaluate("window.scrollTo(0, 0)")
                 bg = "() => getComputedStyle(document.querySelector('#stop')).backgroundColor"
+                page.add_style_tag(content="#stop { transition: none !important; }")  # colours as the class says
                 idle = page.evaluate(bg)
                 page.locator("#run").click()
-                page.wait_for_function("() => document.querySelector('#stop').classList.contains('specvlm-running')",
-                                       timeout=30_000)          # red while the run is active
-                page.wait_for_function(f"idle => ({bg})() !== idle", arg=idle, timeout=10_000)  # after any transition
-                red = page.evaluate(bg)
+                red = page.wait_for_function(     # red while the run is active (read in the same frame as the class)
+                    f"idle => document.querySelector('#stop').classList.contains('specvlm-running') "
+                    f"&& ({bg})() !== idle ? ({bg})() : null", arg=idle, timeout=30_000).json_value()
                 page.locator("#vanilla-stats").get_by_text("Vanilla").wait_for(timeout=60_000)
                 assert "Error" not in page.locator("#status").inner_text(), page.locator("#status").inner_text()
                 top = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
