@@ -171,7 +171,7 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
 
     dev = pair.device
     return {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "platform": platform.platform(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
         "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "dtype": str(pair.target.get_input_embeddings().weight.dtype).replace("torch.", ""),
