@@ -9,8 +9,8 @@ per model through public module attributes (:func:`draft_weights`). A small draf
 copies laid out as right-hand matmul operands: q/k/v and gate/up fused into one matrix each, each
 RMS-norm weight multiplied into the matmul after it, the attention scale into the query rows (a
 one-row product with a contiguous (in, out) matrix is ~25% cheaper on a CPU than
-``F.linear``'s transposed read). RoPE comes from a per-request position table built with the
-model's own rotary module, grouped-query attention is folded onto the KV heads (a single query,
+``F.linear``'s transposed read). RoPE comes from a position table built once per model with the
+model's own rotary module (:func:`rope_table`), grouped-query attention is folded onto the KV heads (a single query,
 the chain's case, is two small batched matmuls and a softmax; several go through SDPA with the
 tree mask), and keys/values are written in place into a preallocated buffer (rollback moves one
 integer). It has :class:`specvlm.decoding.DraftRunner`'s interface (``feed_pending``,
