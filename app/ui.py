@@ -443,10 +443,15 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             items, legend = pick_heatmaps(state, mode)
             yield gallery_files(items, tmp), legend
 
+    tree_keys = ("tree_shape", "depth", "top_k", "total_tokens", "min_prob")
+
     def on_preset(name):
-        """Show the preset's description and suggest its frame count and token budget."""
+        """Show the preset's description, suggest its frame count and token budget, and set the
+        draft tree it was tuned with (``Preset.tree``; unchanged when it names none)."""
         md, frames, max_new = backend.preset_info(name)
-        return md, gr.update(value=frames), gr.update(value=max_new)
+        tree = backend.preset_tree(name)
+        return (md, gr.update(value=frames), gr.update(value=max_new),
+                *(gr.update(value=tree[k]) if k in tree else gr.update() for k in tree_keys))
 
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
@@ -454,8 +459,9 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["video"].change(on_video, inputs=[c["video"]], outputs=[c["video"], c["video_note"]], api_visibility="private",
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
     demo.unload(on_unload)
-    c["preset"].change(on_preset, inputs=[c["preset"]], outputs=[c["preset_md"], c["frames"], c["max_new"]],
-                       api_visibility="private")
+    c["preset"].change(on_preset, inputs=[c["preset"]],
+                       outputs=[c["preset_md"], c["frames"], c["max_new"], c["tree"], c["depth"], c["top_k"], c["total"],
+                                c["min_prob"]], api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from specvlm.config import TreeConfig
 from specvlm.types import PrefillInfo, PruneResult, StepEvent, VideoClip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,10 +54,11 @@ class FakeEngine:
         self.stream_kwargs: list[dict] = []  # per stream call: subtitles / subtitle_mode / truth passed
 
     def presets(self):
-        mk = lambda n, t, d, cuda: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
-                                                    num_frames=4, requires_cuda=cuda)
+        mk = lambda n, t, d, cuda, **kw: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
+                                                          num_frames=4, requires_cuda=cuda, **kw)
         return {"Fake tiny (CPU)": mk("Fake tiny (CPU)", "fake/target", "fake/draft", False),
-                "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True),
+                "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True,
+                                     tree=TreeConfig(shape="chain", depth=9, min_prob=0.05)),
                 "Fake missing": mk("Fake missing", "/nonexistent/specvlm/model", None, False)}
 
     def default_preset(self):

@@ -282,8 +282,10 @@ def test_build_demo_wires_components(tmp_path):
     assert len(compare.outputs) == len(OUTPUT_KEYS)
     assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
     on_preset = next(fn.fn for fn in demo.fns.values() if fn.name == "on_preset")
-    md, frames, max_new = on_preset("Fake big (GPU)")
+    md, frames, max_new, *tree = on_preset("Fake big (GPU)")
     assert "needs a CUDA GPU" in md and frames["value"] == 4 and max_new["value"] == 128
+    assert [t["value"] for t in tree] == ["chain", 9, 4, 16, 0.05]      # the preset's tuned tree fills the widgets
+    assert [("value" in t) for t in on_preset("Fake tiny (CPU)")[3:]] == [False] * 5   # no tree named: unchanged
     comps = demo.specvlm_components
     assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]
 
