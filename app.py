@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     from specvlm.threads import ThreadsError, configure
 
     try:
-        machine = configure().describe()  # torch's threads, once per process (SPECVLM_THREADS overrides)
+        # torch's threads (SPECVLM_THREADS overrides); one CPU stays with the web server and page updates
+        machine = configure(reserve=1).describe()
     except ThreadsError as e:
         raise SystemExit(f"app.py: error: {e}") from None
     limits = limits_from_args(args)

@@ -288,13 +288,19 @@ def calibrate(threads: int, rounds: int = 5, budget_s: float = CALIBRATION_BUDGE
     return statistics.median(one), statistics.median(many)
 
 
-def configure(threads: int | None = None, *, environ: Mapping[str, str] | None = None) -> ThreadChoice:
+def configure(threads: int | None = None, *, environ: Mapping[str, str] | None = None,
+              reserve: int = 0) -> ThreadChoice:
     """Choose and set torch's intra-op threads for this process (call once at start).
 
     Args:
         threads: an explicit count (>= 1); None reads ``SPECVLM_THREADS`` (a count, or
             ``auto`` / unset for automatic).
         environ: environment to read (``os.environ`` when None).
+        reserve: CPUs the automatic choice leaves to the process's other threads (the app's web
+            server and page updates run beside the decode: on 2 CPUs, 2 intra-op threads next to
+            them stall at every OpenMP barrier, as with another process; measured through the
+            app, bundled pair, 4 runs each: shapes_long / world.mp4 / shapes_text median 1.13x /
+            0.95x / 1.35x on 2 threads, 1.35x / 1.55x / 1.69x on 1). Never below one thread.
 
     Returns:
         :class:`ThreadChoice` (also logged at INFO).
@@ -312,17 +318,23 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
         source = "--threads" if threads is not None else ENV_VAR
         choice = ThreadChoice(requested, f"set by {source}", usable)
     else:
+        top = max(1, usable - max(0, int(reserve)))   # the most threads the automatic choice may use
         one = many = None
-        if usable > 1:
-            one, many = calibrate(usable)
-        n, why = decide(usable, one, many)
+        if top > 1:
+            one, many = calibrate(top)
+            n, why = decide(top, one, many)
+        elif usable > 1:
+            n, why = 1, f"{usable - 1} of {usable} CPUs kept for the app's server and page updates"
+        else:
+            n, why = decide(1, None, None)
         choice = ThreadChoice(n, f"{why}; {how}" if usable > 1 else f"{why} ({how})", usable, one, many)
+        reserve = usable - top
     torch.set_num_threads(choice.threads)
     log.info("%s", choice.describe())
     global _POLICY
     _POLICY = None
-    if requested is None and usable > 1 and (quota is None or quota >= affinity):
-        _POLICY = _Adaptive(choice, usable, _affinity_set())
+    if requested is None and usable - reserve > 1 and (quota is None or quota >= affinity):
+        _POLICY = _Adaptive(choice, usable - reserve, _affinity_set())
     return choice
 
 

@@ -197,3 +197,21 @@ def test_stream_adapts_threads_before_each_request(monkeypatch):
     with pytest.raises(Exception):
         next(gen)
     assert calls == [1]
+
+
+def test_reserve_leaves_cpus_to_the_apps_own_threads(monkeypatch):
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "cgroup_quota", lambda: None)
+    monkeypatch.setattr(threads, "calibrate", lambda n, **k: pytest.fail("nothing to calibrate on one thread"))
+    c = configure(environ={}, reserve=1)
+    assert c.threads == 1 and torch.get_num_threads() == 1 and c.usable == 2
+    assert c.describe() == ("torch threads 1 of 2 usable CPUs (1 of 2 CPUs kept for the app's server and page "
+                            "updates; 2 in affinity)")
+    assert in_effect() is None                                     # nothing to adapt between 1 and 1
+    assert configure(environ={"SPECVLM_THREADS": "2"}, reserve=1).threads == 2   # an explicit count wins
+    seen = []
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 4)
+    monkeypatch.setattr(threads, "calibrate", lambda n, **k: seen.append(n) or (6.0, 4.0))
+    monkeypatch.setattr(threads, "cpu_sample", lambda cpus: CpuSample(0.0, 0.0, 0.0))
+    c = configure(environ={}, reserve=1)
+    assert seen == [3] and c.threads == 3 and c.usable == 4 and in_effect() is c
