@@ -289,7 +289,7 @@ def calibrate(threads: int, rounds: int = 5, budget_s: float = CALIBRATION_BUDGE
 
 
 def configure(threads: int | None = None, *, environ: Mapping[str, str] | None = None,
-              reserve: int = 0) -> ThreadChoice:
+              reserve: int = 0, share: int = 1) -> ThreadChoice:
     """Choose and set torch's intra-op threads for this process (call once at start).
 
     Args:
@@ -301,6 +301,10 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
             them stall at every OpenMP barrier, as with another process; measured through the
             app, bundled pair, 4 runs each: shapes_long / world.mp4 / shapes_text median 1.13x /
             0.95x / 1.35x on 2 threads, 1.35x / 1.55x / 1.69x on 1). Never below one thread.
+        share: processes started together on this machine that split its CPUs (the ranks of a
+            ``torchrun`` job on this node): the automatic choice takes usable CPUs // ``share``
+            threads without calibration, and the per-request policy stays off (the other ranks are
+            expected load, not contention to avoid).
 
     Returns:
         :class:`ThreadChoice` (also logged at INFO).
@@ -317,6 +321,9 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
     if requested is not None:
         source = "--threads" if threads is not None else ENV_VAR
         choice = ThreadChoice(requested, f"set by {source}", usable)
+    elif share > 1:
+        n = max(1, usable // share - max(0, int(reserve)))
+        choice = ThreadChoice(n, f"{usable} usable CPUs shared by {share} ranks on this machine; {how}", usable)
     else:
         top = max(1, usable - max(0, int(reserve)))   # the most threads the automatic choice may use
         one = many = None
@@ -333,7 +340,7 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
     log.info("%s", choice.describe())
     global _POLICY
     _POLICY = None
-    if requested is None and usable - reserve > 1 and (quota is None or quota >= affinity):
+    if requested is None and share <= 1 and usable - reserve > 1 and (quota is None or quota >= affinity):
         _POLICY = _Adaptive(choice, usable - reserve, _affinity_set())
     return choice
 

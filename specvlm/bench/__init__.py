@@ -9,6 +9,8 @@ The package is split by job:
 * :mod:`~specvlm.bench.protocol`: warm-up and interleaved rounds (:func:`run_bench`), with an
   optional background load (:mod:`~specvlm.bench.load`) and machine calibration
   (:mod:`~specvlm.bench.machine`).
+* :mod:`~specvlm.bench.distributed`: the same protocol over ``torchrun`` ranks, one device each,
+  merged into one report (:func:`~specvlm.bench.distributed.run_distributed`).
 * :mod:`~specvlm.bench.goals`: the goals judged on a report (:func:`verdict`).
 * :mod:`~specvlm.bench.report` and :mod:`~specvlm.bench.charts`: markdown, JSON, HTML, SVG.
 

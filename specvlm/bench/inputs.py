@@ -6,8 +6,9 @@ Source: SpecVLM (arXiv 2508.16201) Sec. 4 (speedup against video length); the pr
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -90,19 +91,33 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
     return frames_to_clip(_synthetic_frames(frames, side, seed), fps, path=f"synthetic-{num_tokens}")
 
 
-def file_inputs(videos: Sequence[str], prompt: str, vcfg: VideoConfig) -> list[BenchInput]:
-    """One input per video file, named by its file name.
+@dataclass(frozen=True)
+class PlannedInput:
+    """A benchmark input known by name before its video is read or generated.
 
-    Raises:
-        specvlm.video.VideoError (a ValueError): an unreadable video.
+    A distributed run names every input on every rank, then reads only its own shard.
+
+    Attributes:
+        name: the input's name in the report (file name, dataset sample id, ``synthetic-N``).
+        make: reads or generates the clip and returns the :class:`BenchInput` (may raise
+            ``VideoError`` or :class:`BenchError`).
     """
+
+    name: str
+    make: Callable[[], BenchInput]
+
+
+def plan_files(videos: Sequence[str], prompt: str, vcfg: VideoConfig) -> list[PlannedInput]:
+    """One planned input per video file, named by its file name (nothing is read yet)."""
     from specvlm.video import load_video
 
-    return [BenchInput(Path(v).name, load_video(v, vcfg), prompt) for v in videos]
+    return [PlannedInput(Path(v).name, lambda v=v: BenchInput(Path(v).name, load_video(v, vcfg), prompt))
+            for v in videos]
 
 
-def dataset_inputs(name: str, root: str | None, num_samples: int, seed: int, vcfg: VideoConfig) -> list[BenchInput]:
-    """A seeded subset of a local copy of a paper benchmark (:mod:`specvlm.datasets`), with its references.
+def plan_dataset(name: str, root: str | None, num_samples: int, seed: int, vcfg: VideoConfig) -> list[PlannedInput]:
+    """A seeded subset of a local copy of a paper benchmark (:mod:`specvlm.datasets`), with its references;
+    the annotation files are read and the videos' presence checked now, the videos themselves later.
 
     Raises:
         BenchError: no ``root``. specvlm.datasets.DatasetError: missing files.
@@ -112,22 +127,23 @@ def dataset_inputs(name: str, root: str | None, num_samples: int, seed: int, vcf
 
     if not root:
         raise BenchError("--dataset needs --data-root (the folder of the local copy).")
-    return [BenchInput(s.id, load_video(s.video, vcfg), s.prompt, s.answer)
+    return [PlannedInput(s.id, lambda s=s: BenchInput(s.id, load_video(s.video, vcfg), s.prompt, s.answer))
             for s in load_dataset(name, root, num_samples, seed)]
 
 
-def synthetic_inputs(pair: Any, lengths: Sequence[int], prompt: str, *, side: int, fps: float,
-                     sweep: bool = False) -> list[BenchInput]:
+def plan_synthetic(pair: Any, lengths: Sequence[int], prompt: str, *, side: int, fps: float,
+                   sweep: bool = False) -> list[PlannedInput]:
     """Generated clips of about each length in video tokens (``synthetic-N``, or ``sweep-N`` for a sweep).
 
     Clips of a sweep share one scene seed (only the length changes); other clips get seeds 0, 1, ...
 
     Raises:
-        BenchError: a frame rate that is not a positive finite number, or a length the pair cannot
-            hold (see :func:`synthetic_clip`).
+        BenchError: a frame rate that is not a positive finite number (now); a length the pair cannot
+            hold (see :func:`synthetic_clip`), when the clip is made.
     """
     if lengths and not (fps > 0 and np.isfinite(fps)):
         raise BenchError(f"--synthetic-fps={fps}: give a frame rate > 0 (e.g. 8 for the bundled model).")
     prefix = "sweep" if sweep else "synthetic"
-    return [BenchInput(f"{prefix}-{n}", synthetic_clip(pair, n, side=side, seed=0 if sweep else i, fps=fps),
-                       prompt, sweep=sweep) for i, n in enumerate(lengths)]
+    return [PlannedInput(f"{prefix}-{n}", lambda i=i, n=n: BenchInput(
+        f"{prefix}-{n}", synthetic_clip(pair, n, side=side, seed=0 if sweep else i, fps=fps), prompt, sweep=sweep))
+        for i, n in enumerate(lengths)]

@@ -38,7 +38,7 @@ from specvlm.bench.goals import VERIFY_GOAL_TOKENS
 from specvlm.bench.hf_peers import HF_ATTENTION, HF_TIMING
 from specvlm.bench.load import BackgroundLoad
 from specvlm.bench.machine import machine_info
-from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS
+from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_run
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.memory import rss_mb
@@ -147,7 +147,7 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
                 rec[k] = int(round(rec[k]))
     if memory_run is not None and memory_run["status"] == "ok":
         rec.update(peak_memory_mb=memory_run["peak_memory_mb"], peak_memory_delta_mb=memory_run["peak_memory_delta_mb"])
-    rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"),
+    rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"), token_ids=list(ok[0].get("token_ids") or []),
                error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
     pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
     rec.update(identity(pairs, pair.target.get_input_embeddings().weight.dtype))
@@ -223,21 +223,59 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
         for inp in inputs:
             rows = bench_input(pair, inp, settings, progress)
             results.extend(rows)
-            van = rows[0]
-            meta_inputs.append({"name": inp.name, "num_video_tokens": van["num_video_tokens"],
-                                "target_kv_tokens": van["target_kv_tokens"], "num_frames": int(len(inp.clip.frames)),
-                                "prompt": inp.prompt, "reference": inp.reference, "sweep": inp.sweep})
+            meta_inputs.append(input_meta(inp, rows))
+    return assemble_report(pair, settings, meta_inputs, results, machine, threads, load.summary)
+
+
+def input_meta(inp: BenchInput, rows: Sequence[dict]) -> dict:
+    """The report's ``inputs`` entry of one measured input (``rows``: its per-method summaries, vanilla first)."""
+    van = rows[0]
+    return {"name": inp.name, "num_video_tokens": van["num_video_tokens"], "target_kv_tokens": van["target_kv_tokens"],
+            "num_frames": int(len(inp.clip.frames)), "prompt": inp.prompt, "reference": inp.reference,
+            "sweep": inp.sweep}
+
+
+def failed_input(name: str, error: str, pair: Any, settings: BenchSettings) -> tuple[dict, list[dict]]:
+    """The ``inputs`` entry and per-method rows of an input that could not be read or prepared.
+
+    Returns:
+        (inputs entry with None sizes and ``error``, one ``status="error"`` row per method carrying ``error``).
+    """
+    err = empty_run("error") | {"error": error}
+    rows = [summarize(name, m, [err], [err], pair) for m in settings.methods]
+    meta = {"name": name, "num_video_tokens": None, "target_kv_tokens": None, "num_frames": None, "prompt": None,
+            "reference": None, "sweep": False, "error": error}
+    return meta, rows
+
+
+def assemble_report(pair: Any, settings: BenchSettings, meta_inputs: list[dict], results: list[dict],
+                    machine: dict, threads: Any = None, load: Any = None) -> dict:
+    """The report of :func:`run_bench` from measured inputs; times the isolated step costs when asked.
+
+    Args:
+        pair: the ModelPair (settings and sizes in ``meta``; the step costs run on its target).
+        settings: the benchmark settings.
+        meta_inputs: one :func:`input_meta` entry per input, in report order.
+        results: the per-method rows of every input, in the same order.
+        machine: :func:`specvlm.bench.machine.machine_info` of the process that measured.
+        threads: the process's :class:`specvlm.threads.ThreadChoice`, or None.
+        load: the :class:`specvlm.bench.load.LoadSummary` of the rounds, or None.
+
+    Returns:
+        The report dict (see :func:`run_bench`).
+    """
     used = Counter(n for r in results for n in (r.get("threads_per_round") or []) if n)
-    meta = {**_meta(pair, settings), "machine": machine, "threads": _threads_meta(threads),
+    meta = {**_meta(pair, settings), "machine": machine, "threads": threads_meta(threads),
             "threads_used": {str(k): v for k, v in sorted(used.items())},
-            "background_load": load.summary.as_dict() if load.summary else None}
+            "background_load": load.as_dict() if load else None}
     report = {"meta": meta, "inputs": meta_inputs, "results": results}
-    report["step_costs"] = measure_step_costs(pair, meta_inputs) if settings.step_costs else None
+    measured = [i for i in meta_inputs if i.get("target_kv_tokens")]
+    report["step_costs"] = measure_step_costs(pair, measured) if settings.step_costs and measured else None
     report["sweep"] = sweep_series(report)
     return report
 
 
-def _threads_meta(choice: Any) -> dict | None:
+def threads_meta(choice: Any) -> dict | None:
     """``meta.threads``: the ThreadChoice's fields and its one-line description (None without one)."""
     if choice is None:
         return None

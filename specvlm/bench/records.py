@@ -19,8 +19,9 @@ INT_FIELDS = {"num_generated", "target_forwards", "num_video_tokens", "num_kept"
               "draft_kv_tokens"}
 METHOD_FIELDS = ("input", "method", "label", "draft_mode", "repeats") + RUN_FIELDS + (
     "speedup", "speedup_min", "speedup_max", "speedups", "threads_per_round", "vanilla_aa", "verify_vs_decode_step",
-    "divergence_margin", "divergence_kind", "text")
-"""Keys of every per-method record in the JSON report (None where not applicable). ``vanilla_aa``
+    "divergence_margin", "divergence_kind", "text", "token_ids")
+"""Keys of every per-method record in the JSON report (None where not applicable). ``text`` and
+``token_ids``: the first measured round's output. ``vanilla_aa``
 (vanilla's record, with ``--background-load``): per round, a second vanilla run's tokens/s over
 the first's, the run-to-run noise that any single-round speedup carries on that machine."""
 

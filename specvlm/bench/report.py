@@ -19,6 +19,22 @@ STEP_COST_NOISE_RATIO = 0.8
 """A verify(n) / decode ratio below this can only be timing noise (n >= 1 tokens over the same cache)."""
 
 
+def machine_lines(meta: dict) -> list[str]:
+    """The report's ``Machine:`` lines: one, or one per rank of a distributed run (``meta["ranks"]``)."""
+    ranks = meta.get("ranks")
+    if not ranks:
+        line = machine_line(meta)
+        return [line] if line else []
+    lines = []
+    for r in ranks:
+        line = machine_line({**meta, **{k: r.get(k) for k in ("machine", "threads", "threads_used",
+                                                                "background_load")}})
+        n = len(r["inputs"])
+        lines.append(line.replace("Machine:", f"Machine (rank {r['rank']}, {r['device']}, {n} input"
+                                              f"{'s' if n != 1 else ''}):", 1))
+    return lines
+
+
 def machine_line(meta: dict) -> str:
     """The report's ``Machine:`` line from ``meta`` (empty when the report has no machine figures)."""
     mi = meta.get("machine")
@@ -98,10 +114,13 @@ def format_report(report: dict) -> str:
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
            f"{' (fixed length)' if m['fixed_length'] else ''}{decoding}, {m['repeats']} "
            f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
-    machine = machine_line(m)
+    machine = machine_lines(m)
     if machine:
-        out += [machine, ""]
+        out += machine + [""]
     for inp in report["inputs"]:
+        if inp.get("error"):
+            out += [f"### {inp['name']}: failed: {inp['error']}", ""]
+            continue
         out += [f"### {inp['name']}: {inp['num_video_tokens']} video tokens, {inp['num_frames']} frames, "
                 f"{inp['target_kv_tokens']} prompt tokens", "", markdown_table(report, inp["name"]), ""]
     notes = {(r["label"], r["note"]) for r in report["results"] if r["note"]}
@@ -133,7 +152,7 @@ def format_report(report: dict) -> str:
 
 
 def write_json(report: dict, path: str | os.PathLike) -> Path:
-    """Write the report as JSON (token ids dropped, floats as-is); returns the path."""
+    """Write the report as JSON (floats as-is; each row keeps its first round's token ids); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(report, indent=1, default=str))

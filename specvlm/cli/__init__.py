@@ -15,6 +15,7 @@ import logging
 import re
 import sys
 
+from specvlm.bench.distributed import local_ranks
 from specvlm.cli import bench, generate
 from specvlm.cli.args import resolve_lambda
 from specvlm.threads import configure
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         note = resolve_lambda(args)
         if note:
             print(f"note: {note}", file=sys.stderr)
-        args.thread_choice = configure(args.threads)   # once per process, before any model work
+        # once per process, before any model work; torchrun's ranks on one node split its CPUs
+        args.thread_choice = configure(args.threads, share=local_ranks())
         return args.func(args)
     except ValueError as exc:
         print(f"error: {_flag_names(str(exc))}", file=sys.stderr)

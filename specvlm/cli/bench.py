@@ -14,9 +14,9 @@ from typing import Any, Callable
 from specvlm.bench import goals
 from specvlm.bench import report as bench_report
 from specvlm.bench.charts import ChartError
-from specvlm.bench.inputs import MIN_SYNTHETIC_SIDE, dataset_inputs, file_inputs, synthetic_inputs
+from specvlm.bench.inputs import MIN_SYNTHETIC_SIDE, PlannedInput, plan_dataset, plan_files, plan_synthetic
 from specvlm.bench.protocol import run_bench
-from specvlm.bench.settings import (DEFAULT_METHODS, SELF, BenchError, BenchInput, BenchSettings,
+from specvlm.bench.settings import (DEFAULT_METHODS, SELF, BenchError, BenchSettings,
                                     drop_redundant_self, parse_int_list, parse_methods)
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args)
@@ -43,6 +43,8 @@ EXAMPLES = """examples:
   python -m specvlm bench --preset paper-qwen --dataset vdc --data-root data/VideoDetailCaption --num-samples 20
   python -m specvlm bench --preset tiny --synthetic-tokens 256 --max-new-tokens 16 --repeats 1
   python -m specvlm bench --video clip.mp4 --methods vanilla,specvlm --background-load 2   # on a busy machine
+  torchrun --nproc-per-node 8 -m specvlm bench --preset paper-qwen-self --dataset vdc --data-root data/VDC \
+      --num-samples 200 --out-json vdc.json          # one rank per GPU; see docs/scaling.md for several nodes
 """
 
 
@@ -88,6 +90,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--out-json", help="write the report as JSON")
     r.add_argument("--out-html", help="write a plotly HTML report")
     r.add_argument("--out-svg", help="write the length sweep (speedup and τ vs video tokens) as a static SVG")
+    d = b.add_argument_group("several processes (launch with torchrun; see docs/scaling.md)")
+    d.add_argument("--distributed", action="store_true",
+                   help="one rank per device, inputs sharded, one merged report from rank 0 (on by itself under "
+                        "torchrun; without torchrun: one rank, with its records file and --resume)")
+    d.add_argument("--gpus-per-rank", type=int, default=1, metavar="K",
+                   help="GPUs per rank for a pair too large for one: rank r uses GPUs r*K .. r*K+K-1 (default 1)")
+    d.add_argument("--records-dir", help="folder of each rank's records (rank-<R>.jsonl, one line per finished "
+                                         "input; default: next to --out-json as <name>.ranks, else bench-records)")
+    d.add_argument("--resume", action="store_true",
+                   help="keep the finished inputs in --records-dir and measure only the rest (an input that "
+                        "failed to read is tried again); implies --distributed")
     add_model_args(b)
     add_decode_args(b)
     b.set_defaults(func=cmd_bench)
@@ -95,8 +108,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``python -m specvlm bench``: print the markdown report; write JSON / HTML / SVG when asked."""
+    """``python -m specvlm bench``: print the markdown report; write JSON / HTML / SVG when asked
+    (under ``torchrun`` or with ``--distributed`` / ``--resume``: :mod:`specvlm.cli.bench_ranks`)."""
+    from specvlm.bench.distributed import RankInfo
+
+    if args.distributed or args.resume or RankInfo.from_env() is not None:
+        from specvlm.cli.bench_ranks import cmd_bench_ranks
+
+        return cmd_bench_ranks(args)
     report = report_from_args(args, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    return emit(report, args)
+
+
+def emit(report: dict, args: argparse.Namespace) -> int:
+    """Judge the goals, print the report and write the files asked for; returns the exit status."""
     report["verdict"] = goals.verdict(report)
     print(bench_report.format_report(report))
     rc, first = 0, True
@@ -200,23 +225,24 @@ def _check_length_lists(args: argparse.Namespace) -> None:
                              "(use --repeats for more rounds).")
 
 
-def build_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list[BenchInput]:
-    """Bench inputs from the CLI arguments: videos, dataset samples, generated clips, sweep clips.
+def plan_inputs(args: argparse.Namespace, pair: Any, vcfg: VideoConfig) -> list[PlannedInput]:
+    """Bench inputs from the CLI arguments, named but not yet read: videos, dataset samples, generated
+    clips, sweep clips.
 
     Raises:
-        BenchError / VideoError / DatasetError: bad lists, unreadable videos, missing dataset files.
+        BenchError / DatasetError: bad lists, missing dataset files (unreadable videos raise when read).
     """
     _check_length_lists(args)
-    inputs = file_inputs(args.video, args.prompt, vcfg)
+    plans = plan_files(args.video, args.prompt, vcfg)
     if args.dataset:
-        inputs += dataset_inputs(args.dataset, args.data_root, args.num_samples, args.data_seed, vcfg)
-    if not inputs and not args.synthetic_tokens and not args.sweep:
+        plans += plan_dataset(args.dataset, args.data_root, args.num_samples, args.data_seed, vcfg)
+    if not plans and not args.synthetic_tokens and not args.sweep:
         args.synthetic_tokens = "4096"
     side, fps = args.synthetic_side, args.synthetic_fps
     for text, sweep in ((args.synthetic_tokens, False), (args.sweep, True)):
         if text:
-            inputs += synthetic_inputs(pair, parse_int_list(text), args.prompt, side=side, fps=fps, sweep=sweep)
-    return inputs
+            plans += plan_synthetic(pair, parse_int_list(text), args.prompt, side=side, fps=fps, sweep=sweep)
+    return plans
 
 
 def _setting_notes(args: argparse.Namespace, settings: BenchSettings) -> list[str]:
@@ -244,6 +270,24 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
     Raises:
         ValueError: bad settings, inputs or models (the CLI shows the message).
     """
+    pair, settings, plans = plan_from_args(args, progress)
+    inputs = [p.make() for p in plans]
+    if progress:
+        for line in [f"{inp.name}: {n}" for inp in inputs for n in inp.clip.notes]:  # decoder fallback, resizing
+            progress(f"note: {line}")
+    return run_bench(pair, inputs, settings, progress=progress, threads=getattr(args, "thread_choice", None))
+
+
+def plan_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None
+                   ) -> tuple[Any, BenchSettings, list[PlannedInput]]:
+    """Check the arguments, load the pair (on ``args.device``) and name the inputs (not read yet).
+
+    Returns:
+        (ModelPair, BenchSettings, planned inputs in report order); notes on unused settings go to ``progress``.
+
+    Raises:
+        ValueError: bad settings, inputs or models.
+    """
     setting = _apply_preset(args)
     args.no_eos = args.no_eos or args.fixed_length
     methods = parse_methods(args.methods)       # settings errors before the (slow) model load
@@ -263,11 +307,10 @@ def report_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
     vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
-    inputs = build_inputs(args, pair, vcfg)
+    plans = plan_inputs(args, pair, vcfg)
     notes = [f"the pair is already Self-SD, so {m} would repeat {m[:-len(SELF)]}; skipped" for m in dropped]
     notes += _setting_notes(args, settings)
-    notes += [f"{inp.name}: {n}" for inp in inputs for n in inp.clip.notes]  # decoder fallback, resizing
     if progress:
         for line in notes:
             progress(f"note: {line}")
-    return run_bench(pair, inputs, settings, progress=progress, threads=getattr(args, "thread_choice", None))
+    return pair, settings, plans
