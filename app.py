@@ -38,6 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="port (default 7860)")
     p.add_argument("--share", action="store_true", help="create a public gradio.live link")
     p.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0 (default: CUDA if available)")
+    p.add_argument("--devices", default=None,
+                   help="devices that each hold a pair and serve one Run at a time, e.g. cuda:0,cuda:1 (Runs beyond "
+                        "that wait in line); default: every visible GPU that holds the default preset by itself, "
+                        "else one device")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     from app.settings import Limits
@@ -56,6 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port {args.port} is out of range: use 0-65535 (0 = any free port)")
+    if args.device is not None and args.devices is not None:
+        p.error("--device and --devices both name devices: give one of them.")
+    if args.devices is not None:
+        import torch
+
+        from app.devices import DeviceError, parse_devices
+        try:
+            args.devices = parse_devices(args.devices, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        except DeviceError as e:
+            p.error(str(e))
     if args.device is not None:
         from specvlm.models import ModelLoadError, check_device
         try:
@@ -74,6 +88,24 @@ def limits_from_args(args: argparse.Namespace):
     return Limits(**{name: getattr(args, name) for name in LIMIT_HELP})
 
 
+def serving_devices(args: argparse.Namespace) -> list[str | None]:
+    """``--devices``; else ``[--device]``; else every visible GPU that holds the default preset by itself
+    (one device on a CPU, on ZeroGPU, and when no single GPU holds it)."""
+    if args.devices:
+        return list(args.devices)
+    if args.device is not None or os.environ.get("SPACES_ZERO_GPU"):
+        return [args.device]
+    from app.devices import default_devices
+    from specvlm.models.fit import detect_gpus
+
+    gpus = detect_gpus()
+    if not gpus:
+        return [None]
+    from specvlm.models.presets import default_preset
+
+    return default_devices(default_preset(), gpus)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Build the page over a real backend and serve it until interrupted."""
     args = parse_args(argv)
@@ -90,12 +122,15 @@ def main(argv: list[str] | None = None) -> None:
     except ThreadsError as e:
         raise SystemExit(f"app.py: error: {e}") from None
     limits = limits_from_args(args)
-    backend = Backend(device=args.device, dtype=args.dtype, limits=limits)
+    backend = Backend(device=args.device, dtype=args.dtype, limits=limits, devices=serving_devices(args))
     note = backend.preload()  # the default pair loads now, not inside the first Run's GPU window
     if note:
         logging.getLogger("app").warning(note)
+    n = len(backend.pool)
+    devices = (f"{n} Runs at once, one per device: " + ", ".join(backend.pool.label(s) for s in backend.pool.slots)
+               if n > 1 else "")
     demo = build_demo(backend, cache_ttl_s=args.cache_ttl_s or None,
-                      footer=" · ".join(n for n in (machine, note) if n))
+                      footer=" · ".join(x for x in (machine, devices, note) if x))
     try:
         demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
             server_name=args.host, server_port=args.port, share=args.share,

@@ -15,6 +15,7 @@ Source: docs/design.md §1-3; §8 (Gradio traps); §9 (ZeroGPU).
 """
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import logging
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app import uploads
+from app.devices import DevicePool, Slot, wait_in_line
 from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
@@ -75,19 +77,24 @@ class Backend:
         engine: the ``specvlm`` facade (default :class:`app.engine.Engine`); tests pass a fake.
         device: device for models (None: the engine picks, CUDA if available).
         dtype: model dtype name (None: the engine picks).
-        max_cached_pairs: model pairs kept loaded (1 frees the old pair before loading a new one).
+        devices: one entry per device that serves Runs at once, each with its own pair
+            (:class:`app.devices.DevicePool`; e.g. ``["cuda:0", "cuda:1"]``); None: ``[device]``.
+        max_cached_pairs: model pairs kept loaded per device (1 frees the old pair before loading a new one).
         update_interval_s: minimum seconds between streamed updates.
         plot_interval_s: minimum seconds between chart updates while decoding.
         limits: per-request limits (default :meth:`Limits.from_env`).
     """
 
     def __init__(self, engine: Any | None = None, *, device: str | None = None, dtype: str | None = None,
-                 max_cached_pairs: int = 1, update_interval_s: float = 0.15, plot_interval_s: float = 1.0,
+                 devices: list[str | None] | None = None, max_cached_pairs: int = 1,
+                 update_interval_s: float = 0.15, plot_interval_s: float = 1.0,
                  limits: Limits | None = None) -> None:
         self.limits = limits or Limits.from_env()
         self.engine = engine or Engine(video_timeout_s=self.limits.video_timeout_s)
         self.device = device
         self.dtype = dtype
+        self.pool = DevicePool(devices or [device])
+        """Free devices; a Run holds one from its model load to its end."""
         self.max_cached_pairs = max(1, max_cached_pairs)
         self.plot_interval_s = plot_interval_s
         self._pairs: OrderedDict[tuple, Any] = OrderedDict()
@@ -173,23 +180,29 @@ class Backend:
                                 "build or fetch the bundled model as the README says, or pick another preset.")
         return p.target, p.draft, s.preset
 
-    def get_pair(self, target: str, draft: str | None) -> Any:
-        """Load a model pair once and reuse it across requests (LRU of ``max_cached_pairs``).
+    def get_pair(self, target: str, draft: str | None, slot: Slot | None = None) -> Any:
+        """Load a model pair once per device and reuse it across requests (LRU of ``max_cached_pairs``
+        per device).
+
+        Args:
+            target, draft: the models (draft None = Self-SD).
+            slot: the device's slot in :attr:`pool` (None: the first).
 
         Raises:
             UserError: loading failed (message includes the cause).
         """
-        key = (target, draft, self.device, self.dtype)
+        slot = slot or self.pool.slots[0]
+        key = (target, draft, slot.index, self.dtype)
         with self._load_lock:
             if key in self._pairs:
                 self._pairs.move_to_end(key)
                 return self._pairs[key]
-            while len(self._pairs) >= self.max_cached_pairs:
-                self._pairs.popitem(last=False)
+            while sum(k[2] == slot.index for k in self._pairs) >= self.max_cached_pairs:
+                del self._pairs[next(k for k in self._pairs if k[2] == slot.index)]
                 self._free()
             msg = None
             try:
-                pair = self.engine.load_pair(target, draft, self.device, self.dtype)
+                pair = self.engine.load_pair(target, draft, slot.device, self.dtype)
             except Exception as e:
                 msg = _model_error(target, draft, e, self._is_oom(e))
                 log.warning("loading %s failed: %s", target, msg)
@@ -200,12 +213,13 @@ class Backend:
             self._pairs[key] = pair
             return pair
 
-    def is_loaded(self, target: str, draft: str | None) -> bool:
-        """True when this pair is already in the cache (a Run starts decoding at once)."""
-        return (target, draft, self.device, self.dtype) in self._pairs
+    def is_loaded(self, target: str, draft: str | None, slot: Slot | None = None) -> bool:
+        """True when this pair is already in the device's cache (a Run starts decoding at once)."""
+        return (target, draft, (slot or self.pool.slots[0]).index, self.dtype) in self._pairs
 
     def preload(self, preset: str | None = None) -> str:
-        """Load a preset's pair now (app start), so the first Run's GPU window is spent decoding.
+        """Load a preset's pair now on every device (app start), so the first Runs' GPU windows are spent
+        decoding.
 
         Returns:
             A one-line note for the log and the page ("" when loaded).
@@ -213,7 +227,8 @@ class Backend:
         name = preset or self.default_settings().preset
         try:
             target, draft, _ = self.resolve_model(RunSettings(preset=name))
-            self.get_pair(target, draft)
+            for slot in self.pool.slots:
+                self.get_pair(target, draft, slot)
         except UserError as e:
             log.warning("model preload skipped: %s", e)
             return f"Models load on the first Run ({e})"
@@ -291,26 +306,30 @@ class Backend:
         """Run the comparison to the end and return it as one JSON-ready object
         (:func:`app.view.comparison_json`; errors are returned in it, never raised)."""
         views: list[RunView] = []
-        error, stopped = None, False
+        error, stopped, device = None, False, None
         for upd in self.run(request, session=session, views=views):
             error = upd.get("error", error)
             stopped = stopped or str(upd.get("status", "")).startswith("**Stopped.**")
-        return comparison_json(views[0] if views and views[0].started else None, error, stopped)
+            device = upd.get("device", device)
+        return comparison_json(views[0] if views and views[0].started else None, error, stopped) | {"device": device}
 
     def run(self, request: RunRequest, *, session: str | None = None,
             progress: Callable[[float, str], None] | None = None,
-            views: list[RunView] | None = None) -> Iterator[dict[str, Any]]:
-        """Run vanilla then speculative decoding on the same input, yielding UI updates.
+            views: list[RunView] | None = None, waiting: Callable[[], int] | None = None) -> Iterator[dict[str, Any]]:
+        """Run vanilla then speculative decoding on the same input on a free device, yielding UI updates.
 
         Args:
             request: the uploads, prompt and settings.
             session: session id for Stop (one run per session; a second Run ends the first).
             progress: ``progress(fraction, description)`` for load / frames / prefill.
             views: a list the run's :class:`RunView` is appended to (for :meth:`run_json`).
+            waiting: Runs waiting before they reach the backend (the page's queue), for the status line.
 
         Yields:
-            Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure). Errors
-            never raise: they end the run with a readable ``status``.
+            Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure and
+            ``"device"``, the device that ran it, in the last one). Errors never raise: they end the run
+            with a readable ``status``. The device goes back to :attr:`pool` when the run ends (done,
+            stopped, failed, or the generator closed).
         """
         progress = progress or (lambda f, d: None)
         sid = session or "default"
@@ -323,7 +342,7 @@ class Backend:
         failure, free = None, False
         try:
             try:
-                yield from self._run(request, stop, progress, views)
+                yield from self._run(request, stop, progress, views, waiting or (lambda: 0))
             except Exception as e:  # the server keeps running whatever happens
                 failure, free = handle_failure(self.engine, e)
             if failure is not None:
@@ -336,16 +355,34 @@ class Backend:
                 del self._stops[sid]
 
     def _run(self, request: RunRequest, stop: threading.Event, progress: Callable[[float, str], None],
-             views: list[RunView]) -> Iterator[dict[str, Any]]:
+             views: list[RunView], waiting: Callable[[], int]) -> Iterator[dict[str, Any]]:
         job, view, name = self.prepare(request)
-        if not self.is_loaded(*job.model):
+        slot = yield from wait_in_line(self.pool, stop.is_set)
+        if slot is None:
+            yield {"status": final_status(True)}
+            return
+        try:
+            yield from self._decode(job, view, name, slot, stop, progress, views, waiting)
+        finally:
+            self.pool.give(slot)
+
+    def _decode(self, job: RunJob, view: RunView, name: str, slot: Slot, stop: threading.Event,
+                progress: Callable[[float, str], None], views: list[RunView],
+                waiting: Callable[[], int]) -> Iterator[dict[str, Any]]:
+        label, several = self.pool.label(slot), len(self.pool) > 1   # several: the record and page name it
+        job = dataclasses.replace(job, slot=slot, record_meta={**job.record_meta, "device": label} if several
+                                  else job.record_meta)
+        if several:
+            queued = self.pool.waiting + waiting()
+            yield {"status": f"Running on **{label}**; {queued} Run{'s' if queued != 1 else ''} waiting."}
+        if not self.is_loaded(*job.model, slot):
             local = all(Path(m).is_dir() for m in job.model if m)
             what = "Loading" if local else "Downloading (first time only) and loading"
             progress(0.05, f"{what} model {name}")
             yield {"status": f"{what} model **{name}**… (progress above; large models take minutes)"}
-        self.get_pair(*job.model)
+        self.get_pair(*job.model, slot)
         if stop.is_set():
-            yield {"status": final_status(True)}
+            yield {"status": final_status(True), "device": label}
             return
         views.append(view)
         worker = self.gpu_run(job)
@@ -358,7 +395,10 @@ class Backend:
                     break
         finally:
             worker.close()  # GeneratorExit reaches the decode loop (and, on ZeroGPU, the worker process)
-        yield view.final(stopped=stop.is_set())
+        final = view.final(stopped=stop.is_set())
+        if several and final.get("status"):
+            final["status"] = f"{final['status']}  \n*Ran on {label}.*"
+        yield final | {"device": label}
 
     def prepare(self, request: RunRequest) -> tuple[RunJob, RunView, str]:
         """Check a request before any model work; returns (the worker's job, its view, model name).

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ EXAMPLES_DIR = assets.path("videos")
 MAX_PREVIEWS = 1000
 """Preview -> upload entries remembered (the oldest are forgotten first)."""
 GPU_QUEUE = "gpu"
-"""concurrency_id shared by every event that runs models: one decode at a time per device."""
+"""concurrency_id shared by every event that runs models: one decode at a time per device (its
+``concurrency_limit`` is the number of devices in the backend's pool)."""
 
 
 INTRO = """# SpecVLM Studio
@@ -161,6 +162,16 @@ def queued_files(demo: gr.Blocks) -> set[str] | None:
     except Exception:  # a Gradio upgrade changed the internals: keep files (delete_cache cleans up)
         log.warning("could not inspect the Gradio queue", exc_info=True)
         return None
+
+
+@contextlib.contextmanager
+def queued_runs(demo: gr.Blocks) -> int:
+    """Runs waiting in the demo's GPU queue for a device (0 when unknown)."""
+    try:
+        eq = demo._queue.event_queue_per_concurrency_id.get(GPU_QUEUE)
+        return len(eq.queue) if eq is not None else 0
+    except Exception:  # a Gradio upgrade changed the internals: the count is only informative
+        return 0
 
 
 @contextlib.contextmanager
@@ -310,11 +321,11 @@ def _output_section() -> dict[str, Any]:
 
 
 def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None,
-              previews: dict[str, str]) -> None:
-    """Run (shared GPU queue, one at a time; named ``/compare`` inputs with defaults, built into a
-    :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue; it
-    also cancels the Run event, which closes the worker). ``previews`` maps a player preview's file
-    name to the upload it stands for."""
+              previews: dict[str, str], waiting: Callable[[], int] = lambda: 0) -> None:
+    """Run (shared GPU queue, one Run per device at a time; named ``/compare`` inputs with defaults, built
+    into a :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue;
+    it also cancels the Run event, which closes the worker). ``previews`` maps a player preview's file
+    name to the upload it stands for; ``waiting`` counts the Runs queued for a device."""
     outputs = [c[k] for k in OUTPUT_KEYS]
     inputs = [c[k] for k in COMPARE_INPUTS]
 
@@ -332,7 +343,7 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         with janitor.using([req.video, req.srt, req.truth]), request_scratch(scratch_dir) as tmp, \
-                contextlib.closing(backend.run(req, session=session,
+                contextlib.closing(backend.run(req, session=session, waiting=waiting,
                                                progress=lambda f, desc: progress(f, desc=desc))) as updates:
             for upd in updates:
                 err = upd.pop("error", None)
@@ -353,7 +364,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                      request: gr.Request = None) -> dict[str, Any]:
         """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
         both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
-        accepted lengths and kept video-token counts; ``error`` holds a readable message when it failed."""
+        accepted lengths and kept video-token counts; ``device`` the device that ran it; ``error`` holds a
+        readable message when it failed."""
         named = dict(locals())
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         with janitor.using([req.video, req.srt, req.truth]):
@@ -372,10 +384,10 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         return "**Stopped.** Ready for the next run.", *stats
 
     run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
-                               concurrency_id=GPU_QUEUE, concurrency_limit=1, show_progress_on=[c["status"]])
+                               concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool), show_progress_on=[c["status"]])
     c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
-                        concurrency_id=GPU_QUEUE, concurrency_limit=1)
+                        concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
                     show_progress="hidden", cancels=[run_event]).then(
         mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
@@ -388,7 +400,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     """Events: Run and Stop (:func:`_wire_run`), subtitles, preset, heatmap toggle, and upload
     bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     previews: OrderedDict[str, str] = OrderedDict()  # preview file name -> the upload it stands for
-    _wire_run(backend, c, janitor, scratch_dir, previews)
+    _wire_run(backend, c, janitor, scratch_dir, previews, waiting=lambda: queued_runs(demo))
     demo.load(None, js=page_js())
 
     def show_subtitles(path, request: gr.Request):

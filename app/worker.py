@@ -53,6 +53,7 @@ class RunJob:
         subtitles: parsed cues (empty: no transcript).  subtitle_mode: who sees them.
         truth: a generated clip's ground truth (forces the on-screen-text tokens), or None.
         record_meta: JSON-ready settings added to the run record's ``meta``.
+        slot: the device the Run holds (:class:`app.devices.Slot`; None: the backend's first).
     """
 
     video: str
@@ -64,6 +65,7 @@ class RunJob:
     subtitle_mode: str = "both"
     truth: dict | None = None
     record_meta: dict = dataclasses.field(default_factory=dict)
+    slot: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,12 +160,12 @@ class DecodeWorker:
 
     Args:
         engine: the ``specvlm`` facade (:class:`app.engine.Engine` or a fake).
-        get_pair: ``(target, draft) -> ModelPair`` from the backend's cache (loaded at app start;
-            a fresh worker process loads what it lacks).
+        get_pair: ``(target, draft, slot) -> ModelPair`` from the backend's cache for the Run's device
+            (loaded at app start; a fresh worker process loads what it lacks).
         update_interval_s: minimum seconds between yielded batches while decoding.
     """
 
-    def __init__(self, engine: Any, get_pair: Callable[[str, str | None], Any], update_interval_s: float) -> None:
+    def __init__(self, engine: Any, get_pair: Callable[..., Any], update_interval_s: float) -> None:
         self.engine = engine
         self.get_pair = get_pair
         self.update_interval_s = update_interval_s
@@ -183,7 +185,7 @@ class DecodeWorker:
             yield [Failure(failure)]
 
     def _run(self, job: RunJob) -> Iterator[list[Any]]:
-        pair = self.get_pair(*job.model)
+        pair = self.get_pair(*job.model, job.slot)
         vid = job.vid
         if getattr(pair, "frames_per_token", 1) > 1 and vid.num_frames % pair.frames_per_token:
             vid = dataclasses.replace(vid, even_frames=True)
