@@ -51,14 +51,28 @@ CHAT_TEMPLATE = (
 
 
 def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
-    """Grammar sentences for BPE training (seeds far from the training range)."""
+    """Grammar sentences for BPE training (seeds far from the training range).
+
+    Every other scene gets a subtitle track (:func:`scripts.training.scenes.with_subtitles`) whose
+    transcript lines (:func:`specvlm.prompting.subtitle_block`, as the app writes them) join the corpus,
+    and a flashing object every fifth, so fact values, names and cue words get their own tokens.
+    """
+    from scripts.training import scenes
+    from specvlm.prompting import subtitle_block
+
     rng = np.random.default_rng(seed)
     lines = list(synth.DESCRIBE_PROMPTS) + ["user", "assistant", "system", "You are a helpful assistant."]
     lines += [w.lower() for w in synth.WORDS] + list(synth.WORDS) + [str(i) for i in range(100)]
+    lines += list(synth.FACT_QUESTIONS.values()) + list(scenes.FILLERS)
     for i in range(n_scenes):
         nobj = 1 + i % 3
         spec = synth.SceneSpec(num_frames=8, height=56, width=56, num_objects=nobj, text_prob=0.5)
         _, truth = synth.generate(seed + i, spec)
+        if i % 5 == 4:
+            _, truth = scenes.sparse_scene(seed + i, scenes.SparseSpec(num_frames=8, height=56, width=56))
+        if i % 2:
+            truth = scenes.with_subtitles(truth, seed + i)
+            lines.append(subtitle_block(list(truth.cues), np.arange(truth.num_frames) / truth.fps, 2))
         lines.append(synth.describe(truth))
         lines += [q + " " + a for q, a in synth.questions(truth, rng)]
     return lines

@@ -54,7 +54,7 @@ import torch
 
 from scripts.build_bundled_processor import build_processor
 from scripts.training.checkpoints import save_final
-from scripts.training.data import SMOKE_RECIPE, DataRecipe
+from scripts.training.data import SMOKE_RECIPE, SPARSE_RECIPE_CHANGES, DataRecipe
 from scripts.training.loop import train_phase
 from scripts.training.model import TARGET_SIZE, TINY_SIZE
 
@@ -76,6 +76,20 @@ def parse_args(argv=None):
                     help="polish phase: P(1, 2, 3 objects) per clip, comma-separated")
     ap.add_argument("--polish-describe", type=float, default=0.35,
                     help="polish phase: share of conversations that are detailed descriptions (rest: questions)")
+    ap.add_argument("--target-steps", type=int, default=None,
+                    help="budget of the target phase in optimizer steps (the LR schedule follows step / N; "
+                         "replaces --target-minutes, the same run on any machine)")
+    ap.add_argument("--draft-steps", type=int, default=None, help="budget of the draft phase in steps")
+    ap.add_argument("--polish-steps", type=int, default=None, help="budget of the polish phase in steps")
+    ap.add_argument("--recipe", choices=("bundled", "sparse"), default="bundled",
+                    help="data recipe: bundled (large objects) or sparse (plus long sparse-information scenes and "
+                         "subtitle tracks, scripts/training/scenes.py)")
+    ap.add_argument("--focus-mode", choices=("share", "spread"), default="share",
+                    help="target focus loss: share = -log(share of the prompt's video attention on object/text "
+                         "pixels); spread = cross-entropy against an equal share per named object/text")
+    ap.add_argument("--salient-prob", type=float, default=0.0,
+                    help="draft: share of the pruned batches that keep the object/text tokens first (as Stage I)")
+    ap.add_argument("--log-every", type=int, default=25, help="steps between plain log lines when not on a terminal")
     ap.add_argument("--phase", choices=("all", "target", "draft"), default="all")
     ap.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--token-budget", type=int, default=3000, help="~video+text tokens per batch")
@@ -115,8 +129,11 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     recipe = DataRecipe(token_budget=args.token_budget)
+    if args.recipe == "sparse":
+        recipe = dataclasses.replace(recipe, **SPARSE_RECIPE_CHANGES)
     if args.smoke:
-        recipe = SMOKE_RECIPE
+        recipe = SMOKE_RECIPE if args.recipe == "bundled" else dataclasses.replace(
+            SMOKE_RECIPE, frames=(8, 48), p_sparse_long=1.0, p_subtitles=0.5, min_cover=0.03)
         args.max_steps = args.max_steps or 5
         args.work = str(Path(args.work) / "smoke")
         args.out = str(Path(args.work) / "model")
@@ -129,15 +146,16 @@ def main(argv=None) -> None:
     t_start = time.time()
     target, tstate = None, None
     if args.phase in ("all", "target", "draft"):
-        target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes)
+        target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes,
+                                     steps=args.target_steps)
         info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
                 "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
                 "command": " ".join(sys.argv)}
-        if args.polish_minutes > 0:
+        if args.polish_minutes > 0 or args.polish_steps:
             precipe = dataclasses.replace(recipe, object_weights=args.polish_objects, curriculum=0.0,
                                           p_describe=args.polish_describe)
             target, pstate = train_phase(args, "polish", processor, precipe, args.polish_minutes,
-                                         init=tstate, lr=args.polish_lr)
+                                         init=tstate, lr=args.polish_lr, steps=args.polish_steps)
             info["polish"] = {"steps": pstate["step"], "minutes": pstate["elapsed"] / 60, "lr": args.polish_lr,
                               "recipe": dataclasses.asdict(precipe)}
             tstate = {**pstate, "losses": tstate["losses"] + [(tstate["step"] + s, v) for s, v in pstate["losses"]]}
@@ -146,7 +164,8 @@ def main(argv=None) -> None:
         target.eval()
         for p in target.parameters():
             p.requires_grad_(False)
-        draft, dstate = train_phase(args, "draft", processor, recipe, args.draft_minutes, teacher=target)
+        draft, dstate = train_phase(args, "draft", processor, recipe, args.draft_minutes, teacher=target,
+                                    steps=args.draft_steps)
         info = {"phase": "draft", "steps": dstate["step"], "minutes": dstate["elapsed"] / 60,
                 "size": dstate["size"], "distilled_from": "target", "command": " ".join(sys.argv)}
         save_final(draft, processor, Path(args.out) / "draft", dstate["losses"], "draft loss", info)

@@ -3,7 +3,11 @@
 A scene holds one to three coloured shapes on a plain or textured background.
 Each shape has a motion (static, left to right, right to left, up, down,
 bouncing) and may enter or leave mid-video; optionally a large digit or short
-word is burned in for part of the video, like a subtitle. Everything is drawn
+word is burned in for part of the video. A scene's truth may also carry a
+subtitle track (:class:`specvlm.subtitles.Cue` cues) and the fact one of its cues
+states (:class:`FactTruth`, e.g. "The code is 42."), and objects that flash
+(visible on a few frames only); ``scripts/training/scenes.py`` generates such
+sparse-information scenes. Everything is drawn
 with numpy from a seed, so the same seed gives the same pixels and the same
 ground truth on every machine.
 
@@ -24,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from specvlm.config import DEFAULT_PROMPT
+from specvlm.subtitles import Cue
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,12 @@ BACKGROUND_TONES = ((25, 25, 30), (75, 75, 80), (128, 128, 128), (205, 205, 200)
 WORDS = ("GO", "HI", "OK", "YES", "NO", "STOP", "CAT", "DOG", "SUN", "BOX", "RUN", "HOT")
 """Words that can be burned in (all glyphs exist in the built-in font)."""
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five")
+FLASH = "flash"
+"""Motion of an object that is visible on a few frames only, in one place (caption: "flashes")."""
+NAMES = ("Mia", "Leo", "Zoe", "Max", "Ana", "Tom", "Eva", "Sam", "Ida", "Ben", "Kai", "Noa")
+"""Names a subtitle fact can state ("My name is Mia.")."""
+FACT_KINDS = ("code", "name", "flag")
+"""Subtitle facts: a two-digit code, a name from :data:`NAMES`, a flag colour from :data:`COLOURS`."""
 
 # 5x7 bitmap font: each glyph is 7 rows of 5 bits (MSB = leftmost pixel).
 _FONT: dict[str, tuple[int, ...]] = {
@@ -124,6 +135,32 @@ class TextTruth:
 
 
 @dataclass(frozen=True)
+class FactTruth:
+    """A fact stated only in a subtitle cue, which the detailed description reports.
+
+    Attributes:
+        kind: one of :data:`FACT_KINDS` ("code", "name", "flag").
+        value: the stated value: two digits ("42"), a name ("Mia") or a colour ("blue").
+        cue: index of the stating cue in :attr:`SceneTruth.cues`.
+    """
+
+    kind: str
+    value: str
+    cue: int
+
+    @property
+    def cue_text(self) -> str:
+        """The cue that states it, e.g. ``"The code is 42."``."""
+        return {"code": f"The code is {self.value}.", "name": f"My name is {self.value}.",
+                "flag": f"The flag is {self.value}."}[self.kind]
+
+    @property
+    def sentence(self) -> str:
+        """The caption sentence, e.g. ``"code 42."``."""
+        return f"{self.kind} {self.value}."
+
+
+@dataclass(frozen=True)
 class SceneTruth:
     """Ground truth of a generated clip.
 
@@ -135,6 +172,8 @@ class SceneTruth:
         background: one of :data:`BACKGROUNDS`.
         objects: objects in caption order (by x of their first visible box, then y).
         text: the burned-in text, or None.
+        cues: subtitle cues (:class:`specvlm.subtitles.Cue`) of the clip, in start order; () without subtitles.
+        fact: the fact one of the cues states, or None.
     """
 
     seed: int
@@ -145,6 +184,8 @@ class SceneTruth:
     background: str
     objects: tuple
     text: TextTruth | None
+    cues: tuple = ()
+    fact: FactTruth | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (boxes as nested lists, times also in seconds)."""
@@ -166,8 +207,10 @@ class SceneTruth:
         objs = tuple(ObjectTruth(**{k: v for k, v in o.items() if k in keys}) for o in d["objects"])
         t = d.get("text")
         text = None if t is None else TextTruth(t["text"], t["start_frame"], t["end_frame"], t["box"])
+        cues = tuple(Cue(c["start_s"], c["end_s"], c["text"]) for c in d.get("cues") or ())
+        fact = FactTruth(**d["fact"]) if d.get("fact") else None
         return SceneTruth(d["seed"], d["width"], d["height"], d["num_frames"], d["fps"],
-                          d["background"], objs, text)
+                          d["background"], objs, text, cues, fact)
 
 
 @dataclass(frozen=True)
@@ -390,6 +433,7 @@ _MOTION_PHRASE = {
     "up": "moves up",
     "down": "moves down",
     "bouncing": "bounces",
+    FLASH: "flashes",
 }
 
 
@@ -413,7 +457,8 @@ def _count_word(n: int) -> str:
 
 def describe(truth: SceneTruth) -> str:
     """Detailed description, e.g. ``"red circle moves right. blue square stays still, appears
-    later. two objects. text 7. plain background."``
+    later. two objects. text 7. plain background."``; with a subtitle fact its sentence
+    (``"code 42."``) comes before the background.
 
     Object clauses come in a canonical order (colour in :data:`COLOURS` key order, then shape in
     :data:`SHAPES` order), whatever order the generator drew them in: a model writing the
@@ -431,6 +476,8 @@ def describe(truth: SceneTruth) -> str:
         parts.append(clause + (", " + ", ".join(extra) if extra else "") + ".")
     parts.append(f"{_count_word(n)} object{'s' if n != 1 else ''}.")
     parts.append(f"text {truth.text.text}." if truth.text else "no text.")
+    if truth.fact is not None:
+        parts.append(truth.fact.sentence)
     parts.append(f"{truth.background} background.")
     return " ".join(parts)
 
@@ -452,8 +499,14 @@ def questions(truth: SceneTruth, rng: np.random.Generator) -> list[tuple[str, st
         qa.append((f"Which direction does the {o.name} move?", f"it {_MOTION_PHRASE[o.motion]}."))
     qa.append(("What text appears?", f"{truth.text.text}." if truth.text else "no text."))
     qa.append(("Is there any text on screen?", "yes." if truth.text else "no."))
+    if truth.fact is not None:
+        qa.append((FACT_QUESTIONS[truth.fact.kind], f"{truth.fact.value}."))
     rng.shuffle(qa)
     return qa
+
+
+FACT_QUESTIONS = {"code": "What is the code?", "name": "What is the name?", "flag": "What colour is the flag?"}
+"""The question whose answer is a subtitle fact's value, by kind."""
 
 
 def parse_caption(text: str) -> dict:
@@ -461,9 +514,10 @@ def parse_caption(text: str) -> dict:
 
     Returns:
         dict with ``count`` (int or None), ``objects`` (list of dicts with colour,
-        shape, motion; unknown parts None), ``text`` (str, "" for "no text", or None).
+        shape, motion; unknown parts None), ``text`` (str, "" for "no text", or None), ``fact``
+        (``"<kind> <value>"`` lower-case, e.g. ``"name mia"``, or None).
     """
-    out: dict = {"count": None, "objects": [], "text": None}
+    out: dict = {"count": None, "objects": [], "text": None, "fact": None}
     # the whole phrase after "<colour> <shape>" must be one the grammar writes (or wrote): a garbled
     # "moves left to left" is no motion, not "moves left"
     inv_motion = {**_OLD_MOTION_PHRASE, **{v: k for k, v in _MOTION_PHRASE.items()}}
@@ -477,6 +531,8 @@ def parse_caption(text: str) -> dict:
             out["text"] = sent.split(None, 1)[1].strip().upper()
         elif sent.startswith("no text"):
             out["text"] = ""
+        elif words[0] in FACT_KINDS and len(words) == 2:
+            out["fact"] = sent
         elif words[0] in COLOURS or (len(words) > 1 and words[1] in SHAPES):
             head = sent.split(",")[0]
             motion = inv_motion.get(" ".join(head.split()[2:]))

@@ -1,4 +1,5 @@
-"""Training data: synthetic clips from :mod:`specvlm.synth`, conversations, per-token labels, batches.
+"""Training data: synthetic clips from :mod:`specvlm.synth` and :mod:`scripts.training.scenes`,
+conversations (with the app's subtitle transcript, :mod:`specvlm.prompting`), per-token labels, batches.
 
 Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses seeds >= 10**9.
 """
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from scripts.training import scenes
 from specvlm import synth
+from specvlm.prompting import subtitle_block, user_text
 
 IGNORE = -100
 
@@ -32,6 +35,17 @@ class DataRecipe:
     curriculum: float = 0.2       # share of the target budget with single-object scenes only
     object_weights: tuple | None = None  # P(1, 2, 3 objects) after the curriculum; None = synth's uniform draw
     label_all_text: bool = True   # loss on every text token (the chat, user turns too), not only answers
+    p_sparse_long: float = 0.0    # share of clips of >= 48 frames that are sparse scenes (scenes.sparse_scene)
+    p_sparse_short: float = 0.0   # the same for shorter clips
+    p_subtitles: float = 0.0      # share of clips with a subtitle track (scenes.with_subtitles)
+    min_cover: float = 0.15       # token_labels: least share of a token's tube an object must cover
+
+
+SPARSE_RECIPE_CHANGES = dict(
+    frames=(8, 16, 16, 16, 24, 32, 64, 96, 128, 128), p_sparse_long=0.7, p_sparse_short=0.15,
+    p_subtitles=0.4, min_cover=0.03)
+"""The sparse-information recipe (``--recipe sparse``): more long clips, 70% of them sparse scenes,
+40% of all clips with subtitles, labels for objects covering >= 3% of a token's tube."""
 
 
 SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
@@ -64,13 +78,17 @@ def _label_text(ids: list[int], skip: set[int]) -> list[int]:
     return [IGNORE if i in skip else i for i in ids]
 
 
-def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -> list[dict]:
-    """Chat messages for one clip: a detailed description or ``n_q`` question turns."""
+def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int, block: str = "") -> list[dict]:
+    """Chat messages for one clip: a detailed description or ``n_q`` question turns.
+
+    A subtitle transcript ``block`` (:func:`specvlm.prompting.subtitle_block`) goes between the video
+    and the first question, as :func:`specvlm.models.base.message_for` places it.
+    """
     video = {"type": "video"}
     if rng.random() < p_describe:
         prompt = synth.DESCRIBE_PROMPTS[0] if rng.random() < 0.7 else \
             synth.DESCRIBE_PROMPTS[rng.integers(len(synth.DESCRIBE_PROMPTS))]
-        msgs = [{"role": "user", "content": [video, {"type": "text", "text": prompt}]},
+        msgs = [{"role": "user", "content": [video, {"type": "text", "text": user_text(prompt, block)}]},
                 {"role": "assistant", "content": synth.describe(truth)}]
         if rng.random() < 0.3:  # a follow-up question (cheap extra supervision)
             q, a = synth.questions(truth, rng)[0]
@@ -78,7 +96,7 @@ def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int) -
         return msgs
     msgs: list[dict] = []
     for k, (q, a) in enumerate(synth.questions(truth, rng)[:n_q]):
-        content = [video, {"type": "text", "text": q}] if k == 0 else [{"type": "text", "text": q}]
+        content = [video, {"type": "text", "text": user_text(q, block)}] if k == 0 else [{"type": "text", "text": q}]
         msgs += [{"role": "user", "content": content}, {"role": "assistant", "content": a}]
     return msgs
 
@@ -100,7 +118,10 @@ _COLOUR_IDX = {c: i + 1 for i, c in enumerate(synth.COLOURS)}
 _TEXT_CLASS = len(synth.COLOURS) + 1
 
 
-TEXT_OBJ = 15   # ``obj`` label of burned-in text tokens (objects are 1..3)
+TEXT_OBJ = 15   # ``obj`` label of burned-in text tokens (objects are 1..4)
+
+
+MOTION_LABELS = synth.MOTIONS + (synth.FLASH,)
 
 
 def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
@@ -119,7 +140,7 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
         order of the video placeholders: ``what`` (0 background, 1..6 colour, 7 text),
-        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1..6: the object's whole-clip motion),
+        ``shape`` (0 none, 1..3), ``motion`` (0 none, 1 + index in :data:`MOTION_LABELS`: the whole-clip motion),
         ``step`` (0 none, 1 + index in :data:`STEPS`: where the object's box moved between the
         token's two frames; what a Conv3d patch over those frames can see, unlike ``motion``:
         a bounce is locally an up or a down, a slow mover often a still), ``obj`` (0 none, k + 1 = ``truth.objects[k]``,
@@ -154,8 +175,8 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
         best = np.where(win, c, best)
         what[win] = _COLOUR_IDX[o.colour]
         shape[win] = synth.SHAPES.index(o.shape) + 1
-        motion[win] = synth.MOTIONS.index(o.motion) + 1
         step[win] = np.broadcast_to(_local_steps(o.boxes, gt, temporal)[:, None, None], win.shape)[win]
+        motion[win] = MOTION_LABELS.index(o.motion) + 1
         obj[win] = k + 1
     if truth.text is not None:
         x0, y0, x1, y1 = truth.text.box
@@ -187,7 +208,8 @@ def after_video(ids: list[int], video_id: int) -> int:
     return last + 1
 
 
-def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[torch.Tensor, ...]:
+def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer,
+                   text_start: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Query rows that name one object, and which object: for the attention-routing loss.
 
     Every ``<colour> <shape>`` word pair after the video (captions: "red circle moves ...";
@@ -196,6 +218,8 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
     word is ``moves``, that position too (it predicts the direction). Every position whose next
     token is the on-screen text's value ("text 7.", or the answer to "What text appears?")
     names the text: its object is ``TEXT_OBJ - 1``, so ``obj + 1`` matches the text tokens' label.
+    Rows are searched from ``text_start[b]`` (after the subtitle transcript, whose timestamps hold
+    digits) or, without it, from just after the video.
 
     Returns:
         idx int64 (B, R), valid bool (B, R), obj int64 (B, R): index into ``truths[b].objects``
@@ -207,8 +231,8 @@ def attribute_rows(input_ids: torch.Tensor, truths: list, tokenizer) -> tuple[to
     moves = tokenizer(" moves")["input_ids"][0]
     video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
     rows: list[list[tuple[int, int]]] = []
-    for ids, truth in zip(input_ids.tolist(), truths):
-        start = after_video(ids, video_id)
+    for b, (ids, truth) in enumerate(zip(input_ids.tolist(), truths)):
+        start = after_video(ids, video_id) if text_start is None else int(text_start[b])
         found = []
         if truth.text is not None:
             value = set(single_ids(tokenizer, truth.text.text))
@@ -253,6 +277,35 @@ def attribute_token_ids(tokenizer) -> list[int]:
     return sorted(set(ids))
 
 
+def _clip(recipe: DataRecipe, rng: np.random.Generator, T: int, H: int, W: int, fps: float,
+          n_obj: int | None) -> tuple[np.ndarray, synth.SceneTruth]:
+    """One training clip: a sparse scene or a plain one (per the recipe), maybe with subtitles."""
+    seed = int(rng.integers(TRAIN_SEED_LIMIT))
+    p_sparse = recipe.p_sparse_long if T >= 48 else recipe.p_sparse_short
+    if T >= 8 and rng.random() < p_sparse:
+        frames, truth = scenes.sparse_scene(seed, scenes.SparseSpec(
+            num_frames=T, height=H, width=W, fps=fps, num_objects=min(n_obj, 2) if n_obj else None))
+    else:
+        frames, truth = synth.generate(seed, synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps,
+                                                             num_objects=n_obj))
+    if rng.random() < recipe.p_subtitles:
+        truth = scenes.with_subtitles(truth, seed)
+    return frames, truth
+
+
+def transcript_end(ids: list[int], tokenizer, text: str, block: str, video_id: int) -> int:
+    """Index just after the subtitle transcript in ``ids`` (unpadded), or after the video without one.
+
+    Stage I's queries (pass B of the target prefill) start there: the transcript goes into pass A.
+    """
+    if not block:
+        return after_video(ids, video_id)
+    from specvlm.prompting import subtitle_mask
+
+    mask = subtitle_mask(torch.tensor(ids), tokenizer, text, block)
+    return int(mask.nonzero().max()) + 1
+
+
 def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_object: bool) -> dict:
     """Generate one training batch inline.
 
@@ -262,8 +315,9 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         dict of tensors for Qwen2_5_VLForConditionalGeneration (input_ids (B, L),
         attention_mask, mm_token_type_ids, pixel_values_videos (P, 1176),
         video_grid_thw (B, 3), second_per_grid_ts (B,), labels (B, L)) plus
-        ``meta`` (T, H, W, B) and ``aux`` (per-video-token labels, see
-        :func:`token_labels`, concatenated over the batch).
+        ``meta`` (T, H, W, B), ``aux`` (per-video-token labels, see
+        :func:`token_labels`, concatenated over the batch) and ``text_start`` int64 (B,): the first
+        position after the video and the subtitle transcript (where Stage I's queries start).
     """
     rng = np.random.default_rng([seed, step])
     T = int(rng.choice(recipe.frames))
@@ -280,22 +334,25 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     tok = processor.tokenizer
     header = tok("<|im_start|>assistant\n")["input_ids"]
     end_id = tok.convert_tokens_to_ids("<|im_end|>")
-    videos, texts, metas, aux, truths = [], [], [], [], []
+    video_id = tok.convert_tokens_to_ids("<|video_pad|>")
+    videos, texts, blocks, metas, aux, truths = [], [], [], [], [], []
     for _ in range(B):
         n_obj = 1 if single_object else None
         if n_obj is None and recipe.object_weights is not None:
             n_obj = int(rng.choice(len(recipe.object_weights), p=recipe.object_weights)) + 1
-        spec = synth.SceneSpec(num_frames=T, height=H, width=W, fps=fps, num_objects=n_obj)
-        frames, truth = synth.generate(int(rng.integers(TRAIN_SEED_LIMIT)), spec)
-        msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions)
+        frames, truth = _clip(recipe, rng, T, H, W, fps, n_obj)
+        block = subtitle_block(list(truth.cues), np.arange(T) / fps, 2) if truth.cues else ""
+        msgs = conversation(truth, rng, recipe.p_describe, recipe.n_questions, block)
         texts.append(processor.apply_chat_template(msgs, tokenize=False))
+        blocks.append(block)
         videos.append(frames)
-        aux.append(token_labels(truth, frames))
+        aux.append(token_labels(truth, frames, min_cover=recipe.min_cover))
         truths.append(truth)
         metas.append({"fps": fps, "total_num_frames": T, "frames_indices": list(range(T))})
     batch = processor(text=texts, videos=videos, video_metadata=metas, padding=True, return_tensors="pt")
+    ids_rows = [ids[:int(m.sum())] for ids, m in zip(batch["input_ids"].tolist(), batch["attention_mask"])]
     if recipe.label_all_text:
-        skip = {tok.convert_tokens_to_ids("<|video_pad|>"), tok.pad_token_id}
+        skip = {video_id, tok.pad_token_id}
         labels = [_label_text(ids, skip) for ids in batch["input_ids"].tolist()]
     else:
         labels = [_label_answers(ids, header, end_id) for ids in batch["input_ids"].tolist()]
@@ -303,6 +360,8 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     batch["labels"] = torch.tensor(labels)
     batch["labels"][batch["attention_mask"] == 0] = IGNORE
     batch["meta"] = (T, H, W, B)
+    batch["text_start"] = torch.tensor([transcript_end(ids, tok, text, block, video_id)
+                                        for ids, text, block in zip(ids_rows, texts, blocks)])
     batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
-    batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok)
+    batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok, batch["text_start"])
     return batch

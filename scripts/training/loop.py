@@ -24,6 +24,7 @@ from scripts.training.losses import (
     focus_rows,
     register_focus,
     routing_loss,
+    spread_focus_loss,
     video_gap,
     weighted_lm_loss,
 )
@@ -57,9 +58,10 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
         (scalar loss, probe accuracies and attention shares by name).
     """
     video_id = model.config.video_token_id
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels", "text_start")}
     if args.focus_weight > 0:
-        FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header)
+        FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header,
+                                   batch.get("text_start"))
         FOCUS["out"], FOCUS["out_attr"] = [], []
         if args.route_weight > 0:
             FOCUS["attr_rows"] = batch["aux"]["attr"][0]
@@ -71,7 +73,11 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
     aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
     loss = loss + args.aux_weight * aux_loss
     if args.focus_weight > 0 and FOCUS["out"]:
-        f_loss, aux_acc["focus"] = focus_loss(FOCUS["out"], batch["input_ids"], video_id, batch["aux"]["cover"])
+        if getattr(args, "focus_mode", "share") == "spread":
+            f_loss, aux_acc["focus"] = spread_focus_loss(FOCUS["out"], batch["input_ids"], video_id,
+                                                         batch["aux"]["cover"], batch["aux"]["obj"])
+        else:
+            f_loss, aux_acc["focus"] = focus_loss(FOCUS["out"], batch["input_ids"], video_id, batch["aux"]["cover"])
         FOCUS["out"] = []
         loss = loss + args.focus_weight * f_loss
     if args.route_weight > 0 and FOCUS["out_attr"]:
@@ -111,8 +117,11 @@ def _resume(work: Checkpointer, model, probe, opt, phase: str):
 
 
 def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float, teacher=None,
-                init=None, lr: float | None = None):
-    """Run (or resume) one phase under a wall-clock budget; returns (the trained model, its final state).
+                init=None, lr: float | None = None, steps: int | None = None):
+    """Run (or resume) one phase under a budget; returns (the trained model, its final state).
+
+    The budget is ``steps`` optimizer steps when given (progress = step / steps: the same run on any
+    machine), else ``minutes`` of step time (progress = elapsed / budget).
 
     ``phase`` is "target" (from scratch), "polish" (the finished target, continued from the
     state dict ``init`` on ``recipe`` with its own LR schedule peaking at ``lr``) or "draft"
@@ -135,21 +144,25 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
     diag_recipe = SMOKE_RECIPE if args.smoke else DataRecipe(frames=(16,), sides=(112,), token_budget=2400)
     diag_batch = make_batch(processor, diag_recipe, 10**8 + 17, 0, False) if is_target else None
     state, step, elapsed, losses = _resume(work, model, probe, opt, phase)
-    if state is not None and state.get("done") and state["elapsed"] >= minutes * 60.0 - 1.0:
+    finished = state is not None and state.get("done") and (
+        state["step"] >= steps if steps else state["elapsed"] >= minutes * 60.0 - 1.0)
+    if finished:
         model.set_attn_implementation({"text_config": "sdpa"})
         return model, state  # finished; a larger budget continues training (LR back to constant)
     budget = minutes * 60.0
     nparams = sum(p.numel() for p in model.parameters())
-    print(f"[{phase}] {nparams / 1e6:.2f}M params, budget {minutes:.1f} min", flush=True)
+    print(f"[{phase}] {nparams / 1e6:.2f}M params, budget "
+          + (f"{steps} steps" if steps else f"{minutes:.1f} min"), flush=True)
     model.train()
     t_last_ckpt = time.time()
-    bar = tqdm(total=int(budget), initial=int(elapsed), unit="s", desc=phase, mininterval=5,
+    bar = tqdm(total=steps if steps else int(budget), initial=step if steps else int(elapsed),
+               unit="step" if steps else "s", desc=phase, mininterval=5 if sys.stdout.isatty() else 60,
                file=sys.stdout, dynamic_ncols=False, ncols=110)
     ema = None
     rng = np.random.default_rng([args.seed, 7, step])
-    while elapsed < budget and (args.max_steps is None or step < args.max_steps):
+    while (step < steps if steps else elapsed < budget) and (args.max_steps is None or step < args.max_steps):
         t0 = time.time()
-        progress = elapsed / budget
+        progress = step / steps if steps else elapsed / budget
         single = phase == "target" and progress < recipe.curriculum
         batch = make_batch(processor, recipe, args.seed + SEED_OFFSETS[phase], step, single)
         lr = lr_at(progress, base_lr)
@@ -172,7 +185,10 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
         T, H, W, B = batch["meta"]
         bar.set_postfix_str(f"step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s", refresh=False)
-        bar.update(int(elapsed) - bar.n)
+        bar.update((step if steps else int(elapsed)) - bar.n)
+        if not sys.stdout.isatty() and step % args.log_every == 0:   # a plain log line (nohup)
+            bar.write(f"[{phase}] step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s/step "
+                      f"{elapsed / 60:.1f} min")
         if is_target and step % args.diag_every == 0:
             _report_gap(bar, phase, step, ema, model, diag_batch, aux_acc)
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:

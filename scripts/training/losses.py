@@ -76,7 +76,7 @@ def video_gap(model, batch: dict) -> tuple[float, float]:
     The gap says how much the model reads the video (0 = it ignores it).
     """
     model.eval()
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
+    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "text_start")}
     right = float(model(**inputs).loss)
     B = batch["video_grid_thw"].shape[0]
     pv = batch["pixel_values_videos"].view(B, -1, batch["pixel_values_videos"].shape[-1])
@@ -134,11 +134,13 @@ def register_focus() -> None:
 
 
 def focus_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, video_id: int,
-               header: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               header: list[int], text_start: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Query rows whose attention Stage I ranks video tokens by: the prompt after the video.
 
-    For each row of the batch: positions after the last video token up to the end of the first
-    ``<|im_start|>assistant\n`` header after it (pass B of :func:`specvlm.decoding.prefill_target`).
+    For each row of the batch: positions after the last video token (after the subtitle transcript:
+    ``text_start[b]`` when given) up to the end of the first ``<|im_start|>assistant\n`` header
+    after it (pass B of :func:`specvlm.decoding.prefill_target`).
 
     Returns:
         idx int64 (B, R), valid bool (B, R), keys_ok bool (B, L) (non-padding keys).
@@ -148,7 +150,7 @@ def focus_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, video_id: 
     n = len(header)
     for b in range(B):
         ids = input_ids[b].tolist()
-        start = after_video(ids, video_id)
+        start = after_video(ids, video_id) if text_start is None else int(text_start[b])
         end = start
         for j in range(start, L - n + 1):
             if ids[j:j + n] == header:
@@ -190,6 +192,44 @@ def focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id:
     return torch.stack(losses).mean(), float(np.mean(shares))
 
 
+def spread_focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id: int,
+                      cover: torch.Tensor, obj_labels: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Cross-entropy of the prompt's video attention against an equal share per named thing.
+
+    The target distribution q over a row's video tokens gives every object and the on-screen text
+    (``obj`` labels > 0) the same total mass, spread over its tokens by pixel coverage. A flash on
+    four tokens then gets as much of Stage I's attention as an object visible on two hundred, so
+    Stage I's top-λ set holds the rare tokens first. Loss = -Σ q_i log(a_i / Σ_video a), mean over
+    rows with a named thing and over layers.
+
+    Args:
+        per_layer: float32 (B, L) per layer from :func:`_focus_attention`.
+        cover: float32 (B * V,) per-video-token coverage; obj_labels: int64 (B * V,) (:func:`token_labels`).
+
+    Returns:
+        (scalar loss, mean share of the attention on object/text pixels as a float, as :func:`focus_loss`).
+    """
+    vmask = input_ids == video_id
+    c = torch.zeros(vmask.shape, dtype=torch.float32)
+    lab = torch.zeros(vmask.shape, dtype=torch.long)
+    c[vmask], lab[vmask] = cover.float(), obj_labels
+    c = torch.where(lab > 0, c, 0.0)
+    n_lab = int(lab.max()) + 1
+    per_obj = torch.zeros(vmask.shape[0], n_lab).scatter_add_(1, lab, c)         # (B, n_lab)
+    n_things = (per_obj[:, 1:] > 0).sum(1).clamp(min=1)
+    q = c / per_obj.gather(1, lab).clamp(min=1e-9) / n_things[:, None]
+    has = q.sum(1) > 0
+    cov = torch.zeros(vmask.shape, dtype=torch.float32)
+    cov[vmask] = cover.float()
+    losses, shares = [], []
+    for a in per_layer:
+        va = (a * vmask.float())
+        p = va / va.sum(1, keepdim=True).clamp(min=1e-9)
+        losses.append(-(q[has] * torch.log(p[has] + 1e-6)).sum(1).mean())
+        shares.append(float((p[has] * cov[has]).sum(1).detach().mean()))
+    return torch.stack(losses).mean(), float(np.mean(shares))
+
+
 def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id: int, obj_labels: torch.Tensor,
                  valid: torch.Tensor, obj: torch.Tensor) -> tuple[torch.Tensor, float]:
     """-log(share of a row's video attention on the tokens of the object it names), mean over rows, layers.
@@ -217,16 +257,48 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
     return torch.stack(losses).mean(), float(np.mean(shares))
 
 
-def draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.Generator):
+def salient_order(cover: torch.Tensor, obj: torch.Tensor) -> torch.Tensor:
+    """Video tokens on a named object or text, most informative first: int64 (n,) indices.
+
+    The weight of a token is its coverage divided by its object's total coverage (the
+    :func:`spread_focus_loss` target), so the tokens of a flash or brief text come before those of an
+    object visible all clip long: the order in which Stage I takes them from a trained target.
+    """
+    c = torch.where(obj > 0, cover.float(), 0.0)
+    tot = torch.zeros(int(obj.max()) + 1).scatter_add_(0, obj, c)
+    w = c / tot[obj].clamp(min=1e-9)
+    order = torch.argsort(w, descending=True)
+    return order[w[order] > 0]
+
+
+def _kept_video(V: int, K: int, rng: np.random.Generator, first: np.ndarray | None = None) -> np.ndarray:
+    """K sorted video-token indices: ``first`` (salient, in order), then half evenly spaced, half random."""
+    chosen = np.asarray(first if first is not None else [], dtype=np.int64)[:K]
+    rest_n = K - len(chosen)
+    n_uni = rest_n // 2
+    uni = np.linspace(0, V - 1, n_uni).astype(np.int64) if n_uni else np.array([], np.int64)
+    chosen = np.union1d(chosen, uni)
+    rest = np.setdiff1d(np.arange(V), chosen)
+    rnd = rng.choice(rest, K - len(chosen), replace=False) if K > len(chosen) else np.array([], np.int64)
+    return np.sort(np.concatenate([chosen, rnd]).astype(np.int64))
+
+
+def draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.Generator,
+                  salient: bool = False):
     """Draft logits on the full sequence or with only ``keep_frac`` of the video tokens.
 
+    Pruned, each row keeps K = ``keep_frac`` x V video tokens at their original positions: with
+    ``salient``, first the row's object/text tokens in :func:`salient_order` up to a random share
+    (30-90%) of their weight (as Stage I keeps the target's most attended tokens), then half evenly
+    spaced and half random tokens (as Stage II fills the budget); else only the latter.
+
     Returns:
-        logits (B, L', vocab), index (L',) of the kept sequence positions.
+        logits (B, L', vocab), index int64 (B, L') of the kept sequence positions per row.
     """
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux")}
-    L = batch["input_ids"].shape[1]
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux", "text_start")}
+    B, L = batch["input_ids"].shape
     if keep_frac is None:
-        return draft(**inputs).logits, torch.arange(L)
+        return draft(**inputs).logits, torch.arange(L).expand(B, L)
     m = draft.model
     ids = batch["input_ids"]
     emb = m.get_input_embeddings()(ids)
@@ -241,33 +313,49 @@ def draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.Ge
     vpos = torch.nonzero(vmask[0]).squeeze(1)           # same layout in every row
     V = len(vpos)
     K = max(1, int(V * keep_frac))
-    n_uni = K // 2
-    uni = np.linspace(0, V - 1, n_uni).astype(int) if n_uni else np.array([], int)
-    rest = np.setdiff1d(np.arange(V), uni)
-    rnd = rng.choice(rest, K - len(uni), replace=False)
-    kept = vpos[torch.as_tensor(np.sort(np.concatenate([uni, rnd])))]
     text_pos = torch.nonzero(~vmask[0]).squeeze(1)
-    index = torch.sort(torch.cat([text_pos, kept])).values
-    out = draft(inputs_embeds=emb[:, index], position_ids=pos[:, :, index],
-                attention_mask=batch["attention_mask"][:, index])
+    rows = []
+    for b in range(B):
+        first = None
+        if salient:
+            cov, obj = batch["aux"]["cover"][b * V:(b + 1) * V], batch["aux"]["obj"][b * V:(b + 1) * V]
+            order = salient_order(cov, obj)
+            if len(order):
+                c = torch.where(obj > 0, cov.float(), 0.0)
+                w = (c / torch.zeros(int(obj.max()) + 1).scatter_add_(0, obj, c)[obj].clamp(min=1e-9))[order]
+                cum = torch.cumsum(w, 0) / w.sum()
+                n = int((cum < float(rng.uniform(0.3, 0.9))).sum()) + 1
+                first = order[:n].numpy()
+        kept = vpos[torch.as_tensor(_kept_video(V, K, rng, first))]
+        rows.append(torch.sort(torch.cat([text_pos, kept])).values)
+    index = torch.stack(rows)                                                     # (B, L')
+    D = emb.shape[-1]
+    out = draft(inputs_embeds=emb.gather(1, index[..., None].expand(B, -1, D)),
+                position_ids=pos.gather(2, index[None].expand(pos.shape[0], B, -1)),
+                attention_mask=batch["attention_mask"].gather(1, index))
     return out.logits, index
 
 
 def distill_loss(draft, teacher, batch: dict, rng, args):
-    """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on every labelled position."""
+    """0.5 * CE(labels) + 0.5 * T^2-free KL(teacher || draft) on every labelled position.
+
+    ``args.prune_prob`` of the batches keep 10-30% of the video tokens (:func:`draft_forward`), a
+    share ``args.salient_prob`` of those with the object/text tokens first.
+    """
     labels = batch["labels"]
     with torch.no_grad():
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux")}
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux", "text_start")}
         t_logits = teacher(**inputs).logits.float()
     keep = float(rng.uniform(0.1, 0.3)) if rng.random() < args.prune_prob else None
-    d_logits, index = draft_forward(draft, batch, keep, rng)
+    salient = keep is not None and rng.random() < getattr(args, "salient_prob", 0.0)
+    d_logits, index = draft_forward(draft, batch, keep, rng, salient)
     d_logits = d_logits.float()
-    # predict token i+1 from position i, at answer positions
-    lab = labels[:, index]
+    # predict token i+1 from position i, at labelled positions
+    lab = labels.gather(1, index)
     tgt = lab[:, 1:]
     mask = tgt != IGNORE
     d = d_logits[:, :-1][mask]
-    t = t_logits[:, index][:, :-1][mask]
+    t = t_logits.gather(1, index[..., None].expand(-1, -1, t_logits.shape[-1]))[:, :-1][mask]
     ce = F.cross_entropy(d, tgt[mask])
     kl = F.kl_div(F.log_softmax(d, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
     return 0.5 * ce + 0.5 * kl
