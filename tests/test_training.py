@@ -120,7 +120,7 @@ def test_few_steps_reduce_loss_on_a_fixed_batch(processor):
     torch.manual_seed(0)
     model = tmodel.build_model(processor.tokenizer, tmodel.TINY_SIZE, seed=0)
     batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=0, single_object=True)
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
+    inputs = tdata.model_inputs(batch, labels=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(8):
@@ -154,7 +154,7 @@ def test_vision_probe_loss_and_video_gap(processor):
     model = tmodel.build_model(processor.tokenizer, tmodel.TINY_SIZE, seed=0)
     batch = tdata.make_batch(processor, tdata.SMOKE_RECIPE, seed=0, step=0, single_object=False)
     box = tlosses.capture_video_features(model)
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux")}
+    inputs = tdata.model_inputs(batch, labels=True)
     model(**inputs)
     feats = box.pop("feats")
     assert feats.shape[0] == len(batch["aux"]["what"])           # one label per video token, same order
@@ -233,7 +233,7 @@ def test_focus_attention_equals_eager_weights_and_loss_moves_them(processor):
     vid = model.config.video_token_id
     header = tok("<|im_start|>assistant\n")["input_ids"]
     rows = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+    inputs = tdata.model_inputs(batch)
     # reference: eager attention weights, averaged over heads and the same rows
     model.set_attn_implementation({"text_config": "eager"})
     with torch.no_grad():
@@ -259,7 +259,7 @@ def test_focus_attention_equals_eager_weights_and_loss_moves_them(processor):
     # a few steps on the focus loss alone raise the object share
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     shares = []
-    for _ in range(6):
+    for _ in range(10):
         tlosses.FOCUS["rows"], tlosses.FOCUS["out"] = rows, []
         model(**inputs)
         tlosses.FOCUS["rows"] = None
@@ -316,7 +316,7 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
     model = tmodel.build_model(tok, tmodel.TINY_SIZE, seed=0)
     model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
     header = tok("<|im_start|>assistant\n")["input_ids"]
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels")}
+    inputs = tdata.model_inputs(batch)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     shares = []
     for _ in range(6):

@@ -51,6 +51,16 @@ SPARSE_RECIPE_CHANGES = dict(
 SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
 
 
+BATCH_EXTRAS = ("meta", "aux", "text_start", "labels")
+"""Keys of a :func:`make_batch` batch that are not model inputs."""
+
+
+def model_inputs(batch: dict, labels: bool = False) -> dict:
+    """The model's keyword arguments from a :func:`make_batch` batch (``labels`` too when asked)."""
+    drop = set(BATCH_EXTRAS) - ({"labels"} if labels else set())
+    return {k: v for k, v in batch.items() if k not in drop}
+
+
 def _label_answers(ids: list[int], header: list[int], end_id: int) -> list[int]:
     """Labels = ids on assistant answers (incl. the closing <|im_end|>), IGNORE elsewhere."""
     labels = [IGNORE] * len(ids)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from scripts.training.checkpoints import Checkpointer
-from scripts.training.data import SMOKE_RECIPE, DataRecipe, attribute_token_ids, make_batch
+from scripts.training.data import SMOKE_RECIPE, DataRecipe, attribute_token_ids, make_batch, model_inputs
 from scripts.training.losses import (
     FOCUS,
     FOCUS_IMPL,
@@ -58,7 +58,7 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
         (scalar loss, probe accuracies and attention shares by name).
     """
     video_id = model.config.video_token_id
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "labels", "text_start")}
+    inputs = model_inputs(batch)
     if args.focus_weight > 0:
         FOCUS["rows"] = focus_rows(batch["input_ids"], batch["attention_mask"], video_id, header,
                                    batch.get("text_start"))

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scripts.training.data import AUX_HEADS, IGNORE, after_video
+from scripts.training.data import AUX_HEADS, IGNORE, after_video, model_inputs
 
 def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
                      weight: float) -> torch.Tensor:
@@ -76,7 +76,7 @@ def video_gap(model, batch: dict) -> tuple[float, float]:
     The gap says how much the model reads the video (0 = it ignores it).
     """
     model.eval()
-    inputs = {k: v for k, v in batch.items() if k not in ("meta", "aux", "text_start")}
+    inputs = model_inputs(batch, labels=True)
     right = float(model(**inputs).loss)
     B = batch["video_grid_thw"].shape[0]
     pv = batch["pixel_values_videos"].view(B, -1, batch["pixel_values_videos"].shape[-1])
@@ -295,7 +295,7 @@ def draft_forward(draft, batch: dict, keep_frac: float | None, rng: np.random.Ge
     Returns:
         logits (B, L', vocab), index int64 (B, L') of the kept sequence positions per row.
     """
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux", "text_start")}
+    inputs = model_inputs(batch)
     B, L = batch["input_ids"].shape
     if keep_frac is None:
         return draft(**inputs).logits, torch.arange(L).expand(B, L)
@@ -344,7 +344,7 @@ def distill_loss(draft, teacher, batch: dict, rng, args):
     """
     labels = batch["labels"]
     with torch.no_grad():
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "meta", "aux", "text_start")}
+        inputs = model_inputs(batch)
         t_logits = teacher(**inputs).logits.float()
     keep = float(rng.uniform(0.1, 0.3)) if rng.random() < args.prune_prob else None
     salient = keep is not None and rng.random() < getattr(args, "salient_prob", 0.0)

@@ -1,0 +1,138 @@
+"""Sparse-information training data: scenes, subtitle facts, the spread focus loss, salient draft pruning."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import scripts.train_bundled as tb  # noqa: E402
+from scripts import build_bundled_processor as bbp  # noqa: E402
+from scripts.training import data as tdata  # noqa: E402
+from scripts.training import losses as tlosses  # noqa: E402
+from scripts.training import model as tmodel  # noqa: E402
+from scripts.training import scenes  # noqa: E402
+from specvlm import synth  # noqa: E402
+from specvlm.prompting import subtitle_block  # noqa: E402
+from specvlm.subtitles import load_srt  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory):
+    out = tmp_path_factory.mktemp("proc")
+    bbp.build_processor(out, n_scenes=150)
+    from transformers import AutoProcessor
+    return AutoProcessor.from_pretrained(str(out))
+
+
+def test_sparse_scene_objects_are_small_and_the_flash_and_text_brief():
+    spec = scenes.SparseSpec(num_frames=64, height=112, width=112, flash_prob=1.0, text_prob=1.0)
+    for seed in range(6):
+        frames, truth = scenes.sparse_scene(seed, spec)
+        assert frames.shape == (64, 112, 112, 3)
+        flashes = [o for o in truth.objects if o.motion == synth.FLASH]
+        assert len(flashes) == 1 and 1 <= len(truth.objects) - 1 <= 2
+        for o in truth.objects:
+            b = np.array([x for x in o.boxes if x[0] >= 0])
+            assert (b[:, 2] - b[:, 0]).max() <= round(0.08 * 112)                # <= 8% of the side
+        f = flashes[0]
+        assert 4 <= f.end_frame - f.start_frame <= 8
+        assert 4 <= truth.text.end_frame - truth.text.start_frame <= 10
+        x0, y0, x1, y1 = f.boxes[f.start_frame]
+        rgb = np.array(synth.COLOURS[f.colour], np.uint8)
+        assert (frames[f.start_frame, y0:y1, x0:x1] == rgb).all(-1).any()        # drawn while it shows
+        others = [o for o in truth.objects if o is not f and o.colour == f.colour]
+        if f.start_frame > 0 and not others:
+            assert not (frames[f.start_frame - 1, y0:y1, x0:x1] == rgb).all(-1).any()   # and not before
+        for c in scenes.DISTRACTOR_COLOURS:                                       # distractors are drawn
+            assert c not in synth.COLOURS.values()
+        assert any((frames[0] == np.array(c, np.uint8)).all(-1).any() for c in scenes.DISTRACTOR_COLOURS)
+    a, _ = scenes.sparse_scene(3, spec)
+    b, _ = scenes.sparse_scene(3, spec)
+    assert np.array_equal(a, b)
+
+
+def test_subtitle_fact_is_said_in_one_cue_and_reported_by_the_caption(tmp_path):
+    _, truth = synth.generate(4, synth.SceneSpec(num_frames=32, fps=4.0))
+    for seed in range(12):
+        sub = scenes.with_subtitles(truth, seed, scenes.SubtitleSpec(fact_prob=1.0))
+        fact = sub.fact
+        assert sub.cues[fact.cue].text == fact.cue_text and fact.value in fact.cue_text
+        assert [c.text for c in sub.cues].count(fact.cue_text) == 1
+        assert all(fact.value not in c.text for i, c in enumerate(sub.cues) if i != fact.cue)
+        starts = [c.start_s for c in sub.cues]
+        assert starts == sorted(starts) and sub.cues[-1].end_s <= 32 / 4.0 + 1e-6
+        cap = synth.describe(sub)
+        assert fact.sentence in cap and cap.endswith("background.")
+        assert synth.parse_caption(cap)["fact"] == fact.sentence[:-1].lower()
+        assert synth.parse_caption(synth.describe(truth))["fact"] is None
+        block = subtitle_block(list(sub.cues), np.arange(32) / 4.0, 2)             # every cue reaches the prompt
+        assert fact.cue_text in block
+        back = synth.SceneTruth.from_dict(json.loads(json.dumps(sub.to_dict())))
+        assert back == sub
+    scenes.write_srt(tmp_path / "a.srt", sub.cues)
+    assert [c.text for c in load_srt(tmp_path / "a.srt")] == [c.text for c in sub.cues]
+    qa = dict(synth.questions(sub, np.random.default_rng(0)))
+    assert qa[synth.FACT_QUESTIONS[fact.kind]] == fact.value + "."
+
+
+def test_sparse_batch_puts_the_transcript_where_the_app_does(processor):
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, frames=(48,), p_sparse_long=1.0, p_subtitles=1.0,
+                                 min_cover=0.03, p_describe=1.0)
+    batch = tdata.make_batch(processor, recipe, seed=1, step=0, single_object=False)
+    tok = processor.tokenizer
+    vid = tok.convert_tokens_to_ids("<|video_pad|>")
+    for b in range(batch["input_ids"].shape[0]):
+        ids = batch["input_ids"][b]
+        start = int(batch["text_start"][b])
+        between = tok.decode(ids[tdata.after_video(ids.tolist(), vid):start])
+        assert between.startswith("<|vision_end|>Subtitles:\n[t=") and between.endswith("\n")
+        rest = tok.decode(ids[start:])
+        assert any(rest.startswith(p) for p in synth.DESCRIBE_PROMPTS)               # the prompt right after it
+    rows = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid,
+                              tok("<|im_start|>assistant\n")["input_ids"], batch["text_start"])
+    assert int(rows[0][0, 0]) == int(batch["text_start"][0])                      # Stage I's queries: after it
+
+
+def test_spread_focus_target_gives_each_named_thing_equal_mass():
+    ids = torch.tensor([[1, 9, 9, 9, 9, 9, 2]])                                   # 5 video tokens (id 9)
+    cover = torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0])
+    obj = torch.tensor([1, 1, 1, 2, 0])                                           # object 1 on 3, object 2 on 1
+    ideal = torch.tensor([[0.0, 1 / 6, 1 / 6, 1 / 6, 0.5, 1e-9, 0.0]])
+    flat = torch.tensor([[0.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.0]])
+    best, share = tlosses.spread_focus_loss([ideal], ids, 9, cover, obj)
+    worse, _ = tlosses.spread_focus_loss([flat], ids, 9, cover, obj)
+    assert float(best) < float(worse) and share == pytest.approx(1 / 2 + 1 / 4, abs=1e-4)
+    order = tlosses.salient_order(cover, obj)
+    assert order.tolist()[0] == 3 and set(order.tolist()) == {0, 1, 2, 3}        # the rare object first
+
+
+def test_draft_forward_keeps_the_salient_tokens_first(processor):
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, frames=(48,), p_sparse_long=1.0, min_cover=0.03)
+    batch = tdata.make_batch(processor, recipe, seed=0, step=3, single_object=False)
+    draft = tmodel.build_model(processor.tokenizer, tmodel.ModelSize(**{**tmodel.TINY_SIZE.__dict__, "layers": 1}),
+                               seed=1)
+    logits, index = tlosses.draft_forward(draft, batch, 0.1, np.random.default_rng(0), salient=True)
+    vid = draft.config.video_token_id
+    vpos = torch.nonzero(batch["input_ids"][0] == vid).squeeze(1)
+    V = len(vpos)
+    for b in range(index.shape[0]):
+        kept = torch.isin(vpos, index[b]).nonzero().squeeze(1)                    # kept video-token indices
+        assert len(kept) == max(1, int(V * 0.1))
+        order = tlosses.salient_order(batch["aux"]["cover"][b * V:(b + 1) * V], batch["aux"]["obj"][b * V:(b + 1) * V])
+        if len(order):
+            assert int(order[0]) in kept.tolist()
+    assert logits.shape[:2] == index.shape and torch.isfinite(logits).all()
+
+
+def test_step_budget_run_resumes_and_stops_at_its_steps(processor, tmp_path, capsys):
+    processor.save_pretrained(str(tmp_path / "smoke" / "processor"))            # skip building a tokenizer
+    argv = ["--smoke", "--recipe", "sparse", "--focus-mode", "spread", "--salient-prob", "1", "--prune-prob", "1",
+            "--work", str(tmp_path), "--target-steps", "3", "--draft-steps", "2", "--max-steps", "50"]
+    tb.main(argv)
+    info = json.loads((tmp_path / "smoke" / "model" / "target" / "training_info.json").read_text())
+    assert info["steps"] == 3
+    tb.main(argv)                                                                 # finished phases are skipped
+    out = capsys.readouterr().out
+    assert out.count("[target] done") == 1 and out.count("[draft] done") == 1
