@@ -158,3 +158,17 @@ def test_ranks_on_one_machine_split_its_cpus():
         assert "shared by 2 ranks" in choice.reason and threads.in_effect() is None   # no per-request policy
     finally:
         torch.set_num_threads(1)
+
+
+def test_one_process_keeps_records_and_resumes_without_torchrun(data, single, tmp_path):
+    from specvlm.cli import main
+
+    out, records = tmp_path / "one.json", tmp_path / "records"
+    args = bench_args(data, out) + ["--records-dir", str(records)]
+    assert main(args + ["--distributed"]) == 0
+    first = json.loads(out.read_text())
+    assert rows(first) == rows(single) and first["meta"]["ranks"][0]["inputs"] == [i["name"] for i in single["inputs"]]
+    assert main(args + ["--resume"]) == 0   # everything finished: nothing is measured again
+    again = json.loads(out.read_text())
+    assert rows(again) == rows(single) and again["meta"]["ranks"][0]["inputs"] == []
+    assert again["meta"]["resumed"] == [i["name"] for i in single["inputs"]]
