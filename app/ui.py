@@ -164,7 +164,6 @@ def queued_files(demo: gr.Blocks) -> set[str] | None:
         return None
 
 
-@contextlib.contextmanager
 def queued_runs(demo: gr.Blocks) -> int:
     """Runs waiting in the demo's GPU queue for a device (0 when unknown)."""
     try:

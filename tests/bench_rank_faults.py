@@ -2,10 +2,13 @@
 
 ``SPECVLM_TEST_RAISE_ON``: the input (by name) whose measurement raises a RuntimeError (the rank records the
 failure and goes on). ``SPECVLM_TEST_DIE_ON``: the input at which the rank process exits at once with status 3,
-as a rank killed by the system would (nothing is flushed, no Python cleanup).
+as a rank killed by the system would (nothing is flushed, no Python cleanup), once the file
+``SPECVLM_TEST_DIE_AFTER`` has a line (another rank's records: it has finished an input by then).
 """
 import os
 import sys
+import time
+from pathlib import Path
 
 from specvlm.bench import distributed
 from specvlm.cli import main
@@ -15,6 +18,10 @@ _measure = distributed.bench_input
 
 def _faulty(pair, inp, settings, progress=None):
     if inp.name == os.environ.get("SPECVLM_TEST_DIE_ON"):
+        other = Path(os.environ.get("SPECVLM_TEST_DIE_AFTER", ""))
+        end = time.monotonic() + 120
+        while not (other.is_file() and other.read_text().strip()) and time.monotonic() < end:
+            time.sleep(0.05)
         os._exit(3)
     if inp.name == os.environ.get("SPECVLM_TEST_RAISE_ON"):
         raise RuntimeError(f"injected failure on {inp.name}")

@@ -65,6 +65,8 @@ def test_two_devices_run_two_runs_at_once_and_say_where():
     assert sorted(r.last["device"] for r in runs) == ["cpu #1", "cpu #2"]
     assert all(r.last["status"].startswith("**Done.**") and "Ran on cpu #" in r.last["status"] for r in runs)
     assert eng.loads == 2 and b.pool.free == 2
+    statuses = [u.get("status") for u in b.run(request(), session="z", waiting=lambda: 3)]
+    assert "Running on **cpu #1**; 3 Runs waiting." in statuses   # the page's queue counts in
 
 
 def test_one_device_makes_the_second_run_wait_and_say_so():
@@ -174,3 +176,4 @@ def test_app_py_devices_flag(capsys):
     demo = ui.build_demo(Backend(FakeEngine(), devices=["cpu", "cpu"]), examples=[])
     fns = {fn.api_name: fn for fn in demo.fns.values()}
     assert fns["compare"].concurrency_limit == 2 and fns["compare_json"].concurrency_limit == 2
+    assert ui.queued_runs(demo) == 0   # nothing queued (and no server): the status line's count

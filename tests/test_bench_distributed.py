@@ -110,7 +110,8 @@ def test_two_gloo_ranks_merge_into_the_single_process_report(data, single, tmp_p
 def test_a_failed_input_is_recorded_a_dead_rank_named_and_resume_finishes(data, single, tmp_path):
     out = tmp_path / "r.json"
     names = [i["name"] for i in single["inputs"]]
-    faults = {"SPECVLM_TEST_RAISE_ON": names[1], "SPECVLM_TEST_DIE_ON": names[3]}   # both on rank 1
+    faults = {"SPECVLM_TEST_RAISE_ON": names[1], "SPECVLM_TEST_DIE_ON": names[3],   # both on rank 1, which dies
+              "SPECVLM_TEST_DIE_AFTER": str(tmp_path / "r.ranks" / "rank-0.jsonl")}    # once rank 0 kept an input
     run = torchrun(bench_args(data, out), script="tests/bench_rank_faults.py", env=faults)
     assert run.returncode != 0 and not out.exists()
     assert "rank: 1" in run.stderr and "exitcode: 3" in run.stderr   # torchrun's failure summary names it
