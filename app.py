@@ -71,7 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except DeviceError as e:
             p.error(str(e))
     if args.device is not None:
-        from specvlm.models import ModelLoadError, check_device
+        from specvlm.models.errors import ModelLoadError
+        from specvlm.models.loading import check_device
         try:
             check_device(args.device)
         except ModelLoadError as e:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     from app.settings import MB
     from app.ui import build_demo
 
-    from specvlm.threads import ThreadsError, configure
+    from specvlm.engine.threads import ThreadsError, configure
 
     try:
         # torch's threads (SPECVLM_THREADS overrides); one CPU stays with the web server and page updates

@@ -479,7 +479,7 @@ def _model_error(target: str, draft: str | None, e: BaseException, oom: bool) ->
 def families_text() -> str:
     """'Qwen2.5-VL, LLaVA-OneVision, Qwen3-VL, SmolVLM2': every family with an adapter (from the registry)."""
     try:
-        from specvlm.models.base import supported_families
+        from specvlm.models.registry import supported_families
         return ", ".join(supported_families())
     except ImportError:
         return "see the README"

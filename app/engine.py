@@ -43,7 +43,7 @@ class Engine:
         is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast)."""
         from transformers import dynamic_module_utils
 
-        from specvlm.models import load_pair
+        from specvlm.models.loading import load_pair
         dynamic_module_utils.TIME_OUT_REMOTE_CODE = 0  # no interactive "run custom code? [y/N]" prompt
         return load_pair(target, draft, device=device, dtype=dtype)
 
@@ -59,7 +59,7 @@ class Engine:
 
     def load_srt(self, path: str) -> list[Any]:
         """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""
-        from specvlm.subtitles import load_srt
+        from specvlm.text.subtitles import load_srt
         return load_srt(path)
 
     def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool], *,
@@ -74,7 +74,7 @@ class Engine:
             truth: a generated clip's ground truth (``SceneTruth.to_dict()``); a speculative run then
                 forces the draft to keep the video tokens covering its burned-in text.
         """
-        from specvlm.decoding import stream
+        from specvlm.engine.stream import stream
         kw: dict[str, Any] = dict(should_stop=should_stop, record_trees=config.method != "vanilla")
         if truth is not None and config.method != "vanilla":
             kw["inputs"] = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
@@ -88,8 +88,8 @@ class Engine:
         covering the truth's burned-in text (empty when it has none or it is not in the sampled frames)."""
         import torch
 
-        from specvlm.inputs import prepare
-        from specvlm.inspect import text_tokens_from_truth
+        from specvlm.engine.prepare import prepare
+        from specvlm.analysis.text_aware import text_tokens_from_truth
         inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
         with torch.inference_mode():
             tokens = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
@@ -98,8 +98,8 @@ class Engine:
         return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
-        """A :class:`specvlm.inspect.RunRecord` of a finished speculative run (for the Inspect tab)."""
-        from specvlm.inspect import record_from_events
+        """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab)."""
+        from specvlm.analysis.records import record_from_events
         return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
 
     def is_oom(self, exc: BaseException) -> bool:

@@ -23,8 +23,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import plots
-from specvlm.inspect import (PrefillRecord, RecordError, RunRecord, StepTree, TreeNodeView, load_json,
-                             lowest_accept_steps, save_json, step_tree)
+from specvlm.analysis.records import (PrefillRecord, RecordError, RunRecord, StepTree, TreeNodeView, load_json,
+                                      lowest_accept_steps, save_json, step_tree)
 
 CHART_ID = "specvlm-inspect-chart"
 STEP_ID = "specvlm-inspect-step"

@@ -19,7 +19,7 @@ from typing import Any
 
 from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, PruneConfig,
                             SamplingConfig, TreeConfig, VideoConfig)
-from specvlm.prompting import SUBTITLE_MODES
+from specvlm.text.prompting import SUBTITLE_MODES
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
 
 SUBTITLE_MODE_CHOICES = tuple(zip(
     ("Both models", "Target only", "Draft only", "Neither (ignore them)"), SUBTITLE_MODES))
-"""(label, mode) pairs of the "Subtitles go to" radio, one per :data:`specvlm.prompting.SUBTITLE_MODES`."""
+"""(label, mode) pairs of the "Subtitles go to" radio, one per :data:`specvlm.text.prompting.SUBTITLE_MODES`."""
 
 
 class UserError(ValueError):

@@ -52,7 +52,7 @@ def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
     """Example rows ``[video, prompt, subtitles or None, ground truth or None]`` from ``folder/*.mp4``.
 
     A ``.srt`` with the same stem next to a video is used as its subtitles, a ``.json`` with the
-    same stem as its ground truth (written by ``specvlm.synth.write_truth`` for generated clips).
+    same stem as its ground truth (written by ``specvlm.bench.synth.write_truth`` for generated clips).
     """
     if not folder.is_dir():
         return []
@@ -96,7 +96,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
         scratch_dir: where each request writes its temporary files (a private folder removed
             when the request ends); default the system temp folder.
-        footer: one line about the server shown under the page (e.g. ``specvlm.threads``'s
+        footer: one line about the server shown under the page (e.g. ``specvlm.engine.threads``'s
             ``ThreadChoice.describe()`` and a model-loading note).
 
     Returns:

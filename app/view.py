@@ -305,7 +305,7 @@ def final_status(stopped: bool) -> str:
 
 
 def _record(data: dict) -> Any:
-    from specvlm.inspect import from_dict
+    from specvlm.analysis.records import from_dict
     return from_dict(data)
 
 

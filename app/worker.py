@@ -126,7 +126,7 @@ class RunEnd:
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """Both runs finished: the first divergence (None = identical) with a few tokens of context, its kind
-    (``near-tie`` or ``mismatch``, :class:`specvlm.metrics.Divergence`), the target's top-1 minus top-2
+    (``near-tie`` or ``mismatch``, :class:`specvlm.analysis.metrics.Divergence`), the target's top-1 minus top-2
     logit margin there (None when vanilla recorded none) and the dtype's near-tie threshold."""
 
     index: int | None
@@ -141,7 +141,7 @@ class Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """The speculative run's record for Inspect / Export (``specvlm.inspect.to_dict``)."""
+    """The speculative run's record for Inspect / Export (``specvlm.analysis.records.to_dict``)."""
 
     data: dict
 
@@ -263,7 +263,7 @@ class DecodeWorker:
         if make is None or not events:
             return []
         try:
-            from specvlm.inspect import to_dict
+            from specvlm.analysis.records import to_dict
             rec = make(events, job.dec, job.prompt, pair, clip)
             if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
                 rec.meta.update(job.record_meta)
@@ -340,9 +340,9 @@ def forced_count(prune: Any) -> int:
 
 
 def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None, dtype: Any) -> Outcome:
-    """The two runs' token ids compared by ``specvlm.metrics.compare_outputs`` (identical, or the first
+    """The two runs' token ids compared by ``specvlm.analysis.metrics.compare_outputs`` (identical, or the first
     divergence classified by the target's top-1 minus top-2 logit margin there, as vanilla saw it)."""
-    from specvlm.metrics import compare_outputs
+    from specvlm.analysis.metrics import compare_outputs
     steps = [[ev for ev in evs if hasattr(ev, "step")] for evs in (van, spec)]
     ids = [[int(t) for ev in evs for t in ev.token_ids] for evs in steps]
     margins: list[float] = []
@@ -375,7 +375,7 @@ def _subtitle_gap(cues: Any, clip: Any) -> str | None:
     ts = getattr(clip, "timestamps", None)
     if not cues or ts is None:
         return None
-    from specvlm.prompting import no_transcript_note
+    from specvlm.text.prompting import no_transcript_note
     return no_transcript_note(list(cues), ts)
 
 

@@ -2,7 +2,7 @@
 """Build the bundled model's tokenizer + Qwen2.5-VL processor offline.
 
 Trains a small byte-level BPE tokenizer (``tokenizers``) on the synthetic
-caption/question grammar (``specvlm.synth``), adds the Qwen2.5-VL special
+caption/question grammar (``specvlm.bench.synth``), adds the Qwen2.5-VL special
 tokens and a Qwen-style chat template, and saves it together with a
 ``Qwen2VLImageProcessor`` and a ``Qwen2VLVideoProcessor`` as a
 ``Qwen2_5_VLProcessor``, so ``AutoProcessor.from_pretrained(folder)`` works
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specvlm import synth
+from specvlm.bench import synth
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",

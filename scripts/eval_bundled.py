@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Evaluate the bundled target + draft on held-out generated videos.
 
-For each held-out clip from :mod:`specvlm.synth` (frames generated in memory,
+For each held-out clip from :mod:`specvlm.bench.synth` (frames generated in memory,
 never written to disk), on a SHORT set (16 frames) and a LONG set (128 frames
 of 168x168 px = 2,304 video tokens by default):
 
 * attribute accuracy of the greedy (vanilla) detailed description vs the ground
-  truth, read back with :func:`specvlm.synth.parse_caption`: colour, shape and
+  truth, read back with :func:`specvlm.bench.synth.parse_caption`: colour, shape and
   motion per ground-truth object (predicted objects matched to true ones by the
   best assignment), object count, on-screen text ("" when there is none);
 * with the engine at r = 0.9 (λ = 0.4, default dynamic tree), the mean accepted
@@ -27,7 +27,7 @@ short set and ``--seed-base`` + 500,000,000 + i for the long set.
 
 Speed: the target's and the draft's video features and the target's prefill are
 computed once per video and shared by all methods (``prefill=`` of
-:func:`specvlm.decoding.generate`, which copies the KV cache for every request; the
+:func:`specvlm.engine.stream.generate`, which copies the KV cache for every request; the
 decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
@@ -53,7 +53,8 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from specvlm import assets, synth  # noqa: E402
+from specvlm import assets  # noqa: E402
+from specvlm.bench import synth
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
 
 ATTRS = ("colour", "shape", "motion", "count", "text")
@@ -184,8 +185,9 @@ class SharedPrefill:
 
         import torch
 
-        from specvlm.decoding import prefill_target, prompt_video
-        from specvlm.pruning import SCORE_METHODS
+        from specvlm.engine.prefill import prefill_target
+        from specvlm.engine.forward import prompt_video
+        from specvlm.spec.pruning import SCORE_METHODS
 
         with_scores = method in SCORE_METHODS
         with torch.inference_mode():
@@ -208,7 +210,8 @@ def init_worker(args) -> None:
     """Load the pair(s) once per process."""
     import torch
 
-    from specvlm.models import load_pair, pair_from_models
+    from specvlm.models.loading import load_pair
+    from specvlm.models.pair import pair_from_models
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -221,8 +224,8 @@ def init_worker(args) -> None:
 def eval_video(job: tuple[str, int]) -> dict:
     """Evaluate one held-out clip; returns its record (see the module docstring)."""
     from specvlm.config import DecodeConfig, PruneConfig
-    from specvlm.decoding import generate
-    from specvlm.inputs import prepare
+    from specvlm.engine.stream import generate
+    from specvlm.engine.prepare import prepare
     from specvlm.video import frames_to_clip
 
     kind, index = job
@@ -287,8 +290,8 @@ def _text_keep(rec: dict, truth, clip, inputs, spec_prune, van, cfg, args, pairs
     (keys ``<pair>/specvlm+text`` and ``<pair>/specvlm@text``)."""
     import dataclasses
 
-    from specvlm.decoding import generate
-    from specvlm.inspect import stage_shares, text_tokens_from_truth
+    from specvlm.engine.stream import generate
+    from specvlm.analysis.text_aware import stage_shares, text_tokens_from_truth
 
     tt = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
     if tt.numel() == 0:

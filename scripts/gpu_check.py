@@ -2,7 +2,7 @@
 """GPU check: the real engine on random-weight models of the real architectures at 16k video tokens.
 
 For each setup, random-weight models are built directly on the GPU in bf16 from the
-checkpoints' published dimensions (:mod:`specvlm.realdims`: vision tower, M-RoPE, grouped
+checkpoints' published dimensions (:mod:`specvlm.testing.realdims`: vision tower, M-RoPE, grouped
 KV heads, padded vocabularies), at full depth except where one H200 cannot hold it
 (LLaVA-OV-72B is built with ``--llava72-layers`` of its 80 decoder layers, 40 by default;
 its times are also shown scaled to 80 layers). Then, on clips of ~16k video tokens:
@@ -49,13 +49,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm import kv, realdims
+from specvlm.engine import kv
+from specvlm.testing import realdims
 from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.decoding import embed_tokens, generate, lm_forward
-from specvlm.metrics import compare_outputs
-from specvlm.models import adapter_for, pair_from_models
-from specvlm.stepcost import median_ms
-from specvlm.tree import additive_mask, verify_mask
+from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.engine.stream import generate
+from specvlm.analysis.metrics import compare_outputs
+from specvlm.models.registry import adapter_for
+from specvlm.models.pair import pair_from_models
+from specvlm.bench.stepcost import median_ms
+from specvlm.spec.tree import additive_mask, verify_mask
 from specvlm.types import VideoClip
 
 log = logging.getLogger("gpu_check")
@@ -170,7 +173,7 @@ class ModelStore:
 
 
 def compare(vanilla: Any, spec: Any, dtype: torch.dtype) -> dict:
-    """identical / near-tie / mismatch (:func:`specvlm.metrics.compare_outputs`) with the target's
+    """identical / near-tie / mismatch (:func:`specvlm.analysis.metrics.compare_outputs`) with the target's
     top-1 minus top-2 logit margin at the first divergence, as vanilla decoding recorded it."""
     d = compare_outputs(vanilla.token_ids, spec.token_ids, vanilla.margins, dtype)
     return {"kind": d.kind, "index": d.index, "margin": d.margin}

@@ -2,7 +2,7 @@
 """Write the generated sample clips for the app under assets/videos/.
 
 Each clip gets ``<name>.mp4`` (H.264, yuv420p), ``<name>.json`` (ground truth
-from ``specvlm.synth``, incl. the reference caption) and, for the long clip,
+from ``specvlm.bench.synth``, incl. the reference caption) and, for the long clip,
 ``<name>.srt`` with cues derived from the ground truth.
 
 Usage:
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specvlm import synth
+from specvlm.bench import synth
 
 # name -> (seed, SceneSpec); seeds >= 2e9, outside the training range (< 1e8)
 SAMPLES = {

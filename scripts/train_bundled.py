@@ -2,7 +2,7 @@
 """Train the bundled Qwen2.5-VL target + draft pair on synthetic shape videos (CPU).
 
 Phase 1 trains the TARGET (Qwen2_5_VLForConditionalGeneration, from scratch)
-on clips from ``specvlm.synth`` generated inline: mixed clip lengths
+on clips from ``specvlm.bench.synth`` generated inline: mixed clip lengths
 (8-128 frames) and sizes (112-224 px), a single-object curriculum first, a mix of
 detailed descriptions and multi-turn single-attribute questions, AdamW at a
 constant learning rate with a linear decay over the last part of the wall-clock

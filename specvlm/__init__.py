@@ -16,10 +16,10 @@ from __future__ import annotations
 import os as _os
 
 from specvlm.config import DecodeConfig, PruneConfig, TreeConfig, VideoConfig, ConfigError
-from specvlm.threads import omp_env_defaults as _omp_env_defaults
+from specvlm.engine.threads import omp_env_defaults as _omp_env_defaults
 
 # OpenMP reads its wait policy once, when torch loads it: bound the idle spin first
-# (a no-op when torch is already imported or the user set it; specvlm.threads).
+# (a no-op when torch is already imported or the user set it; specvlm.engine.threads).
 _os.environ.update(_omp_env_defaults())
 
 __all__ = ["DecodeConfig", "PruneConfig", "TreeConfig", "VideoConfig", "ConfigError",
@@ -28,14 +28,17 @@ __all__ = ["DecodeConfig", "PruneConfig", "TreeConfig", "VideoConfig", "ConfigEr
 
 def __getattr__(name: str):
     # Lazy imports keep `import specvlm` light (no transformers at import time).
-    if name in ("stream", "generate"):
-        from specvlm import decoding
-        return getattr(decoding, name)
+    if name == "stream":
+        from specvlm.engine.stream import stream
+        return stream
+    if name == "generate":
+        from specvlm.engine.stream import generate
+        return generate
     if name == "prepare":
-        from specvlm.inputs import prepare
+        from specvlm.engine.prepare import prepare
         return prepare
     if name == "load_pair":
-        from specvlm.models import load_pair
+        from specvlm.models.loading import load_pair
         return load_pair
     if name == "load_video":
         from specvlm.video import load_video

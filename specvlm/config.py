@@ -36,7 +36,7 @@ DEFAULT_PROMPT = "Describe this video in detail."
 
 NEAR_TIE_MARGIN: dict[str, float] = {"float32": 1e-3, "float16": 0.125, "bfloat16": 0.5}
 """Largest target top-1 minus top-2 logit margin (logit units) at which greedy speculative output may
-legitimately differ from vanilla output, per model dtype; see :func:`specvlm.metrics.compare_outputs`
+legitimately differ from vanilla output, per model dtype; see :func:`specvlm.analysis.metrics.compare_outputs`
 for how the numbers were chosen."""
 
 
@@ -85,7 +85,7 @@ class TreeConfig:
         depth: maximum number of drafted tokens along one path (1..16).
         top_k: children per expanded node and frontier width for ``dynamic`` (1..16).
         total_tokens: drafted nodes kept after reranking for ``dynamic`` (1..128).
-        static_preset: name of a static tree in :data:`specvlm.tree.STATIC_TREES`.
+        static_preset: name of a static tree in :data:`specvlm.spec.tree.STATIC_TREES`.
         min_prob: stop drafting deeper once the best frontier node's cumulative draft
             probability (product of the draft's probabilities along its path, i.e. its estimated
             chance of being accepted) falls below this, in [0, 1); 0 = always draft ``depth``
@@ -169,7 +169,7 @@ fixed length, one process, 4 interleaved rounds: chain of 12 / stop 0.1 3.66x, o
 Chosen over 14 dynamic/chain/static trees on the app's three example clips (assets/videos, stop
 at EOS, 15-25 token captions): exact per-step counts (draft feeds and their widths, tree sizes,
 accepted lengths: deterministic) times step-cost ratios to one target decode step measured
-interleaved (:func:`specvlm.stepcost.verify_cost_curve`, :func:`specvlm.stepcost.draft_cost`).
+interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`).
 Predicted median speedup: this chain 2.29x, chain of 8 without a stop 2.26x, dynamic depth 6 top-2
 10 nodes 2.00x, the library default (dynamic depth 5, top-4, 16 nodes) 1.73x. With the fused draft
 a level costs ~0.03-0.1 of a target step, so the verify's size (a 17-token verify ~2x a decode

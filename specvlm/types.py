@@ -1,10 +1,13 @@
-"""Typed results shared by the library, the CLI, the app and the benchmark."""
+"""Typed inputs and results shared by the library, the CLI, the app and the benchmark."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
+
+from specvlm.text.prompting import SubtitlePromptError
 
 
 @dataclass
@@ -112,7 +115,7 @@ class StepEvent:
         tree: the drafted tree, when recorded.
         margin: the target's top-1 minus top-2 logit margin (logit units) for this step's token, on
             vanilla steps and on step 0 (the prefill's token); None on speculative verify steps.
-            :func:`specvlm.metrics.compare_outputs` uses it to tell near-ties from mismatches.
+            :func:`specvlm.analysis.metrics.compare_outputs` uses it to tell near-ties from mismatches.
     """
 
     step: int
@@ -179,7 +182,7 @@ class DecodeResult:
         prefill: the PrefillInfo.
         steps: all StepEvents.
         margins: vanilla only: per generated token, the target's top-1 minus top-2 logit margin
-            (logit units; :func:`specvlm.metrics.compare_outputs`); empty for speculative methods.
+            (logit units; :func:`specvlm.analysis.metrics.compare_outputs`); empty for speculative methods.
     """
 
     token_ids: list[int]
@@ -205,3 +208,95 @@ class DecodeResult:
     def num_kept(self) -> int:
         p = self.prefill.prune
         return p.num_kept if p is not None else self.prefill.num_video_tokens
+
+
+@dataclass
+class ModelInputs:
+    """One request's prompt, ready for prefill.
+
+    Attributes:
+        input_ids: int64 (1, L), the full target prompt with video placeholders.
+        positions: int64 (R, L) position ids; R = 3 for M-RoPE (Qwen2.5-VL), 1 otherwise.
+        video_index: int64 (V,), sequence positions of the video tokens, ascending.
+        token_grid: int64 (V, 3), (frame, row, col) per video token in the merged grid
+            (frame = temporal group index; row = col = -1 for a newline token).
+        frames_per_token: frames covered by one video token along time.
+        vision: processor tensors the video encoder needs (family specific).
+        prompt_text: the chat-templated prompt string.
+        subtitle_mask: bool (L,) positions of the subtitle transcript's tokens, or None
+            (:mod:`specvlm.text.prompting`).
+        subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``.
+        subtitle_text: the transcript block as placed in the prompt ("" without subtitles).
+        force_keep: int64 (F,) video-token indices the draft must always keep (e.g. tokens
+            covering on-screen text), or None; see :func:`specvlm.spec.pruning.select_video_tokens`.
+        processor_kwargs: the video keyword arguments the adapter gave the processor (e.g. the clip's
+            ``video_metadata``), so another caller (HF ``generate()`` in the benchmark) can reproduce
+            the same ids; empty when the adapter does not record them.
+        draft_inputs: the draft's own prompt when its video geometry differs from the target's
+            (:attr:`specvlm.models.pair.ModelPair.draft_processor`), else None: the draft reads this
+            prompt, with the kept set carried to its token grid (:func:`specvlm.spec.grid.map_keep`).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    video_index: torch.Tensor
+    token_grid: torch.Tensor
+    frames_per_token: int
+    vision: dict[str, Any] = field(default_factory=dict)
+    prompt_text: str = ""
+    subtitle_mask: torch.Tensor | None = None
+    subtitle_mode: str = "none"
+    subtitle_text: str = ""
+    force_keep: torch.Tensor | None = None
+    processor_kwargs: dict[str, Any] = field(default_factory=dict)
+    draft_inputs: "ModelInputs | None" = None
+
+    @property
+    def num_video_tokens(self) -> int:
+        return int(self.video_index.numel())
+
+    @property
+    def num_subtitle_tokens(self) -> int:
+        """Tokens of the subtitle transcript in this prompt (0 without subtitles)."""
+        return 0 if self.subtitle_mask is None else int(self.subtitle_mask.sum())
+
+    def draft_drop_mask(self) -> torch.Tensor | None:
+        """Bool (L,) non-video tokens the draft's prefill skips (the transcript in ``target`` mode)."""
+        if self.subtitle_mode == "target" and self.subtitle_mask is not None:
+            return self.subtitle_mask
+        return None
+
+    def for_target(self) -> "ModelInputs":
+        """The inputs the target sees: without the transcript in ``draft`` mode, else ``self``.
+
+        The transcript is contiguous text, so every position after it is shifted back by its length:
+        the result equals the prompt prepared without subtitles (same ids and positions).
+
+        Raises:
+            SubtitlePromptError: the transcript's tokens overlap the video tokens.
+        """
+        mask = self.subtitle_mask
+        if self.subtitle_mode != "draft" or mask is None or not bool(mask.any()):
+            return self
+        keep = ~mask
+        idx = keep.nonzero().flatten()
+        n = int(mask.sum())
+        last = int(mask.nonzero().max())
+        pos = self.positions.clone()
+        pos[:, last + 1:] -= n
+        vid_keep = keep[self.video_index]
+        if not bool(vid_keep.all()):
+            raise SubtitlePromptError("subtitle tokens overlap the video tokens.")
+        new_index = torch.cumsum(keep.long(), 0)[self.video_index] - 1
+        return replace(self, input_ids=self.input_ids[:, idx], positions=pos[:, idx], video_index=new_index,
+                       prompt_text=self.prompt_text.replace(self.subtitle_text, "", 1), subtitle_mask=None,
+                       subtitle_mode="none", subtitle_text="")
+
+    @property
+    def next_position(self) -> int:
+        """Position of the first generated token: last prompt position + 1.
+
+        Matches ``generate()`` (tested on long, low-fps clips where temporal M-RoPE positions of the
+        video exceed the text positions after it); not max + 1 (docs/design.md §7).
+        """
+        return int(self.positions[0, -1]) + 1

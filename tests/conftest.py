@@ -26,33 +26,33 @@ def make_clip(num_frames: int = 8, side: int = 112, seed: int = 0, fps: float = 
 
 @pytest.fixture(scope="session")
 def qwen_tiny():
-    from specvlm.tiny import tiny_qwen2_5_vl
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
     return tiny_qwen2_5_vl(seed=0)
 
 
 @pytest.fixture(scope="session")
 def qwen_tiny_draft():
     """A 1-layer Qwen2.5-VL draft with the same tokenizer and a differently padded vocab."""
-    from specvlm.tiny import tiny_qwen2_5_vl
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
     return tiny_qwen2_5_vl(seed=1, hidden=32, layers=1, pad_vocab_to=64)
 
 
 @pytest.fixture(scope="session")
 def llava_tiny():
-    from specvlm.tiny import tiny_llava_onevision
+    from specvlm.testing.tiny import tiny_llava_onevision
     return tiny_llava_onevision(seed=0)
 
 
 @pytest.fixture(scope="session")
 def llava_tiny_draft():
-    from specvlm.tiny import tiny_llava_onevision
+    from specvlm.testing.tiny import tiny_llava_onevision
     return tiny_llava_onevision(seed=1, hidden=32, layers=1)
 
 
 @pytest.fixture(scope="session")
 def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
     """ModelPairs keyed (family, "self" | "std"): Self-SD and Std-SD for both families."""
-    from specvlm.models import pair_from_models
+    from specvlm.models.pair import pair_from_models
 
     return {
         ("qwen", "self"): pair_from_models(*qwen_tiny),
@@ -66,7 +66,7 @@ def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
 def _no_thread_policy():
     """Tests that run the CLI in-process install the automatic thread policy; it must not follow
     into later tests (it would change torch's threads whenever other processes are busy)."""
-    from specvlm import threads
+    from specvlm.engine import threads
 
     yield
     threads._POLICY = None

@@ -9,7 +9,7 @@ import pytest
 from test_video import frame_ids, write_video
 
 from specvlm.config import ConfigError, DecodeConfig, PruneConfig, VideoConfig
-from specvlm.decoding import generate, stream
+from specvlm.engine.stream import generate, stream
 from specvlm.types import PrefillInfo
 from specvlm.video import VideoError, load_video
 

@@ -1,7 +1,7 @@
 """End to end: launch the app on a free local port and drive ``/compare`` with gradio_client.
 
 One run over the fake engine (always) and one over the real engine with the bundled CPU
-preset (skipped, with the reason, only while ``specvlm.decoding`` is not importable).
+preset (skipped, with the reason, only while ``specvlm.engine.stream`` is not importable).
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_speculative_run_leaves_an_inspection_record():
     if reason:
         pytest.skip(f"real-engine run skipped: {reason}")
     from app.settings import RunRequest, RunSettings
-    from specvlm.inspect import step_tree
+    from specvlm.analysis.records import step_tree
 
     engine, preset, _ = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")

@@ -158,7 +158,7 @@ def sample_video() -> Path | None:
 def engine_ready() -> str | None:
     """None if the real decoding engine can run, else the reason it cannot."""
     try:
-        import specvlm.decoding  # noqa: F401
+        import specvlm.engine.stream  # noqa: F401
         import specvlm.video  # noqa: F401
     except Exception as e:  # ImportError or a partial install
         return f"the specvlm engine is not importable yet ({type(e).__name__}: {e})"
@@ -169,7 +169,7 @@ def real_engine():
     """(engine, preset name, bundled?) for real decoding on the CPU.
 
     The bundled default preset when its weights exist; otherwise an in-process tiny
-    Qwen2.5-VL (random weights, Self-SD, fp32) through the real ``specvlm.decoding``.
+    Qwen2.5-VL (random weights, Self-SD, fp32) through the real ``specvlm.engine.stream``.
     """
     from app.engine import Engine
     try:
@@ -190,8 +190,8 @@ def real_engine():
             return "Tiny (in-process)"
 
         def load_pair(self, target, draft, device, dtype):
-            from specvlm.models import pair_from_models
-            from specvlm.tiny import tiny_qwen2_5_vl
+            from specvlm.models.pair import pair_from_models
+            from specvlm.testing.tiny import tiny_qwen2_5_vl
             model, processor = tiny_qwen2_5_vl()
             return pair_from_models(model, processor, name="tiny")
 

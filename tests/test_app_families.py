@@ -19,13 +19,13 @@ def _save(tmp_path, name, model, processor):
 
 
 def _qwen3(tmp_path):
-    from specvlm.tiny_qwen3_vl import tiny_qwen3_vl
+    from specvlm.testing.tiny_qwen3_vl import tiny_qwen3_vl
     return (_save(tmp_path, "target", *tiny_qwen3_vl(seed=0, moe=True)),
             _save(tmp_path, "draft", *tiny_qwen3_vl(seed=1, layers=1)))
 
 
 def _smolvlm(tmp_path):
-    from specvlm.tiny import tiny_smolvlm
+    from specvlm.testing.tiny import tiny_smolvlm
     return (_save(tmp_path, "target", *tiny_smolvlm(seed=0)),
             _save(tmp_path, "draft", *tiny_smolvlm(seed=1, layers=1)))
 

@@ -6,7 +6,7 @@ import math
 import torch
 
 from app import inspect_view as iv
-from specvlm import inspect as ins
+from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig
 from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
 

@@ -34,8 +34,8 @@ def test_input_notes_drop_decoder_internals_and_temp_paths():
 
 
 def test_model_errors_name_every_supported_family():
-    from specvlm.models import ModelLoadError
-    from specvlm.models.base import supported_families
+    from specvlm.models.errors import ModelLoadError
+    from specvlm.models.registry import supported_families
     fams = supported_families()
     assert {"Qwen2.5-VL", "LLaVA-OneVision", "Qwen3-VL", "SmolVLM2"} <= set(fams) and len(fams) == len(set(fams))
     msg = _model_error("some/llama", None, ModelLoadError("model 'some/llama' has type 'llama': only llava_onevision, "

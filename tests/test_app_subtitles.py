@@ -20,8 +20,8 @@ from app.settings import RunRequest, RunSettings
 if engine_ready():
     pytest.skip(engine_ready(), allow_module_level=True)
 
-from specvlm import synth
-from specvlm.inspect import text_tokens_from_truth
+from specvlm.bench import synth
+from specvlm.analysis.text_aware import text_tokens_from_truth
 from specvlm.types import PrefillInfo
 
 TINY = "Tiny (in-process)"
@@ -69,7 +69,7 @@ class RecordingEngine(Engine):
 
 @pytest.fixture(scope="module")
 def engine(qwen_tiny):
-    from specvlm.models import pair_from_models
+    from specvlm.models.pair import pair_from_models
     return RecordingEngine(pair_from_models(*qwen_tiny, name="tiny"))
 
 

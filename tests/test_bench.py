@@ -14,7 +14,7 @@ from specvlm.bench import goals
 from specvlm.bench import report as bench_report
 from specvlm.cli import bench as cli_bench
 from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.models import pair_from_models
+from specvlm.models.pair import pair_from_models
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 5

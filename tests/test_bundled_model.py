@@ -38,7 +38,7 @@ def truth() -> dict:
 def pair():
     import torch
 
-    from specvlm.models import load_pair
+    from specvlm.models.loading import load_pair
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     torch.manual_seed(0)
@@ -57,7 +57,7 @@ def clip():
 @pytest.fixture(scope="module")
 def vanilla(pair, clip):
     from specvlm.config import DecodeConfig
-    from specvlm.decoding import generate
+    from specvlm.engine.stream import generate
 
     return generate(pair, clip, PROMPT, DecodeConfig(method="vanilla", max_new_tokens=MAX_NEW))
 
@@ -80,7 +80,7 @@ def test_description_matches_ground_truth(vanilla, truth):
 
     The held-out accuracy goal (>= 90% mean over 200 clips) is measured by scripts/eval_bundled.py
     (assets/model/eval.json), not here."""
-    from specvlm.synth import parse_caption
+    from specvlm.bench.synth import parse_caption
 
     got = parse_caption(vanilla.text)
     assert vanilla.token_ids, "nothing generated"
@@ -97,8 +97,8 @@ def test_description_matches_ground_truth(vanilla, truth):
 @pytest.mark.parametrize("self_sd", [False, True], ids=["std-sd", "self-sd"])
 def test_greedy_specvlm_identical_to_vanilla(pair, clip, vanilla, self_sd):
     from specvlm.config import DecodeConfig
-    from specvlm.decoding import generate
-    from specvlm.models import pair_from_models
+    from specvlm.engine.stream import generate
+    from specvlm.models.pair import pair_from_models
 
     p = pair_from_models(pair.target, pair.processor) if self_sd else pair
     res = generate(p, clip, PROMPT, DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from specvlm import datasets as ds
+from specvlm.bench import datasets as ds
+from specvlm.models import presets
 
 
 def _touch(path: Path) -> Path:
@@ -130,8 +131,8 @@ def test_subset_and_registry():
 
 
 def test_paper_settings():
-    s = ds.PAPER_SETTINGS["paper-qwen"]
+    s = presets.PAPER_SETTINGS["paper-qwen"]
     assert (s.drop_rate, s.top_p, s.max_new_tokens, s.num_frames) == (0.9, 0.4, 256, 128)
-    assert s.draft == ds.QWEN7 and s.target == ds.QWEN32 and s.max_pixels == 448 * 448
-    assert ds.PAPER_SETTINGS["paper-llava"].num_frames == 64
-    assert ds.PAPER_SETTINGS["paper-llava-self"].draft is None
+    assert s.draft == presets.QWEN7 and s.target == presets.QWEN32 and s.max_pixels == 448 * 448
+    assert presets.PAPER_SETTINGS["paper-llava"].num_frames == 64
+    assert presets.PAPER_SETTINGS["paper-llava-self"].draft is None

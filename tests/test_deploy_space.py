@@ -60,7 +60,7 @@ def test_dry_run_lists_every_file_offline(deploy, no_network, capsys):
         assert f"{f.size:,d}  {f.path}" in out
     paths = {f.path for f in files}
     assert {"app.py", "requirements.txt", "README.md", ".gitattributes",
-            "assets/model/target/model.safetensors", "specvlm/models/__init__.py"} <= paths
+            "assets/model/target/model.safetensors", "specvlm/models/loading.py"} <= paths
     assert not any(p.startswith(("tests/", "scripts/", ".venv/")) or "__pycache__" in p for p in paths)
     target = (ROOT / "assets/model/target/model.safetensors").stat().st_size
     assert f"{target:,d}  assets/model/target/model.safetensors  [large-file storage]" in out

@@ -12,11 +12,11 @@ from collections import Counter
 import pytest
 import torch
 
-import specvlm.decoding as dec
+import specvlm.engine.stream as dec
 from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.metrics import compare_outputs
-from specvlm.models import pair_from_models
+from specvlm.analysis.metrics import compare_outputs
+from specvlm.models.pair import pair_from_models
 
 PROMPT = "describe this video"
 N = 40
@@ -27,7 +27,7 @@ def _cfg(method):
 
 
 def _std_pair(seed=0):
-    from specvlm.tiny import tiny_qwen2_5_vl
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
 
     target, proc = tiny_qwen2_5_vl(seed=seed)
     draft, d_proc = tiny_qwen2_5_vl(seed=1, hidden=32, layers=1, pad_vocab_to=64)

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from conftest import make_clip
-from specvlm import kv
+from specvlm.engine import kv
 from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
-from specvlm.decoding import generate, stream
-from specvlm.models import TokenizerMismatchError, pair_from_models
+from specvlm.engine.stream import generate, stream
+from specvlm.models.errors import TokenizerMismatchError
+from specvlm.models.pair import pair_from_models
 from specvlm.types import PrefillInfo
 
 PROMPT = "describe this video in detail"
@@ -134,7 +135,7 @@ def test_eos_inside_an_accepted_path(pairs, fam):
 
 def test_same_instance_serves_different_requests(pairs):
     """No state leaks across requests (rope deltas, caches): results equal fresh instances'."""
-    from specvlm.tiny import tiny_qwen2_5_vl
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
 
     pair = pairs[("qwen", "self")]
     reqs = [(make_clip(8, 112, seed=3), "what is this"), (make_clip(12, 84, seed=4), PROMPT + " and its colours"),
@@ -207,28 +208,30 @@ def test_early_stop_min_prob_is_lossless_and_drafts_less(pairs, vanilla, fam, sh
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs, fam, monkeypatch):
     """A chain node sees every fed token, so feed_nodes skips the mask (the decode path); same log-probs."""
-    import specvlm.decoding as dec
-    from specvlm import kv
-    from specvlm.tree import DraftTree, additive_mask
+    import specvlm.engine.draft as dr
+    from specvlm.engine import kv
+    from specvlm.engine.forward import embed_tokens
+    from specvlm.engine.prefill import prefill_draft, prefill_target
+    from specvlm.spec.tree import DraftTree, additive_mask
 
     pair = pairs[(fam, "std")]
     inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(), PROMPT)
-    tp = dec.prefill_target(pair, inputs.for_target(), with_scores=False)
-    d_cache, _ = dec.prefill_draft(pair, inputs, tp, torch.arange(inputs.num_video_tokens))
-    R = dec._rope_dims(inputs)
-    runner = dec.DraftRunner(pair, d_cache, R)
+    tp = prefill_target(pair, inputs.for_target(), with_scores=False)
+    d_cache, _ = prefill_draft(pair, inputs, tp, torch.arange(inputs.num_video_tokens))
+    R = inputs.positions.shape[0]
+    runner = dr.DraftRunner(pair, d_cache, R)
     runner.feed_pending([tp.first_token], inputs.next_position)
     tree = DraftTree(tokens=torch.tensor([7, 11, 13]), parents=torch.tensor([-1, 0, 1]),
                      depths=torch.tensor([1, 2, 3]), scores=torch.zeros(3))
     masks = []
-    real = dec.lm_forward
-    monkeypatch.setattr(dec, "lm_forward", lambda *a, **k: masks.append(k.get("mask")) or real(*a, **k))
+    real = dr.lm_forward
+    monkeypatch.setattr(dr, "lm_forward", lambda *a, **k: masks.append(k.get("mask")) or real(*a, **k))
     got = [runner.feed_nodes([i], tree) for i in range(3)]
     assert masks == [None, None, None]
     kv.truncate(runner.cache, runner.base)
     for i in range(3):   # the same feeds with the explicit all-visible additive mask
         mask = additive_mask(torch.ones(1, i + 1, dtype=torch.bool), runner.base, torch.float32)
-        logits = real(pair.draft, pair.draft_adapter, dec.embed_tokens(pair.draft, tree.tokens[[i]]),
+        logits = real(pair.draft, pair.draft_adapter, embed_tokens(pair.draft, tree.tokens[[i]]),
                       (runner.root_pos + tree.depths[[i]]).expand(R, 1), runner.cache, mask=mask, rows=slice(None))
         torch.testing.assert_close(got[i], runner._logp(logits), atol=1e-5, rtol=1e-5)
     kv.truncate(runner.cache, runner.base)
@@ -244,8 +247,9 @@ def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs,
 @pytest.mark.parametrize("mode", ["self", "std"])
 def test_prepared_inputs_and_a_shared_prefill_give_the_same_tokens(pairs, vanilla, mode):
     """prepare() once, prefill the target once, decode several methods: the tokens do not change."""
-    from specvlm.decoding import prefill_target, prompt_video
-    from specvlm.inputs import prepare
+    from specvlm.engine.prefill import prefill_target
+    from specvlm.engine.forward import prompt_video
+    from specvlm.engine.prepare import prepare
 
     pair = pairs[("qwen", mode)]
     inputs = prepare(pair, make_clip(), PROMPT)

@@ -1,9 +1,9 @@
-"""specvlm.fast: the grouped-query attention used for tree verify / draft tree feeds."""
+"""specvlm.engine.attention: the grouped-query attention used for tree verify / draft tree feeds."""
 import pytest
 import torch
 
-from specvlm import fast
-from specvlm.tree import ancestor_mask, verify_mask
+from specvlm.engine import attention as fast
+from specvlm.spec.tree import ancestor_mask, verify_mask
 
 
 def _reference(q, k, v, mask_bool):

@@ -7,14 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import specvlm.decoding as dec
-from specvlm import kv
-import specvlm.fastdraft as fd
+import specvlm.engine.stream as dec
+from specvlm.engine import fastdraft as fd
+from specvlm.engine import kv
 from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.fastdraft import FastDraftRunner, FastDraftUnsupported, make_draft_runner
-from specvlm.models import pair_from_models
-from specvlm.drafting import GreedyDrafter
+from specvlm.engine.fastdraft import FastDraftRunner, FastDraftUnsupported
+from specvlm.engine.draft import DraftRunner, make_draft_runner
+from specvlm.engine.prefill import prefill_draft, prefill_target
+from specvlm.models.pair import pair_from_models
+from specvlm.spec.drafters import GreedyDrafter
 
 PROMPT = "describe this video in detail"
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,8 +25,8 @@ BUNDLED = ROOT / "assets" / "model"
 
 def _prefilled(pair, stride=3):
     inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(), PROMPT)
-    tp = dec.prefill_target(pair, inputs.for_target(), with_scores=False)
-    d_cache, _ = dec.prefill_draft(pair, inputs, tp, torch.arange(0, inputs.num_video_tokens, stride))
+    tp = prefill_target(pair, inputs.for_target(), with_scores=False)
+    d_cache, _ = prefill_draft(pair, inputs, tp, torch.arange(0, inputs.num_video_tokens, stride))
     return inputs, tp, d_cache
 
 
@@ -32,9 +34,9 @@ def _compare_runners(pair, steps=4, **fast_kwargs):
     """Drive DraftRunner and FastDraftRunner through the same pending feeds and tree levels."""
     with torch.inference_mode():
         inputs, tp, d_cache = _prefilled(pair)
-        R = dec._rope_dims(inputs)
+        R = inputs.positions.shape[0]
         fast = FastDraftRunner(pair, d_cache, R, 2, **fast_kwargs)   # copies the cache before ref extends it
-        ref = dec.DraftRunner(pair, d_cache, R, 2)
+        ref = DraftRunner(pair, d_cache, R, 2)
         pos, pending, worst = inputs.next_position, [tp.first_token], 0.0
         for _ in range(steps):
             a, b = ref.feed_pending(pending, pos), fast.feed_pending(pending, pos)
@@ -79,8 +81,8 @@ def test_unfused_weights_and_buffer_growth_give_the_same_log_probs(pairs, monkey
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 def test_speculative_output_is_token_identical_with_the_fast_runner(pairs, fam, monkeypatch):
     made = []
-    real = fd.make_draft_runner
-    monkeypatch.setattr(fd, "make_draft_runner", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    real = dec.make_draft_runner
+    monkeypatch.setattr(dec, "make_draft_runner", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     pair, clip = pairs[(fam, "std")], make_clip()
     cfg = DecodeConfig(method="vanilla", max_new_tokens=40, stop_at_eos=False)
     vanilla = dec.generate(pair, clip, PROMPT, cfg)
@@ -108,7 +110,7 @@ def test_greedy_chain_through_feed_next_is_the_top1_dynamic_tree(pairs, fast, mi
     pair = pairs[("qwen", "std")]
     with torch.inference_mode():
         inputs, tp, d_cache = _prefilled(pair)
-        R = dec._rope_dims(inputs)
+        R = inputs.positions.shape[0]
         a = make_draft_runner(pair, d_cache, R, 0, fast=fast)
         b = make_draft_runner(pair, kv.clone_cache(pair.draft, d_cache), R, 0, fast=fast)
         assert isinstance(a, FastDraftRunner) is fast
@@ -148,7 +150,7 @@ def test_accepted_chain_nodes_are_kept_not_fed_again(pairs):
     pair = pairs[("qwen", "std")]
     with torch.inference_mode():
         inputs, tp, d_cache = _prefilled(pair)
-        R, pos = dec._rope_dims(inputs), inputs.next_position
+        R, pos = inputs.positions.shape[0], inputs.next_position
         fast = FastDraftRunner(pair, d_cache, R)
         ref = FastDraftRunner(pair, d_cache, R)
         fed: list[int] = []
@@ -177,14 +179,14 @@ def test_unsupported_draft_falls_back_to_draft_runner(pairs):
     with torch.inference_mode():
         inputs, tp, d_cache = _prefilled(odd)
         with pytest.raises(FastDraftUnsupported, match="q/k norms"):
-            FastDraftRunner(odd, d_cache, dec._rope_dims(inputs))
-        assert type(make_draft_runner(odd, d_cache, dec._rope_dims(inputs))) is dec.DraftRunner
-        assert type(make_draft_runner(pair, d_cache, dec._rope_dims(inputs), fast=False)) is dec.DraftRunner
+            FastDraftRunner(odd, d_cache, inputs.positions.shape[0])
+        assert type(make_draft_runner(odd, d_cache, inputs.positions.shape[0])) is DraftRunner
+        assert type(make_draft_runner(pair, d_cache, inputs.positions.shape[0], fast=False)) is DraftRunner
 
 
 @pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
 def test_bundled_pair_same_log_probs_and_lossless():
-    from specvlm.models import load_pair
+    from specvlm.models.loading import load_pair
 
     pair = load_pair(str(BUNDLED / "target"), str(BUNDLED / "draft"), device="cpu", dtype="float32")
     assert _compare_runners(pair, steps=3) < LOGP_TOL
@@ -197,7 +199,7 @@ def test_bundled_pair_same_log_probs_and_lossless():
 
 
 def test_draft_cost_measures_both_runners(pairs):
-    from specvlm.stepcost import draft_cost
+    from specvlm.bench.stepcost import draft_cost
 
     pair = pairs[("qwen", "std")]
     fast = draft_cost(pair, 64, 16, width=3, rounds=1, iters=1, warmup=1)

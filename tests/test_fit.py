@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import specvlm.models as models
+import specvlm.models.loading as loading
 from specvlm.models import fit
 from specvlm.models.fit import GIB, GpuInfo, ModelSize, PresetTooLargeError
 from specvlm.models.presets import BUNDLED_SELF, BUNDLED_STD, PRESETS, QWEN7_SELF, SMOLVLM2_2B, SMOLVLM2_CPU
@@ -76,9 +76,9 @@ def test_dtype_bf16_only_where_supported():
     assert fit.default_gpu_dtype([A10G]) is torch.bfloat16
     assert fit.default_gpu_dtype([T4]) is torch.float16
     assert fit.default_gpu_dtype([A10G, T4]) is torch.float16
-    assert models._resolve_dtype(None, "cuda", (T4,)) is torch.float16
-    assert models._resolve_dtype(None, "cpu", (A10G,)) is torch.float32
-    assert models._resolve_dtype("bfloat16", "cuda", (T4,)) is torch.bfloat16  # an explicit choice is kept
+    assert loading._resolve_dtype(None, "cuda", (T4,)) is torch.float16
+    assert loading._resolve_dtype(None, "cpu", (A10G,)) is torch.float32
+    assert loading._resolve_dtype("bfloat16", "cuda", (T4,)) is torch.bfloat16  # an explicit choice is kept
 
 
 @pytest.fixture
@@ -101,25 +101,25 @@ def test_detect_gpus_reads_cuda(fake_cuda):
 
 def test_loader_loads_straight_to_the_gpu_in_the_right_dtype(fake_cuda, monkeypatch):
     seen = []
-    monkeypatch.setattr(models, "_load_one", lambda path, dev, dt, dm: seen.append((path, dev, dt, dm)) or
+    monkeypatch.setattr(loading, "_load_one", lambda path, dev, dt, dm: seen.append((path, dev, dt, dm)) or
                         (_ for _ in ()).throw(RuntimeError("stop after planning")))
     with pytest.raises(RuntimeError, match="stop after planning"):
-        models.load_pair("Qwen/Qwen2.5-VL-7B-Instruct", device="cuda:1")
+        loading.load_pair("Qwen/Qwen2.5-VL-7B-Instruct", device="cuda:1")
     assert seen == [("Qwen/Qwen2.5-VL-7B-Instruct", "cuda:1", torch.float16, {"": "cuda:1"})]  # T4 present: fp16
 
 
 def test_loader_refuses_before_loading(fake_cuda, monkeypatch):
-    monkeypatch.setattr(models, "_load_one", lambda *a: pytest.fail("loaded a pair that cannot fit"))
+    monkeypatch.setattr(loading, "_load_one", lambda *a: pytest.fail("loaded a pair that cannot fit"))
     with pytest.raises(PresetTooLargeError, match=r"needs ~\d+\.\d GB of GPU memory .* 38\.0 GB free on 2 GPUs"):
-        models.load_pair("Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", device="cuda")
+        loading.load_pair("Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", device="cuda")
 
 
 def test_loader_keeps_an_explicit_device_map(fake_cuda, monkeypatch):
     seen = []
-    monkeypatch.setattr(models, "_load_one", lambda path, dev, dt, dm: seen.append(dm) or
+    monkeypatch.setattr(loading, "_load_one", lambda path, dev, dt, dm: seen.append(dm) or
                         (_ for _ in ()).throw(RuntimeError("stop")))
     with pytest.raises(RuntimeError):
-        models.load_pair("Qwen/Qwen2.5-VL-32B-Instruct", device="cuda", dtype="bfloat16", device_map="auto")
+        loading.load_pair("Qwen/Qwen2.5-VL-32B-Instruct", device="cuda", dtype="bfloat16", device_map="auto")
     assert seen == ["auto"]
 
 
@@ -130,13 +130,13 @@ def test_gpus_that_cannot_be_queried_skip_the_check(fake_cuda, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
     assert fit.detect_gpus() == ()
     assert fit.default_gpu_dtype(()) is torch.bfloat16
-    assert models.plan_device_map("Qwen/Qwen2.5-VL-72B-Instruct", None, "cuda", torch.bfloat16, ()) == {"": "cuda"}
+    assert loading.plan_device_map("Qwen/Qwen2.5-VL-72B-Instruct", None, "cuda", torch.bfloat16, ()) == {"": "cuda"}
 
 
 def test_unknown_size_loads_straight_to_the_device(fake_cuda):
-    assert models.plan_device_map("someone/unknown-vlm", None, "cuda:0", torch.bfloat16, fit.detect_gpus()) == {
+    assert loading.plan_device_map("someone/unknown-vlm", None, "cuda:0", torch.bfloat16, fit.detect_gpus()) == {
         "": "cuda:0"}
-    assert models.plan_device_map("someone/unknown-vlm", None, "cpu", torch.float32, ()) is None
+    assert loading.plan_device_map("someone/unknown-vlm", None, "cpu", torch.float32, ()) is None
 
 
 def test_presets_that_fit(fake_cuda):
@@ -151,10 +151,10 @@ def test_presets_that_fit(fake_cuda):
 
 
 def test_unreachable_hub_fails_fast_with_one_message(monkeypatch):
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout_s=2.0: False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout_s=2.0: False)
     t0 = time.perf_counter()
-    with pytest.raises(models.ModelLoadError) as e:
-        models._load_one("nonexistent-org/no-such-model-xyz", "cpu", torch.float32, None)
+    with pytest.raises(loading.ModelLoadError) as e:
+        loading._load_one("nonexistent-org/no-such-model-xyz", "cpu", torch.float32, None)
     assert time.perf_counter() - t0 < 10
     assert "Hub is not reachable from here" in str(e.value) and "Qwen2.5-VL / LLaVA-OneVision" in str(e.value)
 

@@ -11,11 +11,11 @@ import torch
 
 from app import inspect_view as iv
 from conftest import make_clip
-from specvlm import inspect as ins
+from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig
-from specvlm.decoding import stream
-from specvlm.models import pair_from_models
-from specvlm.subtitles import Cue
+from specvlm.engine.stream import stream
+from specvlm.models.pair import pair_from_models
+from specvlm.text.subtitles import Cue
 from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
 
 PROMPT = "describe this video in detail"

@@ -4,11 +4,12 @@ from __future__ import annotations
 import torch
 
 from conftest import make_clip
-from specvlm import kv
-from specvlm.decoding import embed_tokens, lm_forward, prefill_target
-from specvlm.models import pair_from_models
-from specvlm.drafting import greedy_accept
-from specvlm.tree import DraftTree, verify_mask
+from specvlm.engine import kv
+from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.engine.prefill import prefill_target
+from specvlm.models.pair import pair_from_models
+from specvlm.spec.drafters import greedy_accept
+from specvlm.spec.tree import DraftTree, verify_mask
 
 
 def test_commit_equals_sequential_decode(qwen_tiny):
@@ -45,7 +46,7 @@ def test_commit_equals_sequential_decode(qwen_tiny):
 
 
 def test_truncate_and_keep_tail_shapes():
-    from specvlm.fast import PreallocCache
+    from specvlm.engine.kv import PreallocCache
 
     cache = PreallocCache(2)
     k = torch.arange(10, dtype=torch.float32).view(1, 1, 10, 1).expand(1, 2, 10, 3).contiguous()

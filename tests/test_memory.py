@@ -1,10 +1,10 @@
-"""specvlm.memory: exact CPU peak from the profiler's allocation events, repeatable across runs."""
+"""specvlm.bench.memory: exact CPU peak from the profiler's allocation events, repeatable across runs."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specvlm.memory import MemoryProbe, allocation_peak_mb, rss_mb
+from specvlm.bench.memory import MemoryProbe, allocation_peak_mb, rss_mb
 
 MiB = 2**20
 

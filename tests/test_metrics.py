@@ -1,4 +1,4 @@
-"""Tests for specvlm.metrics (docs/design.md §4.12)."""
+"""Tests for specvlm.analysis.metrics (docs/design.md §4.12)."""
 from __future__ import annotations
 
 import time
@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from specvlm.metrics import (Divergence, Timer, compare_outputs, first_divergence, logit_margin, near_tie_threshold,
-                             peak_memory_mb, tau, tokens_per_target_forward)
+from specvlm.analysis.metrics import (Divergence, Timer, compare_outputs, first_divergence, logit_margin,
+                                      near_tie_threshold, peak_memory_mb, tau, tokens_per_target_forward)
 
 
 def test_timer_measures_ms():

@@ -12,9 +12,9 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.decoding import generate
-from specvlm.drafting import draft_substitute, for_draft
-from specvlm.models import pair_from_models
+from specvlm.engine.stream import generate
+from specvlm.spec.drafting import draft_substitute, for_draft
+from specvlm.models.pair import pair_from_models
 
 PROMPT = "describe this video"
 N = 32
@@ -28,7 +28,7 @@ def _cfg(method, shape="dynamic", t=0.0, seed=0):
 @pytest.fixture(scope="module")
 def padded():
     """A target whose LM head (448 rows) favours a padding id >= the draft's 400 rows."""
-    from specvlm.tiny import tiny_qwen2_5_vl
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
 
     target, proc = tiny_qwen2_5_vl(seed=0, pad_vocab_to=64)
     draft, d_proc = tiny_qwen2_5_vl(seed=1, hidden=32, layers=1, pad_vocab_to=8)

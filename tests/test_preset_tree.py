@@ -66,7 +66,7 @@ def test_app_keeps_the_presets_long_prompt_tree_while_its_widgets_are_unchanged(
 
 
 def test_engine_drafts_with_the_long_prompt_tree_on_long_prompts(pairs):
-    import specvlm.decoding as dec
+    import specvlm.engine.stream as dec
     from conftest import make_clip
     from specvlm.config import DecodeConfig
 

@@ -7,10 +7,12 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.decoding import generate, prefill_target, prompt_embeds
-from specvlm.prompting import (SUBTITLE_MODES, SubtitleLine, SubtitlePromptError, subtitle_block, subtitle_lines,
-                               user_text)
-from specvlm.subtitles import Cue
+from specvlm.engine.stream import generate
+from specvlm.engine.prefill import prefill_target
+from specvlm.engine.forward import prompt_embeds
+from specvlm.text.prompting import (SUBTITLE_MODES, SubtitleLine, SubtitlePromptError, subtitle_block, subtitle_lines,
+                                    user_text)
+from specvlm.text.subtitles import Cue
 
 PROMPT = "describe this video in detail"
 # unordered and overlapping (frames at 0, 0.25, ..., 1.75 s with make_clip(): 8 frames at 4 fps)
@@ -166,8 +168,8 @@ def test_self_sd_draft_seeing_everything_accepts_full_paths_with_subtitles(pairs
 
 
 def test_no_transcript_note_only_when_no_cue_overlaps_a_sampled_frame():
-    from specvlm.prompting import no_transcript_note
-    from specvlm.subtitles import Cue
+    from specvlm.text.prompting import no_transcript_note
+    from specvlm.text.subtitles import Cue
 
     ts = [0.0, 0.5, 1.0, 1.5]  # frames stand for 0-2.0 s (the last lasts one 0.5 s gap)
     late = [Cue(2.1, 3.0, "after the clip"), Cue(5.0, 6.0, "later still")]

@@ -1,11 +1,11 @@
-"""Tests for specvlm.pruning (docs/design.md §4.3-4.6)."""
+"""Tests for specvlm.spec.pruning (docs/design.md §4.3-4.6)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from specvlm.config import PRUNE_METHODS, ConfigError, PruneConfig
-from specvlm.pruning import kept_count, prune, select_video_tokens, stage1_top_p, stage2_uniform
+from specvlm.spec.pruning import kept_count, prune, select_video_tokens, stage1_top_p, stage2_uniform
 
 
 def make_grid(frames: int, rows: int, cols: int) -> torch.Tensor:

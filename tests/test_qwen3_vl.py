@@ -12,11 +12,12 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.decoding import generate
-from specvlm.models import adapter_for, pair_from_models
-from specvlm.models.base import VideoEncoding
-from specvlm.models.qwen3_vl import MS_GRID, Qwen3VLAdapter, frame_metadata
-from specvlm.tiny_qwen3_vl import tiny_qwen3_vl
+from specvlm.engine.stream import generate
+from specvlm.models.registry import adapter_for
+from specvlm.models.pair import pair_from_models
+from specvlm.models.adapter import VideoEncoding
+from specvlm.models.families.qwen3_vl import MS_GRID, Qwen3VLAdapter, frame_metadata
+from specvlm.testing.tiny_qwen3_vl import tiny_qwen3_vl
 from specvlm.types import VideoClip
 
 PROMPT = "describe this video in detail"
@@ -166,7 +167,7 @@ def test_vision_tower_runs_once_per_model(pairs, key):
 
 
 def test_subtitles_are_lossless_in_every_mode(pairs):
-    from specvlm.subtitles import Cue
+    from specvlm.text.subtitles import Cue
 
     cues = [Cue(0.0, 0.6, "a red ball rolls"), Cue(0.6, 2.0, "it stops")]
     clip = make_clip()

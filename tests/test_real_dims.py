@@ -1,7 +1,7 @@
 """Real dimensions on the CPU: each GPU preset's architecture at its published widths, 1 decoder layer.
 
 Hidden size, heads, KV heads, MLP width, vocabulary (padded LM heads), M-RoPE sections and
-vision geometry are the checkpoints' (:mod:`specvlm.realdims`); only the depth is cut (1
+vision geometry are the checkpoints' (:mod:`specvlm.testing.realdims`); only the depth is cut (1
 decoder layer, 2 vision blocks) and the weights are random. On a short clip, greedy vanilla
 decoding, SpecVLM, SD-Tree and ``model.generate()`` must give the same tokens in float32.
 
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from specvlm import realdims
+from specvlm.testing import realdims
 from specvlm.config import DecodeConfig
-from specvlm.decoding import generate
-from specvlm.models import pair_from_models
+from specvlm.engine.stream import generate
+from specvlm.models.pair import pair_from_models
 from specvlm.types import VideoClip
 
 pytestmark = [pytest.mark.real_dims, pytest.mark.timeout(3600)]

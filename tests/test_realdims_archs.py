@@ -1,9 +1,9 @@
-"""specvlm.realdims: the published dimensions of the presets' checkpoints, and the builder on a tiny copy."""
+"""specvlm.testing.realdims: the published dimensions of the presets' checkpoints, and the builder on a tiny copy."""
 from __future__ import annotations
 
 import pytest
 
-from specvlm import realdims as R
+from specvlm.testing import realdims as R
 
 
 @pytest.mark.parametrize("arch, dims", [

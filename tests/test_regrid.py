@@ -1,11 +1,11 @@
-"""Carrying a kept set between token grids of different geometry (specvlm.regrid)."""
+"""Carrying a kept set between token grids of different geometry (specvlm.spec.grid)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specvlm.models.smolvlm import frame_grid
-from specvlm.regrid import map_keep
+from specvlm.models.families.smolvlm import frame_grid
+from specvlm.spec.grid import map_keep
 
 
 def _idx(grid, cells):

@@ -1,7 +1,7 @@
 """The launched app under load: 8 concurrent ``gradio_client`` sessions, Stop then run again,
 upload limits, and no uploaded file left behind.
 
-Runs the real engine (``specvlm.decoding``) on an in-process tiny Qwen2.5-VL (random weights,
+Runs the real engine (``specvlm.engine.stream``) on an in-process tiny Qwen2.5-VL (random weights,
 fp32, Self-SD), never the bundled model, so it is fast and does not depend on assets. Test
 videos are written by PyAV into temporary folders; uploads go to a private GRADIO_TEMP_DIR.
 """
@@ -43,8 +43,8 @@ class TinyEngine(Engine):
         return TINY
 
     def load_pair(self, target, draft, device, dtype):
-        from specvlm.models import pair_from_models
-        from specvlm.tiny import tiny_qwen2_5_vl
+        from specvlm.models.pair import pair_from_models
+        from specvlm.testing.tiny import tiny_qwen2_5_vl
         model, processor = tiny_qwen2_5_vl()
         return pair_from_models(model, processor, name="tiny")
 

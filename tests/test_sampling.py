@@ -1,4 +1,4 @@
-"""Lossless sampling (specvlm.sampling): logits processing, seeds, greedy limit, and statistical
+"""Lossless sampling (specvlm.spec.sampling): logits processing, seeds, greedy limit, and statistical
 tests that vanilla, chain and tree speculative sampling reproduce the target distribution.
 
 The statistical tests use a synthetic "model": the target's and the draft's next-token
@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from specvlm.config import ConfigError, TreeConfig
-from specvlm.drafting import GreedyDrafter, SampledDrafter, greedy_accept
-from specvlm.sampling import (SamplingConfig, _accept, _children, _pad, exclude, make_generator, process_logits,
-                              residual, sample, sample_without_replacement, verify_chain, verify_tree)
+from specvlm.spec.drafters import GreedyDrafter, SampledDrafter, greedy_accept
+from specvlm.spec.sampling import (SamplingConfig, _accept, _children, _pad, exclude, make_generator, process_logits,
+                                   residual, sample, sample_without_replacement, verify_chain, verify_tree)
 
 V, VD, ROOT = 6, 5, 0
 ALPHA = 1e-3

@@ -5,8 +5,8 @@ import pytest
 
 from conftest import make_clip
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.decoding import generate
-from specvlm.models import pair_from_models
+from specvlm.engine.stream import generate
+from specvlm.models.pair import pair_from_models
 
 PROMPT = "describe this video"
 

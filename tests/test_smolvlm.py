@@ -14,9 +14,9 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.decoding import generate
-from specvlm.models import pair_from_models
-from specvlm.models.smolvlm import clip_metadata
+from specvlm.engine.stream import generate
+from specvlm.models.pair import pair_from_models
+from specvlm.models.families.smolvlm import clip_metadata
 from specvlm.types import VideoClip
 
 PROMPT = "describe this video in detail"
@@ -29,14 +29,14 @@ def _cfg(method="vanilla", shape="dynamic", n=N, **tree):
 
 @pytest.fixture(scope="module")
 def smol():
-    from specvlm.tiny import tiny_smolvlm
+    from specvlm.testing.tiny import tiny_smolvlm
     return tiny_smolvlm(seed=0)
 
 
 @pytest.fixture(scope="module")
 def smol_draft():
     """A 1-layer draft with the same tokenizer and geometry and a differently padded vocabulary."""
-    from specvlm.tiny import tiny_smolvlm
+    from specvlm.testing.tiny import tiny_smolvlm
     return tiny_smolvlm(seed=1, hidden=32, layers=1, pad_vocab_to=64)
 
 
@@ -166,7 +166,7 @@ def test_self_sd_without_pruning_accepts_whole_chains(pairs, vanilla):
 @pytest.fixture(scope="module")
 def big():
     """The SmolVLM2-2.2B layout: 384 px frames, patch 14, pixel shuffle 3 -> 9 x 9 = 81 tokens per frame."""
-    from specvlm.tiny import tiny_smolvlm
+    from specvlm.testing.tiny import tiny_smolvlm
     return tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3)
 
 
@@ -187,7 +187,7 @@ def test_the_2_2b_geometry_is_81_tokens_per_frame_and_equals_hf_generate(big):
 
 
 def test_a_draft_of_another_geometry_needs_its_processor(big, smol_draft, mixed):
-    from specvlm.models import ModelLoadError
+    from specvlm.models.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="draft_processor"):
         pair_from_models(big[0], big[1], smol_draft[0])
@@ -224,7 +224,7 @@ def test_another_geometry_draft_is_lossless_for_every_tree_shape(mixed, mixed_va
 
 
 def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
-    from specvlm.subtitles import Cue
+    from specvlm.text.subtitles import Cue
 
     cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
     clip = make_clip()
@@ -243,7 +243,7 @@ def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
 
 
 def test_subtitles_are_lossless_in_every_mode(pairs):
-    from specvlm.subtitles import Cue
+    from specvlm.text.subtitles import Cue
 
     cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
     clip = make_clip()

@@ -1,9 +1,10 @@
-"""specvlm.stepcost: isolated decode vs verify step costs (the benchmark's verify goal)."""
+"""specvlm.bench.stepcost: isolated decode vs verify step costs (the benchmark's verify goal)."""
 import pytest
 import torch
 
-from specvlm import kv, stepcost
-from specvlm.decoding import embed_tokens, lm_forward
+from specvlm.engine import kv
+from specvlm.bench import stepcost
+from specvlm.engine.forward import embed_tokens, lm_forward
 
 
 def test_curve_has_every_size_and_positive_times(qwen_tiny):

@@ -1,4 +1,4 @@
-"""Tests for specvlm.subtitles: tolerant .srt parsing and cue-to-frame alignment."""
+"""Tests for specvlm.text.subtitles: tolerant .srt parsing and cue-to-frame alignment."""
 from __future__ import annotations
 
 import codecs
@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from specvlm.subtitles import Cue, SubtitleError, cues_at, cues_for_frames, load_srt, parse_srt
+from specvlm.text.subtitles import Cue, SubtitleError, cues_at, cues_for_frames, load_srt, parse_srt
 
 BASIC = """1
 00:00:01,000 --> 00:00:02,500
@@ -98,7 +98,7 @@ def test_garbled_header_is_skipped(caplog):
         assert [c.text for c in parse_srt(text, name="head.srt")] == ["A", "B"]
     skipped = [r.getMessage() for r in caplog.records if "unparseable" in r.getMessage()]
     assert len(skipped) == 1 and skipped[0].startswith("head.srt: ") and "not a cue" in skipped[0]
-    assert all(r.name == "specvlm.subtitles" for r in caplog.records if "unparseable" in r.getMessage())
+    assert all(r.name == "specvlm.text.subtitles" for r in caplog.records if "unparseable" in r.getMessage())
 
 
 def test_invalid_cues_are_dropped():

@@ -1,8 +1,8 @@
-"""Tests for the procedural video generator and its caption grammar (specvlm.synth)."""
+"""Tests for the procedural video generator and its caption grammar (specvlm.bench.synth)."""
 import numpy as np
 import pytest
 
-from specvlm import synth
+from specvlm.bench import synth
 
 
 def _spec(**kw):

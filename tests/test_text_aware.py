@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from specvlm import synth
+from specvlm.bench import synth
 from specvlm.config import PRUNE_METHODS, DecodeConfig
-from specvlm.decoding import generate
-from specvlm.inspect import frame_visibility, stage_shares, text_token_mask, text_tokens_from_truth
-from specvlm.models import pair_from_models
-from specvlm.pruning import kept_count, select_video_tokens
+from specvlm.engine.stream import generate
+from specvlm.analysis.text_aware import frame_visibility, stage_shares, text_token_mask, text_tokens_from_truth
+from specvlm.models.pair import pair_from_models
+from specvlm.spec.pruning import kept_count, select_video_tokens
 from specvlm.types import VideoClip
 
 GRID = torch.tensor([[g, r, c] for g in range(2) for r in range(4) for c in range(4)])  # 2 groups x 4 x 4

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specvlm import threads
-from specvlm.threads import (CpuSample, ThreadChoice, ThreadsError, adapt, cgroup_quota, configure, decide,
-                             foreign_cores, in_effect, omp_env_defaults, parse_cfs, parse_cpu_max, parse_proc_stat,
-                             parse_threads, usable_cpus)
+from specvlm.engine import threads
+from specvlm.engine.cpus import (CpuSample, cgroup_quota, foreign_cores, parse_cfs, parse_cpu_max, parse_proc_stat,
+                                 usable_cpus)
+from specvlm.engine.threads import (ThreadChoice, ThreadsError, adapt, configure, decide, in_effect, omp_env_defaults,
+                                    parse_threads)
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +190,7 @@ def test_adapt_is_off_when_the_user_set_the_count_or_a_quota_caps_the_cpus(monke
 
 
 def test_stream_adapts_threads_before_each_request(monkeypatch):
-    import specvlm.decoding as dec
+    import specvlm.engine.stream as dec
 
     calls = []
     monkeypatch.setattr(dec, "adapt_threads", lambda: calls.append(1))

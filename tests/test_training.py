@@ -15,7 +15,7 @@ from scripts.training import data as tdata  # noqa: E402
 from scripts.training import losses as tlosses  # noqa: E402
 from scripts.training import loop as tloop  # noqa: E402
 from scripts.training import model as tmodel  # noqa: E402
-from specvlm import synth  # noqa: E402
+from specvlm.bench import synth  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_labels_cover_all_text_but_not_video_or_padding(processor):
 
 
 def test_token_labels_match_the_drawn_pixels():
-    from specvlm import synth
+    from specvlm.bench import synth
     frames, truth = synth.generate(5, synth.SceneSpec(num_frames=8, height=112, width=168, text_prob=1.0))
     lab = tdata.token_labels(truth, frames)
     what = lab["what"].reshape(4, 4, 6)
@@ -89,7 +89,7 @@ def test_token_labels_match_the_drawn_pixels():
 
 
 def test_step_labels_follow_each_patch_move():
-    from specvlm import synth
+    from specvlm.bench import synth
     for seed in range(12):
         frames, truth = synth.generate(seed, synth.SceneSpec(num_frames=16, height=112, width=112,
                                                              num_objects=1, text_prob=0.0))
@@ -284,7 +284,7 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
 
 
 def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):
-    from specvlm import synth
+    from specvlm.bench import synth
     tok = processor.tokenizer
     recipe = dataclasses.replace(tdata.SMOKE_RECIPE, p_describe=1.0)
     batch = tdata.make_batch(processor, recipe, seed=0, step=5, single_object=False)
@@ -335,7 +335,7 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
 
 def test_eval_scores_motion_per_object_and_tabulates_confusion():
     from scripts import eval_bundled as ev
-    from specvlm import synth
+    from specvlm.bench import synth
     truth = None
     for seed in range(50):
         _, t = synth.generate(seed, synth.SceneSpec(num_objects=2, text_prob=0.0))

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from specvlm.config import TreeConfig
-from specvlm.drafting import GreedyDrafter, greedy_accept
-from specvlm.tree import STATIC_TREES, DraftTree, ancestor_mask, feed_mask, paths, verify_mask
+from specvlm.spec.drafters import GreedyDrafter, greedy_accept
+from specvlm.spec.tree import STATIC_TREES, DraftTree, ancestor_mask, feed_mask, paths, verify_mask
 
 V = 50
 

@@ -72,7 +72,7 @@ def main() -> None:
 
     from app.backend import Backend
     from app.ui import build_demo
-    from specvlm.inspect import RunRecord, load_json
+    from specvlm.analysis.records import RunRecord, load_json
 
     out: dict = {"spaces": spaces.__name__}
     video = str(sample_video())

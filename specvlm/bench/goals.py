@@ -11,7 +11,7 @@ length (sweep, judged by a permutation test of the per-round trend); our vanilla
 Speed and verify goals are stated at :data:`GOAL_VIDEO_TOKENS` video tokens: on a shorter
 input they are SKIP with the reason (and the measured numbers), never FAIL. Lossless, growth,
 vanilla vs HF and memory apply to any input. Lossless fails only on a ``mismatch``
-(:func:`specvlm.metrics.compare_outputs`); a divergence at a near-tie of the target's logits
+(:func:`specvlm.analysis.metrics.compare_outputs`); a divergence at a near-tie of the target's logits
 (low precision on a GPU) is reported, not failed. A goal whose
 methods were not run, or that the run cannot measure, is SKIP as well.
 

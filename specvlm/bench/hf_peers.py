@@ -21,8 +21,8 @@ import torch
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import BenchError, BenchSettings
 from specvlm.config import DecodeConfig
-from specvlm.fast import set_text_attn_implementation, text_attn_implementation
-from specvlm.memory import MemoryProbe
+from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.bench.memory import MemoryProbe
 from specvlm.types import VideoClip
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Benchmark inputs: generated clips sized to a video token count, video files and dataset samples.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4 (speedup against video length); the procedural scenes of
-:mod:`specvlm.synth`.
+:mod:`specvlm.bench.synth`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ MIN_SYNTHETIC_SIDE = 56
 
 def _synthetic_frames(num_frames: int, side: int, seed: int) -> np.ndarray:
     """uint8 (T, side, side, 3) frames from the procedural generator (moving shapes)."""
-    from specvlm import synth
+    from specvlm.bench import synth
 
     spec = synth.SceneSpec(num_frames=max(2, num_frames), height=max(MIN_SYNTHETIC_SIDE, side),
                             width=max(MIN_SYNTHETIC_SIDE, side))
@@ -70,7 +70,7 @@ def synthetic_clip(pair: Any, num_tokens: int, *, side: int = 224, seed: int = 0
     if limit is not None and num_tokens >= limit:
         raise BenchError(f"{num_tokens} video tokens: the target's max_position_embeddings is {limit}; ask for "
                          "fewer video tokens (leave room for the prompt and the answer).")
-    from specvlm.inputs import prepare
+    from specvlm.engine.prepare import prepare
 
     k = max(1, int(pair.frames_per_token))
     counts = []
@@ -116,13 +116,13 @@ def plan_files(videos: Sequence[str], prompt: str, vcfg: VideoConfig) -> list[Pl
 
 
 def plan_dataset(name: str, root: str | None, num_samples: int, seed: int, vcfg: VideoConfig) -> list[PlannedInput]:
-    """A seeded subset of a local copy of a paper benchmark (:mod:`specvlm.datasets`), with its references;
+    """A seeded subset of a local copy of a paper benchmark (:mod:`specvlm.bench.datasets`), with its references;
     the annotation files are read and the videos' presence checked now, the videos themselves later.
 
     Raises:
-        BenchError: no ``root``. specvlm.datasets.DatasetError: missing files.
+        BenchError: no ``root``. specvlm.bench.datasets.DatasetError: missing files.
     """
-    from specvlm.datasets import load_dataset
+    from specvlm.bench.datasets import load_dataset
     from specvlm.video import load_video
 
     if not root:

@@ -10,7 +10,7 @@ Conventions:
     * Speedup = method decode tokens/s / vanilla decode tokens/s in the same round (= vanilla
       decode time / method decode time for the same generated length).
     * Peak memory is measured in the first warm-up round, which is not timed
-      (:class:`specvlm.memory.MemoryProbe`): on CUDA ``torch.cuda.max_memory_allocated`` after a
+      (:class:`specvlm.bench.memory.MemoryProbe`): on CUDA ``torch.cuda.max_memory_allocated`` after a
       reset; on a CPU the peak of tensor memory held by torch's CPU allocator, from the
       profiler's allocation events. ``delta`` subtracts the value at the start of the run (KV
       caches + activations); on a CPU ``peak`` = resident set at the start + delta.
@@ -41,8 +41,8 @@ from specvlm.bench.machine import machine_info
 from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_run
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
-from specvlm.memory import rss_mb
-from specvlm.metrics import compare_outputs
+from specvlm.bench.memory import rss_mb
+from specvlm.analysis.metrics import compare_outputs
 
 def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -54,7 +54,7 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
     Returns:
         One summary dict per method with the keys of :data:`METHOD_FIELDS`.
     """
-    from specvlm.inputs import prepare
+    from specvlm.engine.prepare import prepare
 
     inputs = prepare(pair, inp.clip, inp.prompt)
     enc = hf_inputs(pair, inp, inputs) if set(settings.methods) & set(PEERS) else None
@@ -101,7 +101,7 @@ def identity(pairs: Sequence[tuple[dict, dict]], dtype: torch.dtype) -> dict:
     Args:
         pairs: (method run, vanilla run) records of the same rounds (vanilla's carry ``margins``:
             the target's top-1 minus top-2 logit margin per generated token).
-        dtype: the target's dtype (sets the near-tie threshold, :func:`specvlm.metrics.compare_outputs`).
+        dtype: the target's dtype (sets the near-tie threshold, :func:`specvlm.analysis.metrics.compare_outputs`).
 
     Returns:
         {identical (bool), first_divergence (token index or None), divergence_margin (logit units or
@@ -197,7 +197,7 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
         inputs: clips and prompts (inputs with ``sweep=True`` form the length sweep).
         settings: methods, decoding settings, rounds (default: :class:`BenchSettings`).
         progress: called with one line per measured run (the CLI prints it to stderr).
-        threads: the process's :class:`specvlm.threads.ThreadChoice` (from ``configure()`` at start),
+        threads: the process's :class:`specvlm.engine.threads.ThreadChoice` (from ``configure()`` at start),
             recorded in ``meta.threads`` and the ``Machine:`` line; None records nothing.
 
     Returns:
@@ -258,7 +258,7 @@ def assemble_report(pair: Any, settings: BenchSettings, meta_inputs: list[dict],
         meta_inputs: one :func:`input_meta` entry per input, in report order.
         results: the per-method rows of every input, in the same order.
         machine: :func:`specvlm.bench.machine.machine_info` of the process that measured.
-        threads: the process's :class:`specvlm.threads.ThreadChoice`, or None.
+        threads: the process's :class:`specvlm.engine.threads.ThreadChoice`, or None.
         load: the :class:`specvlm.bench.load.LoadSummary` of the rounds, or None.
 
     Returns:
@@ -286,14 +286,14 @@ def measure_step_costs(pair: Any, meta_inputs: Sequence[dict], rounds: int = 5) 
     """Isolated decode vs verify(n) step costs on the target at the largest input's prompt length.
 
     Sizes n = 1..``VERIFY_GOAL_TOKENS`` + 1 tokens (root + a chain of n - 1 nodes; n = 17 is the
-    default dynamic tree's root + 16 nodes). See :mod:`specvlm.stepcost`.
+    default dynamic tree's root + 16 nodes). See :mod:`specvlm.bench.stepcost`.
 
     Returns:
         {kv_tokens, decode_ms, verify_ms: {n: ms}, ratio: {n: verify / decode}, rounds}
         (dict keys are strings in the JSON).
     """
     L = max(int(i["target_kv_tokens"] or 0) for i in meta_inputs)
-    from specvlm.stepcost import verify_cost_curve
+    from specvlm.bench.stepcost import verify_cost_curve
 
     c = verify_cost_curve(pair.target, max(L, 1), tuple(range(1, VERIFY_GOAL_TOKENS + 2)), rounds=rounds)
     return {"kv_tokens": c.kv_tokens, "decode_ms": c.decode_ms, "verify_ms": dict(c.verify_ms),

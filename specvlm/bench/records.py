@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from specvlm.memory import MemoryProbe
+from specvlm.bench.memory import MemoryProbe
 
 RUN_FIELDS = ("status", "error", "note", "num_generated", "decode_s", "decode_tokens_per_s", "e2e_s", "prefill_s",
               "tau", "tokens_per_target_forward", "target_forwards", "draft_ms_per_step", "verify_ms_per_step",

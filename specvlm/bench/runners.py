@@ -1,7 +1,7 @@
 """Runners: one run of a method on one input, as a run record (:mod:`specvlm.bench.records`).
 
 Our methods (vanilla and the speculative ones, Std-SD or Self-SD) run through
-:func:`specvlm.decoding.generate` on inputs prepared once per input (the processor is not timed);
+:func:`specvlm.engine.stream.generate` on inputs prepared once per input (the processor is not timed);
 Hugging Face peers run in :mod:`specvlm.bench.hf_peers`. A failing run becomes a record with
 ``status="error"``: the benchmark goes on.
 
@@ -38,7 +38,7 @@ def method_label(method: str, pair: Any) -> tuple[str, str | None]:
 
 def self_sd_pair(pair: Any) -> Any:
     """The same target drafting for itself (weights shared, no copy)."""
-    from specvlm.models import pair_from_models
+    from specvlm.models.pair import pair_from_models
 
     if pair.self_sd:
         return pair
@@ -46,14 +46,14 @@ def self_sd_pair(pair: Any) -> Any:
 
 
 def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: bool | float = False) -> dict:
-    """One run of vanilla or a speculative method through :func:`specvlm.decoding.generate`.
+    """One run of vanilla or a speculative method through :func:`specvlm.engine.stream.generate`.
 
     Args:
         pair: the ModelPair (a ``:self`` method uses :func:`self_sd_pair`).
         method: ``vanilla``, a pruning method, or one with the ``:self`` suffix.
         inputs: ModelInputs prepared once per input (the processor is not timed).
         config: decoding settings; ``method`` is replaced.
-        memory: measure peak memory (:class:`specvlm.memory.MemoryProbe`; on a CPU it runs the
+        memory: measure peak memory (:class:`specvlm.bench.memory.MemoryProbe`; on a CPU it runs the
             torch profiler, which slows the run: use it in an untimed round); a float is also the
             CPU base in MiB that the peak is stated over. False: the memory fields are None.
 
@@ -61,7 +61,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
         dict with every key of :data:`RUN_FIELDS` plus ``token_ids`` and ``margins`` (vanilla: the target's
         top-1 minus top-2 logit margin per generated token; times in s and ms as named).
     """
-    from specvlm.decoding import generate
+    from specvlm.engine.stream import generate
 
     base = base_method(method)
     run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
@@ -85,7 +85,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
         draft_kv_mb=kv_mb(run_pair.draft, d_len + n) if d_len is not None else None,
         **memory_fields(mem),
     )
-    out["torch_threads"] = torch.get_num_threads()   # what this run used (specvlm.threads.adapt)
+    out["torch_threads"] = torch.get_num_threads()   # what this run used (specvlm.engine.threads.adapt)
     return out
 
 

@@ -60,7 +60,7 @@ class BenchSettings:
         prompt_lookup_tokens: ``prompt_lookup_num_tokens`` for the prompt-lookup peer.
         step_costs: also time isolated verify forwards of 1..``VERIFY_GOAL_TOKENS`` + 1 tokens
             against a decode step on the target at the largest input's prompt length
-            (:func:`specvlm.stepcost.verify_cost_curve`; the verify goal is checked on it).
+            (:func:`specvlm.bench.stepcost.verify_cost_curve`; the verify goal is checked on it).
         background_load: busy worker processes run during the warm-up and timed rounds
             (:class:`specvlm.bench.load.BackgroundLoad`); 0 = none.
 

@@ -122,7 +122,7 @@ def preset_of(model: str):
 
 def load_from_args(args: argparse.Namespace):
     """Load the ModelPair the arguments name (progress goes to the log)."""
-    from specvlm.models import load_pair
+    from specvlm.models.loading import load_pair
 
     target, draft, preset = resolve_models(args)
     return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset

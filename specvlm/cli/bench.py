@@ -50,7 +50,8 @@ EXAMPLES = """examples:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register the ``bench`` sub-command on ``python -m specvlm``'s sub-parsers."""
-    from specvlm.datasets import DATASETS, PAPER_SETTINGS
+    from specvlm.bench.datasets import DATASETS
+    from specvlm.models.presets import PAPER_SETTINGS
 
     b = sub.add_parser("bench", help="benchmark methods and HF peers; markdown table, JSON, HTML",
                        description=DESCRIPTION, epilog=EXAMPLES,
@@ -140,8 +141,8 @@ def emit(report: dict, args: argparse.Namespace) -> int:
 
 
 def _tiny_pair(name: str, self_sd: bool) -> Any:
-    from specvlm.models import pair_from_models
-    from specvlm.tiny import tiny_llava_onevision, tiny_qwen2_5_vl
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny import tiny_llava_onevision, tiny_qwen2_5_vl
 
     if name == "tiny-llava":
         t, d = tiny_llava_onevision(seed=0), (None if self_sd else tiny_llava_onevision(seed=1, hidden=32, layers=1))
@@ -155,7 +156,7 @@ def _tiny_pair(name: str, self_sd: bool) -> Any:
 
 def _apply_preset(args: argparse.Namespace) -> Any:
     """Fill unset model/frames/budget arguments from a paper preset; returns it (or None)."""
-    from specvlm.datasets import PAPER_SETTINGS
+    from specvlm.models.presets import PAPER_SETTINGS
 
     s = PAPER_SETTINGS.get(args.preset or "")
     if s is None:

@@ -10,7 +10,7 @@ from typing import Any
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args, resolve_models, video_config)
 from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT, DecodeConfig
-from specvlm.prompting import SUBTITLE_MODES, no_transcript_note
+from specvlm.text.prompting import SUBTITLE_MODES, no_transcript_note
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -68,7 +68,7 @@ def compare_json(van, res, cfg, dtype) -> dict:
         {identical, first_divergence (token index or None), divergence_margin (logit units or None),
         divergence_kind (``identical`` / ``near-tie`` / ``mismatch``; None when sampling), speedup}.
     """
-    from specvlm.metrics import compare_outputs
+    from specvlm.analysis.metrics import compare_outputs
 
     div = compare_outputs(van.token_ids, res.token_ids, van.margins, dtype)
     greedy = cfg.sampling.temperature == 0
@@ -78,17 +78,17 @@ def compare_json(van, res, cfg, dtype) -> dict:
 
 
 def subtitle_args(args: argparse.Namespace) -> dict:
-    """Keyword arguments for :func:`specvlm.decoding.generate` from ``--srt`` / ``--subtitle-mode``.
+    """Keyword arguments for :func:`specvlm.engine.stream.generate` from ``--srt`` / ``--subtitle-mode``.
 
     Raises:
-        specvlm.subtitles.SubtitleError (a ValueError): unreadable or malformed .srt (the message names it).
+        specvlm.text.subtitles.SubtitleError (a ValueError): unreadable or malformed .srt (the message names it).
         ValueError: ``--subtitle-mode`` without ``--srt``.
     """
     if not args.srt:
         if args.subtitle_mode not in ("both", "none"):
             raise ValueError(f"--subtitle-mode {args.subtitle_mode} needs --srt FILE (the subtitles to show).")
         return {}
-    from specvlm.subtitles import load_srt
+    from specvlm.text.subtitles import load_srt
 
     try:
         cues = load_srt(args.srt)
@@ -125,7 +125,7 @@ def check_before_load(args: argparse.Namespace) -> DecodeConfig:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """``python -m specvlm generate``: print the text (and a timing line on stderr), or one JSON object."""
-    from specvlm.decoding import generate
+    from specvlm.engine.stream import generate
     from specvlm.video import load_video
 
     cfg = check_before_load(args)

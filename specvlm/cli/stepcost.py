@@ -1,10 +1,10 @@
 """``python -m specvlm.cli.stepcost``: draft level / target decode step cost ratios on a preset (JSON lines).
 
-Source: :func:`specvlm.stepcost.draft_cost`.
+Source: :func:`specvlm.bench.stepcost.draft_cost`.
 """
 from __future__ import annotations
 
-from specvlm.stepcost import draft_cost
+from specvlm.bench.stepcost import draft_cost
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,9 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     import dataclasses
     import json
 
-    from specvlm.models import load_pair
+    from specvlm.models.loading import load_pair
     from specvlm.models.presets import PRESETS, default_preset_name
-    from specvlm.threads import configure
+    from specvlm.engine.threads import configure
 
     p = argparse.ArgumentParser(prog="python -m specvlm.cli.stepcost", description=main.__doc__)
     p.add_argument("--preset", default=default_preset_name(), choices=sorted(PRESETS))
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=4, help="nodes per measured draft level")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--slow", action="store_true", help="measure the module-stack DraftRunner too")
-    p.add_argument("--threads", default=None, help="torch threads (default: specvlm.threads policy)")
+    p.add_argument("--threads", default=None, help="torch threads (default: specvlm.engine.threads policy)")
     a = p.parse_args(argv)
     choice = configure(a.threads)
     preset = PRESETS[a.preset]

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from specvlm.config import DecodeConfig, PruneConfig
-from specvlm.models.base import ModelLoadError
+from specvlm.models.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 

@@ -126,3 +126,45 @@ def default_preset_name() -> str:
 def default_preset() -> Preset:
     """The :func:`default_preset_name` preset."""
     return PRESETS[default_preset_name()]
+
+
+# --------------------------------------------------------------------------- paper settings
+@dataclass(frozen=True)
+class PaperSetting:
+    """The paper's evaluation settings for one model pair.
+
+    Attributes:
+        name: preset name (``--preset``).
+        target: Hub id of the target.
+        draft: Hub id of the Std-SD draft, or None for Self-SD.
+        num_frames: frames sampled per video.
+        max_pixels: per-frame pixel cap (H*W).
+        drop_rate: r, share of video tokens the draft does not see.
+        top_p: λ, Stage I attention share.
+        max_new_tokens: generation budget (tokens).
+        dataset: the benchmark the paper reports speedups on.
+        description: one line.
+    """
+
+    name: str
+    target: str
+    draft: str | None
+    num_frames: int
+    max_pixels: int = 448 * 448
+    drop_rate: float = 0.9
+    top_p: float = 0.4
+    max_new_tokens: int = 256
+    dataset: str = "videodetailcaption"
+    description: str = ""
+
+
+QWEN7, QWEN32 = "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-32B-Instruct"
+LLAVA7, LLAVA72 = "llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-72b-ov-hf"
+PAPER_SETTINGS: dict[str, PaperSetting] = {s.name: s for s in (
+    PaperSetting("paper-qwen", QWEN32, QWEN7, 128, description="Qwen2.5-VL-32B + 7B draft (paper: up to 2.11x)"),
+    PaperSetting("paper-qwen-self", QWEN7, None, 128, description="Qwen2.5-VL-7B Self-SD (paper: ~1.5x, τ ~3.8-4.4)"),
+    PaperSetting("paper-llava", LLAVA72, LLAVA7, 64, description="LLaVA-OV-72B + 7B draft (paper: up to 2.68x)"),
+    PaperSetting("paper-llava-self", LLAVA7, None, 64, description="LLaVA-OV-7B Self-SD (paper: ~1.26x)"),
+)}
+"""Paper settings: 128 frames at <= 448x448 px for Qwen2.5-VL, 64 frames for LLaVA-OneVision
+(196 tokens per frame + 1 newline), r = 0.9, λ = 0.4, 256 new tokens (docs/design.md §5)."""

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import (ModelInputs, attach_subtitles, check_prompt, message_for, register,
-                                 subtitle_block_for)
-from specvlm.types import VideoClip
+from specvlm.models.adapter import (attach_subtitles, check_prompt, message_for,
+                                   subtitle_block_for)
+from specvlm.types import ModelInputs, VideoClip
 
 
 def clip_metadata(clip: VideoClip) -> dict[str, Any]:
@@ -95,7 +95,7 @@ class SmolVLMAdapter:
                 resized by the processor to its square ``max_image_size``.
             prompt: user text.
             subtitles: cues or None; each frame gets its cues as a timestamped transcript line after
-                the video (:mod:`specvlm.prompting`).
+                the video (:mod:`specvlm.text.prompting`).
             subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
@@ -146,6 +146,3 @@ class SmolVLMAdapter:
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """(1, n) -> (1, n)."""
         return positions
-
-
-register("smolvlm", SmolVLMAdapter())

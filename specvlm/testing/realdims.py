@@ -7,7 +7,7 @@ vision tower's width, heads, patch and merge geometry. :func:`build` turns one i
 video geometry, at a chosen decoder depth (``layers``) and vision depth
 (``vision_layers``): fewer layers keep the per-layer cost and every tensor shape real
 while fitting a CPU or a single GPU. The tokenizer is the small offline one of
-:mod:`specvlm.tiny` (its special-token ids are written into the config), so generated
+:mod:`specvlm.testing.tiny` (its special-token ids are written into the config), so generated
 ids above its size decode to nothing; ids, logits and caches are those of the real
 vocabulary.
 
@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from specvlm.tiny import LLAVA_CHAT_TEMPLATE, LLAVA_SPECIALS, QWEN_CHAT_TEMPLATE, QWEN_SPECIALS, build_tokenizer
+from specvlm.testing.tiny import (LLAVA_CHAT_TEMPLATE, LLAVA_SPECIALS, QWEN_CHAT_TEMPLATE, QWEN_SPECIALS,
+                                  build_tokenizer)
 
 log = logging.getLogger(__name__)
 

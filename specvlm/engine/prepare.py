@@ -2,7 +2,7 @@
 
 :func:`prepare` is the one way a request's prompt is built: the model family's adapter runs the
 processor and the chat template once, and the result can be decoded any number of times
-(:func:`specvlm.decoding.stream` with different methods, settings or a shared target prefill).
+(:func:`specvlm.engine.stream.stream` with different methods, settings or a shared target prefill).
 
 Source: docs/design.md §2 (data flow) and §4.7 (what the draft sees).
 """
@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from specvlm.config import DecodeConfig
-from specvlm.models import ModelInputs, ModelPair, with_draft_inputs
+from specvlm.types import ModelInputs
+from specvlm.models.pair import ModelPair, with_draft_inputs
 from specvlm.types import VideoClip
 
 VideoInput = VideoClip | str | os.PathLike
@@ -55,7 +56,7 @@ def as_clip(pair: ModelPair, clip: VideoInput) -> VideoClip:
 
 def prepare(pair: ModelPair, clip: VideoInput, prompt: str, *, subtitles: list | None = None,
             subtitle_mode: str = "both", force_keep: Any = None) -> ModelInputs:
-    """Build one request's :class:`~specvlm.models.ModelInputs` with the target's processor.
+    """Build one request's :class:`~specvlm.types.ModelInputs` with the target's processor.
 
     Args:
         pair: target + draft (the target's adapter and processor build the prompt).
@@ -63,19 +64,19 @@ def prepare(pair: ModelPair, clip: VideoInput, prompt: str, *, subtitles: list |
             with the default VideoConfig (:func:`as_clip`).
         prompt: user text.
         subtitles: cues put in the prompt as a timestamped transcript after the video
-            (:mod:`specvlm.prompting`); None or empty = none.
+            (:mod:`specvlm.text.prompting`); None or empty = none.
         subtitle_mode: who sees the transcript: ``both``, ``target``, ``draft`` or ``none``
             (checked only when there are cues).
         force_keep: int (F,) video-token indices (raster order of the video placeholders) the
             draft must always keep, e.g. the tokens covering on-screen text
-            (:func:`specvlm.inspect.text_tokens_from_truth`); they take part of the keep budget
-            (:func:`specvlm.pruning.select_video_tokens`). None = none.
+            (:func:`specvlm.analysis.text_aware.text_tokens_from_truth`); they take part of the keep budget
+            (:func:`specvlm.spec.pruning.select_video_tokens`). None = none.
 
     Returns:
         ModelInputs: input_ids int64 (1, L), positions int64 (R, L), video_index int64 (V,),
         token_grid int64 (V, 3), ``force_keep`` int64 (F,) when given, and ``draft_inputs`` (the
         draft's own prompt) when the draft reads video at another geometry
-        (:func:`specvlm.models.with_draft_inputs`).
+        (:func:`specvlm.models.pair.with_draft_inputs`).
 
     Raises:
         ValueError (and subclasses): empty prompt, unreadable video, bad subtitle mode, a clip the
@@ -107,7 +108,7 @@ _CLIP_FORM = ("config", "prompt", "inputs", "subtitles", "subtitle_mode", "force
 
 def resolve_call(pair: ModelPair, first: Any, second: Any, more: tuple,
                  clip_form: dict) -> tuple[ModelInputs, DecodeConfig]:
-    """(inputs, config) of a :func:`specvlm.decoding.stream` call in the prepared or the clip form.
+    """(inputs, config) of a :func:`specvlm.engine.stream.stream` call in the prepared or the clip form.
 
     Prepared: ``(inputs, config)``. Clip: ``(clip, prompt, config)`` plus keywords ``subtitles``,
     ``subtitle_mode``, ``force_keep`` and ``inputs`` (prepared inputs that skip :func:`prepare`).
@@ -126,7 +127,7 @@ def resolve_call(pair: ModelPair, first: Any, second: Any, more: tuple,
         config = clip_form.pop("config", second) or DecodeConfig()
         if more or clip_form:
             raise TypeError("stream(pair, inputs, config) takes prepared inputs and a config only: put prompt, "
-                            "subtitles and force_keep into specvlm.inputs.prepare(...).")
+                            "subtitles and force_keep into specvlm.engine.prepare.prepare(...).")
         return (_draft_view(pair, first) if config.speculative else first), config
     prompt = clip_form.pop("prompt", second)
     config = clip_form.pop("config", more[0] if more else None) or DecodeConfig()

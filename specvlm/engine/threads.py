@@ -9,7 +9,7 @@ many small ops run 10-50x slower than on one thread; the calibration sees that a
 thread. ``threads=`` / ``SPECVLM_THREADS`` override the choice.
 
 A machine that gets busy later is seen at the next request: :func:`adapt` (called by
-:func:`specvlm.decoding.stream` before every request) reads how much CPU time other processes
+:func:`specvlm.engine.stream.stream` before every request) reads how much CPU time other processes
 took on this process's CPUs since the last request (``/proc/stat`` minus this process's own
 time) and runs the request on one thread while they keep at least :data:`CONTENDED_CORES` busy,
 returning to the calibrated count once they leave.
@@ -27,14 +27,14 @@ Source: docs/design.md §7 (shared CPUs: OpenMP spin and oversubscription); Linu
 from __future__ import annotations
 
 import logging
-import math
 import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Mapping
+
+from specvlm.engine.cpus import affinity_cpus, affinity_set, cgroup_quota, cpu_sample, foreign_cores, usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -84,104 +84,6 @@ class ThreadChoice:
     def describe(self) -> str:
         """One line for a ``Machine:`` line or the app's status, e.g. ``torch threads 1 of 2 usable CPUs (...)``."""
         return f"torch threads {self.threads} of {self.usable} usable CPU{'s' if self.usable != 1 else ''} ({self.reason})"
-
-
-# --------------------------------------------------------------------------- CPUs this process may use
-def parse_cpu_max(text: str) -> float | None:
-    """CPUs allowed by a cgroup v2 ``cpu.max`` line (``"max 100000"`` or ``"150000 100000"``).
-
-    Returns:
-        quota / period in CPUs (e.g. 1.5), or None when unlimited or unreadable.
-    """
-    parts = text.split()
-    if len(parts) < 1 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1]) if len(parts) > 1 else 100000
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def parse_cfs(quota_text: str, period_text: str) -> float | None:
-    """CPUs allowed by cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (quota -1 = unlimited).
-
-    Returns:
-        quota / period in CPUs, or None when unlimited or unreadable.
-    """
-    try:
-        quota, period = int(quota_text.strip()), int(period_text.strip())
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-def cgroup_quota(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str | None = None) -> float | None:
-    """The tightest CPU quota (CPUs) over this process's cgroup and its ancestors, v2 or v1.
-
-    Args:
-        root: the cgroup mount point.
-        proc_cgroup: the text of ``/proc/self/cgroup`` (read when None).
-
-    Returns:
-        CPUs (float) or None when no quota applies or nothing is readable.
-    """
-    if proc_cgroup is None:
-        proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
-    found: list[float] = []
-    for line in proc_cgroup.splitlines():
-        hier, _, rest = line.partition(":")
-        ctrls, _, rel = rest.partition(":")
-        v2 = hier == "0" and ctrls == ""
-        if not v2 and "cpu" not in ctrls.split(","):
-            continue
-        rel_parts = [p for p in rel.strip().split("/") if p]
-        bases = [root] if v2 else [root / "cpu", root / "cpu,cpuacct", root / "cpuacct,cpu"]
-        for base in bases:
-            for depth in range(len(rel_parts), -1, -1):
-                d = base.joinpath(*rel_parts[:depth])
-                if v2:
-                    q = parse_cpu_max(_read(d / "cpu.max") or "max")
-                else:
-                    qt, pt = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-                    q = parse_cfs(qt, pt) if qt and pt else None
-                if q is not None:
-                    found.append(q)
-    return min(found) if found else None
-
-
-def affinity_cpus() -> int:
-    """CPUs in this process's scheduler affinity (``os.cpu_count()`` where affinity is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _affinity_set() -> set[int] | None:
-    try:
-        return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
-def usable_cpus(affinity: int, quota: float | None) -> tuple[int, str]:
-    """CPUs to plan for: the affinity count capped by the quota (floored, at least 1).
-
-    Returns:
-        (cpus, phrase naming the limit).
-    """
-    cpus, how = max(1, affinity), f"{affinity} in affinity"
-    if quota is not None and math.floor(quota) < cpus:
-        cpus, how = max(1, math.floor(quota)), f"cgroup quota {quota:g} CPUs"
-    return cpus, how
 
 
 # --------------------------------------------------------------------------- choice
@@ -341,72 +243,11 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
     global _POLICY
     _POLICY = None
     if requested is None and share <= 1 and usable - reserve > 1 and (quota is None or quota >= affinity):
-        _POLICY = _Adaptive(choice, usable - reserve, _affinity_set())
+        _POLICY = _Adaptive(choice, usable - reserve, affinity_set())
     return choice
 
 
 # --------------------------------------------------------------------------- per request
-@dataclass(frozen=True)
-class CpuSample:
-    """CPU time counters at one moment.
-
-    Attributes:
-        wall: ``time.monotonic()`` (s).
-        busy: busy time summed over this process's CPUs since boot (s, from ``/proc/stat``).
-        own: this process's CPU time, user + system, all threads (s).
-    """
-
-    wall: float
-    busy: float
-    own: float
-
-
-def parse_proc_stat(text: str, cpus: set[int] | None, hz: float) -> float | None:
-    """Busy seconds (all states but idle and iowait) summed over ``cpus`` from ``/proc/stat`` text.
-
-    Args:
-        text: the file's contents; cpus: CPU numbers to sum (None: the aggregate ``cpu`` line);
-        hz: clock ticks per second (``os.sysconf("SC_CLK_TCK")``).
-
-    Returns:
-        Seconds, or None when no listed CPU is found.
-    """
-    total, found = 0, False
-    for line in text.splitlines():
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu"):
-            continue
-        if (cpus is None and name == "cpu") or (cpus is not None and name[3:].isdigit() and int(name[3:]) in cpus):
-            f = [int(x) for x in rest.split()[:8]]
-            if len(f) < 5:
-                continue
-            total += sum(f) - f[3] - f[4]
-            found = True
-    return total / hz if found else None
-
-
-def cpu_sample(cpus: set[int] | None) -> CpuSample | None:
-    """Counters now (None where ``/proc/stat`` cannot be read, e.g. not Linux)."""
-    try:
-        text = Path("/proc/stat").read_text()
-        hz = float(os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, AttributeError):
-        return None
-    busy = parse_proc_stat(text, cpus, hz)
-    if busy is None:
-        return None
-    t = os.times()
-    return CpuSample(time.monotonic(), busy, t.user + t.system)
-
-
-def foreign_cores(a: CpuSample, b: CpuSample) -> float:
-    """Cores other processes kept busy between samples ``a`` and ``b`` (>= 0)."""
-    wall = b.wall - a.wall
-    if wall <= 0:
-        return 0.0
-    return max(0.0, ((b.busy - a.busy) - (b.own - a.own)) / wall)
-
-
 class _Adaptive:
     """The automatic policy's state between requests (one per process, set by :func:`configure`)."""
 

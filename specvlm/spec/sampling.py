@@ -6,12 +6,12 @@ Pure functions over tensors. All randomness comes from one ``torch.Generator`` p
 the same output. Every random number is a single uniform ``u ~ U[0, 1)`` drawn with
 ``torch.rand((), generator=g, device=g.device)``: the probabilities may live on any device.
 
-Conventions shared with :mod:`specvlm.tree` and :mod:`specvlm.drafting`:
+Conventions shared with :mod:`specvlm.spec.tree` and :mod:`specvlm.spec.drafting`:
 
 * Rows of ``target_probs`` / ``draft_probs``: row 0 = after the root (the last emitted token),
   row ``1 + i`` = after tree node ``i``.
 * Children of a node are tried in increasing node index, which the sampled drafter
-  (:class:`specvlm.drafting.SampledDrafter`) makes equal to the order in which they were drawn
+  (:class:`specvlm.spec.drafters.SampledDrafter`) makes equal to the order in which they were drawn
   (without replacement) from the draft.
 * Draft probabilities may cover fewer tokens than the target's (shared vocabulary); they are
   zero-padded to the target's width.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from specvlm.config import ConfigError, SamplingConfig  # noqa: F401 (re-exported)
+from specvlm.config import SamplingConfig
 
 
 # --------------------------------------------------------------------------- config
@@ -257,7 +257,7 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
     (a deliberately naive verifier in the tests), breaks the premise "x_j ~ q_j" and biases the output. A token
     rejected as x_j has p' (x_j) = 0 afterwards, so it is never emitted twice nor sampled after.
 
-    Requirements on the tree (met by :class:`specvlm.drafting.SampledDrafter`):
+    Requirements on the tree (met by :class:`specvlm.spec.drafters.SampledDrafter`):
     for every node, the number of children is decided before they are drawn, and they are
     sequential draws without replacement from the recorded draft row.
 
@@ -271,7 +271,7 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
         generator: the request's generator.
 
     Returns:
-        (accepted node indices root-first, next token id), like :func:`specvlm.drafting.greedy_accept`.
+        (accepted node indices root-first, next token id), like :func:`specvlm.spec.drafters.greedy_accept`.
 
     Source: Jeon et al. 2024, "Recursive Speculative Decoding", Sec. 3 (recursive rejection
     sampling) and Algorithm 1; Leviathan et al. 2023 for the single rejection step.

@@ -13,7 +13,7 @@ one-row product with a contiguous (in, out) matrix is ~25% cheaper on a CPU than
 model's own rotary module (:func:`rope_table`), grouped-query attention is folded onto the KV heads (a single query,
 the chain's case, is two small batched matmuls and a softmax; several go through SDPA with the
 tree mask), and keys/values are written in place into a preallocated buffer (rollback moves one
-integer). It has :class:`specvlm.decoding.DraftRunner`'s interface (``feed_pending``,
+integer). It has :class:`specvlm.engine.draft.DraftRunner`'s interface (``feed_pending``,
 ``feed_nodes``, ``feed_next``, ``rollback``) and returns the same log-probs up to float rounding.
 Measured on the 2-core CPU, bundled 1-layer draft, 95 cached tokens: 0.21-0.32 ms per chain node
 (the module stack: ~1.6 ms).
@@ -37,8 +37,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specvlm import kv
-from specvlm.tree import feed_mask
+from specvlm.engine import kv
+from specvlm.spec.tree import feed_mask
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def rope_table(model: Any, lm: Any, adapter: Any, rope_dims: int, need: int) -> 
 
 
 class FastDraftRunner:
-    """Drop-in :class:`specvlm.decoding.DraftRunner` with fused eager ops over a static KV buffer.
+    """Drop-in :class:`specvlm.engine.draft.DraftRunner` with fused eager ops over a static KV buffer.
 
     Args:
         pair: the model pair (``pair.draft``, ``pair.draft_adapter``, ``pair.shared_vocab``).
@@ -398,7 +398,7 @@ class FastDraftRunner:
         """Feed tree nodes whose ancestors are already fed; returns float32 (F, vocab) log-probs.
 
         Args:
-            nodes: F node indices of ``tree`` (a :class:`specvlm.tree.DraftTree`).
+            nodes: F node indices of ``tree`` (a :class:`specvlm.spec.tree.DraftTree`).
         """
         n_fed = len(self.slot)
         self.chain = []   # the tree's slots are not a chain any more
@@ -414,7 +414,7 @@ class FastDraftRunner:
         """Feed one chain node: a child of the last fed node (of the root when none), at ``depth``.
 
         The node sees every cached token, so it runs with no mask and one query: the cheapest
-        draft forward (a greedy chain's only one, :meth:`specvlm.drafting.GreedyDrafter.chain`).
+        draft forward (a greedy chain's only one, :meth:`specvlm.spec.drafters.GreedyDrafter.chain`).
 
         Args:
             token: the node's token id (< the draft's vocabulary); depth: 1 for a child of the root.
@@ -436,23 +436,3 @@ class FastDraftRunner:
         """Drop every tree node (back to after the pending tokens): the buffer keeps its contents, so
         chain nodes that the target accepts are reused by the next :meth:`feed_pending`."""
         self.length, self.slot = self.base, {}
-
-
-def make_draft_runner(pair: Any, cache: Any, rope_dims: int, pos_offset: int = 0, fast: bool = True) -> Any:
-    """The draft runner for one request: :class:`FastDraftRunner` where supported, else DraftRunner.
-
-    Args:
-        pair: the model pair; cache: the draft cache after draft prefill; rope_dims: R;
-        pos_offset: draft position - target position; fast: False forces DraftRunner.
-
-    Returns:
-        An object with ``feed_pending``, ``feed_nodes`` and ``rollback``.
-    """
-    from specvlm.decoding import DraftRunner
-
-    if fast:
-        try:
-            return FastDraftRunner(pair, cache, rope_dims, pos_offset)
-        except FastDraftUnsupported as e:
-            log.info("fast draft runner not used: %s", e)
-    return DraftRunner(pair, cache, rope_dims, pos_offset)

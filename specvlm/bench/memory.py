@@ -23,7 +23,7 @@ from typing import Iterator
 
 import torch
 
-from specvlm.metrics import peak_memory_mb
+from specvlm.analysis.metrics import peak_memory_mb
 
 log = logging.getLogger(__name__)
 

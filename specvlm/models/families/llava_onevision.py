@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import (ModelInputs, attach_subtitles, check_prompt, message_for, register,
-                                 subtitle_block_for)
-from specvlm.types import VideoClip
+from specvlm.models.adapter import (attach_subtitles, check_prompt, message_for,
+                                   subtitle_block_for)
+from specvlm.types import ModelInputs, VideoClip
 
 
 class LlavaOnevisionAdapter:
@@ -33,7 +33,7 @@ class LlavaOnevisionAdapter:
         Args:
             processor, model, clip, prompt: as for the Qwen2.5-VL adapter.
             subtitles: cues or None; each frame gets its cues as a timestamped transcript line after
-                the video (:mod:`specvlm.prompting`).
+                the video (:mod:`specvlm.text.prompting`).
             subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
@@ -80,6 +80,3 @@ class LlavaOnevisionAdapter:
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """(1, n) -> (1, n)."""
         return positions
-
-
-register("llava_onevision", LlavaOnevisionAdapter())

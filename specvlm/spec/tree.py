@@ -3,7 +3,7 @@
 A tree has N drafted nodes below an implicit root (the last emitted token, not
 yet in the target cache). Nodes are stored parents-first: ``parents[i] < i``
 (or -1 for a child of the root), and ``depths[i]`` = 1 for children of the root.
-Trees are built and accepted by the drafters of :mod:`specvlm.drafting`.
+Trees are built and accepted by the drafters of :mod:`specvlm.spec.drafting`.
 
 Source: EAGLE-2 (Li et al. 2024, dynamic draft trees, Sec. 4); Medusa/EAGLE
 static trees; SpecVLM (arXiv 2508.16201) Sec. 3.3; docs/design.md §4.8-4.9.

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import (ModelInputs, attach_subtitles, check_prompt, message_for, register,
-                                 subtitle_block_for)
-from specvlm.types import VideoClip
+from specvlm.models.adapter import (attach_subtitles, check_prompt, message_for,
+                                   subtitle_block_for)
+from specvlm.types import ModelInputs, VideoClip
 
 
 class Qwen25VLAdapter:
@@ -33,9 +33,9 @@ class Qwen25VLAdapter:
             clip: frames uint8 (T, H, W, 3) + timestamps (s). An odd T is padded by repeating
                 the last frame (temporal patch 2).
             prompt: user text.
-            subtitles: cues (:class:`specvlm.subtitles.Cue`) or None; each 2-frame token group gets
+            subtitles: cues (:class:`specvlm.text.subtitles.Cue`) or None; each 2-frame token group gets
                 the cues of both its frames, as a timestamped transcript line after the video
-                (:mod:`specvlm.prompting`).
+                (:mod:`specvlm.text.prompting`).
             subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
@@ -92,6 +92,3 @@ class Qwen25VLAdapter:
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """(3, n) -> (3, 1, n)."""
         return positions[:, None, :]
-
-
-register("qwen2_5_vl", Qwen25VLAdapter())

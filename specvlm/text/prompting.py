@@ -9,7 +9,7 @@ Layout chosen (both families)::
 
 For every sampled frame group (one frame for LLaVA-OneVision, the two frames of
 one temporal token for Qwen2.5-VL, whose cues are joined) the text of every cue
-overlapping the group's time span (:func:`specvlm.subtitles.cues_for_frames`)
+overlapping the group's time span (:func:`specvlm.text.subtitles.cues_for_frames`)
 becomes one timestamped line; consecutive groups with identical text share one
 line with a time range, and groups without a cue get no line.
 
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.subtitles import Cue, frame_spans, cues_for_frames
+from specvlm.text.subtitles import Cue, frame_spans, cues_for_frames
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def no_transcript_note(cues: Sequence[Cue] | None, timestamps: Sequence[float] |
     """Why a non-empty subtitle file added no transcript, or None when it adds one (or has no cues).
 
     The prompt gets a transcript line only for cues overlapping a sampled frame's time span
-    (:func:`specvlm.subtitles.cues_for_frames`); a file for another video, or one offset past the
+    (:func:`specvlm.text.subtitles.cues_for_frames`); a file for another video, or one offset past the
     sampled clip, overlaps none. Used by the CLI and the app so both say the same thing.
 
     Args:
@@ -204,27 +204,3 @@ def subtitle_mask(input_ids: torch.Tensor, tokenizer: Any, text: str, block: str
                                   "cannot locate the subtitle tokens.")
     mask[L - len(tail): L - len(tail) + len(inside)] = True
     return mask
-
-
-def target_view(inputs: Any) -> Any:
-    """The inputs the target sees: without the transcript in ``draft`` mode, else ``inputs``.
-
-    The transcript is contiguous text, so every position after it is shifted back by its length:
-    the result equals the prompt prepared without subtitles (same ids and positions).
-    """
-    mask = getattr(inputs, "subtitle_mask", None)
-    if getattr(inputs, "subtitle_mode", "none") != "draft" or mask is None or not bool(mask.any()):
-        return inputs
-    keep = ~mask
-    idx = keep.nonzero().flatten()
-    n = int(mask.sum())
-    last = int(mask.nonzero().max())
-    pos = inputs.positions.clone()
-    pos[:, last + 1:] -= n
-    vid_keep = keep[inputs.video_index]
-    if not bool(vid_keep.all()):
-        raise SubtitlePromptError("subtitle tokens overlap the video tokens.")
-    new_index = torch.cumsum(keep.long(), 0)[inputs.video_index] - 1
-    return replace(inputs, input_ids=inputs.input_ids[:, idx], positions=pos[:, idx], video_index=new_index,
-                   prompt_text=inputs.prompt_text.replace(inputs.subtitle_text, "", 1), subtitle_mask=None,
-                   subtitle_mode="none", subtitle_text="")

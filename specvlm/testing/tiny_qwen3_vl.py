@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from specvlm.tiny import QWEN_CHAT_TEMPLATE, QWEN_SPECIALS, _scale_init, build_tokenizer
+from specvlm.testing.tiny import QWEN_CHAT_TEMPLATE, QWEN_SPECIALS, _scale_init, build_tokenizer
 
 PATCH = 16
 MERGE = 2

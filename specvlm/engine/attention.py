@@ -1,8 +1,5 @@
-"""CPU/GPU speed-ups through transformers' public extension points.
+"""The engine's attention, registered through transformers' public extension points.
 
-* :class:`PreallocLayer` / :func:`prealloc_cache`: a KV cache that writes into a
-  preallocated buffer (grown geometrically) instead of concatenating the whole
-  cache on every step. Rollback and commit slice views of the same buffer.
 * ``specvlm_gqa`` attention (registered with ``AttentionInterface``): for short
   queries (decode, tree verify, tree drafting) with an explicit mask it folds the
   query heads that share a KV head into the query axis, so SDPA runs on the KV
@@ -10,8 +7,8 @@
   step (one query, no mask) is folded the same way. Everything else is delegated to
   transformers' own SDPA path.
 
-Source: docs/design.md §7 (profile: masked sdpa path copies KV to every head; DynamicCache
-re-concatenates every step); grouped-query attention (Ainslie et al. 2023).
+Source: docs/design.md §7 (profile: masked sdpa path copies KV to every head);
+grouped-query attention (Ainslie et al. 2023).
 """
 from __future__ import annotations
 
@@ -20,63 +17,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 ATTN_IMPL = "specvlm_gqa"
 MAX_GROUPED_QUERY = 256
-
-
-class PreallocLayer(DynamicLayer):
-    """A DynamicLayer whose keys/values are views into a growing preallocated buffer.
-
-    ``keys``/``values`` keep shape (B, kv_heads, L, head_dim); ``crop`` and slicing
-    from :mod:`specvlm.kv` keep working because they only shorten the view.
-    """
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self._kbuf = self._vbuf = None
-
-    def _ensure(self, need: int, like_k: torch.Tensor, like_v: torch.Tensor) -> None:
-        cap = 0 if self._kbuf is None else self._kbuf.shape[-2]
-        if need <= cap:
-            return
-        new_cap = max(need + 256, int(cap * 1.25))
-        kb = like_k.new_empty(*like_k.shape[:-2], new_cap, like_k.shape[-1])
-        vb = like_v.new_empty(*like_v.shape[:-2], new_cap, like_v.shape[-1])
-        cur = self.get_seq_length()
-        if cur:
-            kb[..., :cur, :] = self.keys
-            vb[..., :cur, :] = self.values
-        self._kbuf, self._vbuf = kb, vb
-        self.keys, self.values = kb[..., :cur, :], vb[..., :cur, :]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        cur = self.get_seq_length()
-        n = cur + key_states.shape[-2]
-        self._ensure(n, key_states, value_states)
-        self._kbuf[..., cur:n, :] = key_states
-        self._vbuf[..., cur:n, :] = value_states
-        self.keys, self.values = self._kbuf[..., :n, :], self._vbuf[..., :n, :]
-        return self.keys, self.values
-
-
-class PreallocCache(DynamicCache):
-    """DynamicCache made of :class:`PreallocLayer` layers (one per decoder layer)."""
-
-    def __init__(self, num_layers: int):
-        Cache.__init__(self, layers=[PreallocLayer() for _ in range(num_layers)])
-
-
-def prealloc_cache(model) -> PreallocCache:
-    """An empty :class:`PreallocCache` for ``model``'s text decoder."""
-    cfg = model.config.get_text_config(decoder=True)
-    return PreallocCache(cfg.num_hidden_layers)
 
 
 _FOLDED = threading.local()

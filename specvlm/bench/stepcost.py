@@ -14,7 +14,7 @@ Token values do not change the cost (no data-dependent branches on the fixed-siz
 path), so the cache is filled with random token embeddings at explicit positions.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 3 (tree verification in one target forward); the
-engine's verify mask and positions (next position + node depth), :func:`specvlm.tree.verify_mask`.
+engine's verify mask and positions (next position + node depth), :func:`specvlm.spec.tree.verify_mask`.
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import torch
 
-from specvlm import kv
-from specvlm.decoding import embed_tokens, lm_forward
-from specvlm.metrics import Timer
-from specvlm.models import adapter_for
-from specvlm.tree import verify_mask
+from specvlm.engine import kv
+from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.analysis.metrics import Timer
+from specvlm.models.registry import adapter_for
+from specvlm.spec.tree import verify_mask
 
 
 def random_prefill(model: Any, length: int, *, chunk: int = 4096, seed: int = 0) -> tuple[Any, Any]:
@@ -104,13 +104,13 @@ def verify_cost_curve(model: Any, kv_tokens: int, sizes: tuple[int, ...] = tuple
     """Time a decode step and verify forwards of each size in ``sizes`` after ``kv_tokens`` cached tokens.
 
     Each size n is one target forward over n tokens (the root and a chain of n - 1 drafted
-    nodes) with :func:`specvlm.tree.verify_mask` and the LM head on every row, exactly what the
+    nodes) with :func:`specvlm.spec.tree.verify_mask` and the LM head on every row, exactly what the
     engine's verify step runs; the decode step is one token with no mask and the LM head on
     one row, what vanilla decoding runs. The cache is rolled back after every call.
 
     Args:
         model: the target model, already on its device, with the engine's attention
-            (:func:`specvlm.fast.use_fast_attention`) when that is what is measured.
+            (:func:`specvlm.engine.attention.use_fast_attention`) when that is what is measured.
         kv_tokens: L (e.g. the benchmark input's target prompt length).
         sizes: verify sizes n in tokens (each >= 1).
         rounds: interleaved rounds; each round times every size ``iters`` times (median).
@@ -194,8 +194,8 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
         target_tokens: L, tokens in the target's cache (prompt incl. video tokens).
         draft_tokens: tokens in the draft's cache (text + kept video tokens).
         width: nodes in the measured level (the dynamic tree's ``top_k``).
-        fast: the engine's draft runner (:func:`specvlm.fastdraft.make_draft_runner`); False
-            measures the module-stack :class:`specvlm.decoding.DraftRunner`.
+        fast: the engine's draft runner (:func:`specvlm.engine.draft.make_draft_runner`); False
+            measures the module-stack :class:`specvlm.engine.draft.DraftRunner`.
         rounds, iters, warmup: as in :func:`verify_cost_curve`.
         seed: token-id seed.
 
@@ -205,8 +205,8 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
     Raises:
         ValueError: a token count < 1, ``width`` < 1, or ``rounds``/``iters`` < 1.
     """
-    from specvlm.fastdraft import make_draft_runner
-    from specvlm.tree import DraftTree
+    from specvlm.engine.draft import make_draft_runner
+    from specvlm.spec.tree import DraftTree
 
     if min(target_tokens, draft_tokens, width, rounds, iters) < 1:
         raise ValueError(f"draft_cost needs token counts, width, rounds and iters >= 1 (got {target_tokens}, "

@@ -11,7 +11,7 @@ What the family needs beyond Qwen2.5-VL (docs/design.md §10):
   processor writes for the same frames, and greedy output equals ``model.generate()``.
 - DeepStack: features of several vision layers are added into the first LLM layers at the
   video positions. :meth:`Qwen3VLAdapter.video_features` returns them as side features
-  (:class:`~specvlm.models.base.VideoEncoding`), which generic code cuts to a draft's kept
+  (:class:`~specvlm.models.adapter.VideoEncoding`), which generic code cuts to a draft's kept
   video tokens; :meth:`Qwen3VLAdapter.lm_video_kwargs` turns them into the text model's
   ``visual_pos_masks`` / ``deepstack_visual_embeds``.
 
@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.base import (ModelInputs, VideoEncoding, attach_subtitles, check_prompt, message_for,
-                                 register, subtitle_block_for)
-from specvlm.types import VideoClip
+from specvlm.models.adapter import (VideoEncoding, attach_subtitles, check_prompt, message_for,
+                                   subtitle_block_for)
+from specvlm.types import ModelInputs, VideoClip
 
 MS_GRID = 1000.0
 """Frame-index rate (per second) used when the clip's times are not on its native frame grid."""
@@ -103,7 +103,7 @@ class Qwen3VLAdapter:
                 the last frame (temporal patch 2).
             prompt: user text.
             subtitles: cues or None; each 2-frame group gets the cues of both its frames as a
-                timestamped transcript line after the video (:mod:`specvlm.prompting`).
+                timestamped transcript line after the video (:mod:`specvlm.text.prompting`).
             subtitle_mode: ``both`` | ``target`` | ``draft`` | ``none`` (who sees the transcript).
 
         Returns:
@@ -163,8 +163,3 @@ class Qwen3VLAdapter:
     def lm_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """(3, n) -> (3, 1, n)."""
         return positions[:, None, :]
-
-
-_ADAPTER = Qwen3VLAdapter()
-register("qwen3_vl", _ADAPTER)
-register("qwen3_vl_moe", _ADAPTER)

@@ -1,0 +1,169 @@
+"""Prefill: the target's two-pass prefill with attention scores, and the draft's on the kept tokens.
+
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3.2; docs/design.md §4.1-4.2 and §4.7.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specvlm.engine import kv
+from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
+from specvlm.models.adapter import video_lm_kwargs
+from specvlm.models.pair import ModelPair
+from specvlm.types import ModelInputs
+
+
+@dataclass
+class TargetPrefill:
+    """Target state after prefill (docs/design.md §4.1-4.2).
+
+    Attributes:
+        cache: target KV cache over the L prompt tokens.
+        first_token: greedy token after the prompt.
+        embeds: float (1, L, D) prompt embeddings (reused by a Self-SD draft).
+        scores: float32 (V,) text-to-video attention scores, or None.
+        last_logits: float (vocab,) target logits after the prompt (first token under sampling).
+        side: float (S, V, D) the video tokens' side features (e.g. DeepStack), or None; reused,
+            cut to the kept tokens, by a Self-SD draft.
+        draft_video: a Std-SD draft's own :func:`prompt_video` result (float (1, L, Dd)
+            embeddings, side features or None), when computed ahead to be shared by several
+            requests; None = computed by :func:`prefill_draft`.
+    """
+
+    cache: Any
+    first_token: int
+    embeds: torch.Tensor
+    scores: torch.Tensor | None
+    last_logits: torch.Tensor | None = None
+    side: torch.Tensor | None = None
+    draft_video: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+
+def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
+    """Text-to-video scores from pass B's attention.
+
+    Args:
+        per_layer: per layer float32 (P + q,): attention weights averaged over heads and over
+            pass B's q query positions (reduced on the fly by :func:`_score_hooks`).
+        video_index: int64 (V,) key positions of the video tokens.
+
+    Returns:
+        float32 (V,): mean over layers, read at the video-token positions.
+
+    Source: SpecVLM Sec. 3.2 (verifier-guided importance); docs/design.md §4.2.
+    """
+    stacked = torch.stack([t.to(per_layer[0].device) for t in per_layer])
+    return stacked.mean(0)[video_index.to(stacked.device)].cpu()
+
+
+def _score_hooks(lm: torch.nn.Module, sink: list[torch.Tensor]) -> list[Any]:
+    """Forward hooks that reduce each layer's eager attention weights (B, H, q, k) to (k,) at once.
+
+    Only the current layer's weights are alive at any time, so memory stays O(H x q x L) instead of
+    keeping every layer's weights (which would be ~8 GB for a 72B target at 16k tokens).
+    """
+    def hook(_module, _args, output):
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if weights is not None:
+            sink.append(weights[0].float().mean(dim=(0, 1)))
+
+    return [layer.self_attn.register_forward_hook(hook) for layer in lm.layers]
+
+
+def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
+                   video: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> TargetPrefill:
+    """Two-pass target prefill: pass A up to the last video token, pass B the rest.
+
+    A subtitle transcript after the video (:mod:`specvlm.text.prompting`) goes into pass A, so the
+    scores stay question-to-video attention as in the paper.
+
+    Pass B runs with eager attention only when ``with_scores``; each layer's weights are reduced
+    by a forward hook as soon as they exist, so memory stays O(heads x text x L) for one layer.
+
+    ``video`` (the target's :func:`prompt_video` result, e.g. ``(tp.embeds, tp.side)`` of an
+    earlier prefill of the same prompt) skips the video encoder, e.g. to prefill the same prompt
+    with and without scores.
+
+    Raises:
+        ValueError: the prompt has no video tokens.
+        RuntimeError: the attention modules returned no weights under eager attention.
+    """
+    model, ad = pair.target, pair.adapter
+    if inputs.num_video_tokens == 0:
+        raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
+    emb, side = prompt_video(model, ad, inputs) if video is None else video
+    L = emb.shape[1]
+    last = int(inputs.video_index[-1])
+    if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
+        last = max(last, int(inputs.subtitle_mask.nonzero().max()))  # transcript: pass A, not a score query
+    split = min(last + 1, L - 1)
+    cache = kv.new_cache(model)
+    extra = video_lm_kwargs(ad, is_video(inputs)[:split], side)  # every video token is in pass A
+    lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None, extra=extra)
+    scores = None
+    if with_scores:
+        impl = text_attn_implementation(model)
+        sink: list[torch.Tensor] = []
+        handles = _score_hooks(ad.language_model(model), sink)
+        set_text_attn_implementation(model, "eager")
+        try:
+            logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
+        finally:
+            set_text_attn_implementation(model, impl)
+            for h in handles:
+                h.remove()
+        if not sink:
+            raise RuntimeError("no attention weights were returned under eager attention.")
+        scores = attention_scores(sink, inputs.video_index)
+    else:
+        logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
+    return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1], side)
+
+
+def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, keep: torch.Tensor,
+                  target_inputs: ModelInputs | None = None) -> tuple[Any, int]:
+    """Draft prefill on all text tokens + the kept video tokens, at their original positions.
+
+    Args:
+        inputs: the draft's view of the prompt (with the subtitle transcript unless it is hidden
+            from the draft: ``inputs.draft_drop_mask()``).
+        keep: int64 (K,) sorted indices into the V video tokens.
+        target_inputs: the target's view when it differs from ``inputs`` (subtitle mode
+            ``draft``); a Self-SD draft then reuses the target's video features only.
+
+    Returns:
+        (draft cache, draft prompt length).
+
+    Source: docs/design.md §4.7 (positions kept, not renumbered).
+    """
+    L = inputs.input_ids.shape[1]
+    seq_keep = torch.ones(L, dtype=torch.bool)
+    seq_keep[inputs.video_index] = False
+    seq_keep[inputs.video_index[keep]] = True
+    drop = inputs.draft_drop_mask()
+    if drop is not None:
+        seq_keep &= ~drop
+    idx = seq_keep.nonzero().flatten()
+    draft = pair.draft
+    side = target.side
+    if pair.self_sd and target_inputs is not None and target_inputs is not inputs:
+        emb = embed_tokens(draft, inputs.input_ids).clone()
+        feats = target.embeds[0, target_inputs.video_index.to(target.embeds.device)]
+        emb[0, inputs.video_index.to(emb.device)] = feats.to(emb.dtype)
+    elif pair.self_sd:
+        emb = target.embeds
+    elif target.draft_video is not None:
+        emb, side = target.draft_video
+    else:
+        emb, side = prompt_video(draft, pair.draft_adapter, inputs)
+    emb = emb[:, idx.to(emb.device)]
+    if side is not None:  # side features of the kept video tokens, in sequence order
+        side = side[:, torch.unique(keep).to(side.device)]
+    extra = video_lm_kwargs(pair.draft_adapter, is_video(inputs)[idx], side)
+    cache = kv.new_cache(draft)
+    lm_forward(draft, pair.draft_adapter, emb, inputs.positions[:, idx], cache, rows=None, extra=extra)
+    return cache, int(idx.numel())

@@ -1,0 +1,322 @@
+"""Vanilla and speculative decoding as streaming generators.
+
+``stream(pair, inputs, config)`` is the main API: given inputs from
+:func:`specvlm.engine.prepare.prepare`, it yields one :class:`PrefillInfo`, then one
+:class:`StepEvent` per target forward (vanilla) or per verify step
+(speculative). ``generate()`` consumes it into a :class:`DecodeResult`. Both also
+take a clip and a prompt (``stream(pair, clip, prompt, config)``), preparing them first.
+
+The numbered comments in :func:`_stream_speculative` mirror docs/design.md §4.1-4.10.
+No state is kept on model objects: caches and positions live in local state.
+
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
+(Li et al. 2024) for the dynamic tree; Leviathan et al. 2023 for SD.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Any, Callable, Iterator
+
+import torch
+
+from specvlm.analysis.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
+from specvlm.config import DecodeConfig, SamplingConfig
+from specvlm.engine import kv
+from specvlm.engine.draft import make_draft_runner
+from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
+from specvlm.engine.prepare import VideoInput, as_clip, resolve_call
+from specvlm.engine.threads import adapt as adapt_threads
+from specvlm.models.pair import ModelPair
+from specvlm.spec.drafters import make_drafter
+from specvlm.spec.drafting import draft_substitute, for_draft
+from specvlm.spec.grid import map_keep
+from specvlm.spec.pruning import SCORE_METHODS, prune
+from specvlm.spec.sampling import make_generator, process_logits, sample
+from specvlm.spec.tree import verify_mask
+from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- helpers
+class _Emitter:
+    """Tracks generated ids, EOS / max_new_tokens truncation and text deltas."""
+
+    def __init__(self, pair: ModelPair, config: DecodeConfig):
+        self.tok = pair.processor.tokenizer
+        self.eos = pair.eos_token_ids if config.stop_at_eos else set()
+        self.max = config.max_new_tokens
+        self.ids: list[int] = []
+        self.text = ""
+        self.done = False
+        self._prefix = self._read = 0
+
+    def take(self, tokens: list[int]) -> list[int]:
+        """Append tokens up to the first EOS / the budget; returns those actually emitted."""
+        out = []
+        for t in tokens:
+            if self.done:
+                break
+            out.append(t)
+            self.ids.append(t)
+            if t in self.eos or len(self.ids) >= self.max:
+                self.done = True
+        return out
+
+    def delta(self) -> str:
+        """Text for the tokens since the last call (incremental: decodes a short window, not all ids).
+
+        Holds back text that ends in an incomplete UTF-8 sequence (U+FFFD) until it completes or
+        the generation ends.
+        """
+        window = self.tok.decode(self.ids[self._prefix:], skip_special_tokens=True)
+        head = self.tok.decode(self.ids[self._prefix:self._read], skip_special_tokens=True)
+        if len(window) <= len(head) or (window.endswith("\ufffd") and not self.done):
+            return ""
+        self._prefix, self._read = self._read, len(self.ids)
+        out = window[len(head):]
+        self.text += out
+        return out
+
+
+class _Picker:
+    """Chooses target tokens: argmax when greedy, else a seeded draw from the processed logits.
+
+    The same :func:`specvlm.spec.sampling.process_logits` (temperature, nucleus) is used by vanilla
+    sampling and by verification, so both sample from the same target distribution.
+    """
+
+    def __init__(self, sampling: SamplingConfig):
+        self.cfg = sampling
+        self.greedy = sampling.greedy
+        self.gen = None if self.greedy else make_generator(sampling)
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        if self.greedy:
+            return int(logits.argmax())
+        return sample(process_logits(logits.float(), self.cfg).cpu(), self.gen)
+
+
+def _rope_dims(inputs: ModelInputs) -> int:
+    return int(inputs.positions.shape[0])
+
+
+# --------------------------------------------------------------------------- streams
+def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
+           /, *more: Any, prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
+           record_trees: bool = False, **clip_form: Any) -> Iterator[PrefillInfo | StepEvent]:
+    """Decode one request, streaming events.
+
+    Two forms, one path. Prepared: ``stream(pair, inputs, config)`` with inputs from
+    :func:`specvlm.engine.prepare.prepare`. Clip: ``stream(pair, clip, prompt, config, subtitles=...,
+    subtitle_mode=..., force_keep=...)`` prepares them first (``inputs=`` skips that, with the
+    clip and prompt ignored).
+
+    Args:
+        pair: target + draft.
+        inputs: prepared ModelInputs (or, in the clip form, a VideoClip or a video file path).
+        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults); in the
+            clip form the prompt, with the config after it.
+        prefill: a target prefill to reuse (:func:`prefill_target` on ``inputs.for_target()``,
+            with scores for the ``specvlm`` and ``attention`` methods); its KV cache is copied, so
+            one prefill serves any number of requests on the same inputs.
+        should_stop: polled before every step; True ends the stream early.
+        record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
+        **clip_form: ``subtitles``, ``subtitle_mode``, ``force_keep`` (see
+            :func:`specvlm.engine.prepare.prepare`), ``inputs``, ``prompt``: clip form only.
+
+    Yields:
+        One PrefillInfo, then StepEvents (step 0 = the prefill token).
+
+    Raises:
+        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
+            video (:class:`specvlm.video.VideoError`); a ``prefill`` of other inputs or without
+            the scores the method needs.
+        TypeError: neither prepared inputs nor a VideoClip or path; arguments of the other form.
+
+    Source: docs/design.md §2 (one generator that the CLI, app and bench consume).
+    """
+    adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
+    with torch.inference_mode():
+        inputs, config = resolve_call(pair, inputs, config, more, clip_form)
+        if config.speculative:
+            yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+        else:
+            yield from _stream_vanilla(pair, inputs, config, prefill, should_stop)
+
+
+def _prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
+    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``."""
+    if reuse is None:
+        return prefill_target(pair, inputs, with_scores=with_scores)
+    held, L = kv.cache_length(reuse.cache), int(inputs.input_ids.shape[1])
+    if held != L:
+        raise ValueError(f"prefill holds {held} tokens but the target's prompt has {L}: make it with "
+                         "prefill_target(pair, inputs.for_target(), ...) for these inputs.")
+    if with_scores and reuse.scores is None:
+        raise ValueError("prefill has no attention scores, which this pruning method needs: make it with "
+                         "prefill_target(..., with_scores=True).")
+    return replace(reuse, cache=kv.clone_cache(pair.target, reuse.cache))
+
+
+def _subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
+    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft")."""
+    hidden = {"target": "draft", "draft": "target"}[seen_by]
+    return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
+
+
+def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tensor):
+    """Emitter, picker, decode clock, the prefill's token and its step-0 StepEvent."""
+    em = _Emitter(pair, config)
+    pick = _Picker(config.sampling)
+    t_dec = time.perf_counter()
+    first = pick(last_logits)
+    em.take([first])
+    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1,
+                                             margin=logit_margin(last_logits))
+
+
+def _stream_vanilla(pair, inputs, config, reuse, should_stop):
+    dev = pair.device
+    n_sub = _subtitle_tokens(inputs, "target")
+    inputs = inputs.for_target()
+    with Timer(dev) as t_pre:
+        tp = _prefill(pair, inputs, False, reuse)
+    yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
+                      inputs.token_grid, inputs.frames_per_token, n_sub, 0)
+    em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
+    yield event
+    pos, root, step = inputs.next_position, first, 0
+    R = _rope_dims(inputs)
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        with Timer(dev) as t_v:
+            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [root]),
+                                   torch.full((R, 1), pos), tp.cache)
+            root = pick(logits[-1])
+        pos += 1
+        new = em.take([root])
+        yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids),
+                        margin=logit_margin(logits[-1]))
+
+
+def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
+    dev = pair.device
+    method = config.prune.method
+    t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(dev) as t_pre:
+        tp = _prefill(pair, t_in, method in SCORE_METHODS, reuse)
+    # 4.3-4.6 pruning (pure)
+    with Timer() as t_prune:
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
+    # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
+    d_in = inputs.draft_inputs or inputs
+    with Timer(pair.draft.device) as t_dpre:
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
+                      t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
+                      _subtitle_tokens(inputs, "target"), _subtitle_tokens(d_in, "draft"))
+    em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
+    yield event
+
+    runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
+    pos, root, pending, step = t_in.next_position, first, [first], 0
+    dtype = pair.target.get_input_embeddings().weight.dtype
+    d_rows, d_sub = draft_substitute(pair)
+    config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
+    drafter = make_drafter(config, pick.gen)  # greedy, or sampled siblings + recursive rejection sampling
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        # 4.8 draft tree from the root (pending tokens first enter the draft cache)
+        with Timer(pair.draft.device) as t_d:
+            draft = drafter.draft(runner, for_draft(pending, d_rows, d_sub), pos)
+            tree = draft.tree
+        # 4.9 verify: one target forward over root + tree with a 4-D mask, then accept
+        with Timer(dev) as t_v:
+            Lt = kv.cache_length(tp.cache)
+            toks = torch.cat([torch.tensor([root]), tree.tokens])
+            positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(
+                _rope_dims(inputs), -1)
+            mask = verify_mask(tree.parents, Lt, dtype, dev)
+            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
+                                   tp.cache, mask=mask, rows=slice(None))
+            path, bonus = drafter.accept(draft, logits)
+            # 4.10 commit: keep root + accepted nodes in path order
+            kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
+        accepted = [int(tree.tokens[i]) for i in path]
+        new = em.take(accepted + [bonus])
+        n_acc = min(len(accepted), len(new))
+        pending, root, pos = accepted + [bonus], bonus, pos + len(accepted) + 1
+        rec = None
+        if record_trees:
+            rec = DraftTreeRecord(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(), path, bonus)
+        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], em.delta(), draft_ms=t_d.ms,
+                        verify_ms=t_v.ms, tree_size=tree.size, elapsed_s=time.perf_counter() - t_dec,
+                        num_generated=len(em.ids), tree=rec)
+
+
+def generate(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
+             /, *more: Any, **kwargs: Any) -> DecodeResult:
+    """Run :func:`stream` to the end and summarise it (docs/design.md §4.12).
+
+    Args:
+        pair: target + draft.
+        inputs: prepared ModelInputs (:func:`specvlm.engine.prepare.prepare`), or in the clip form
+            ``generate(pair, clip, prompt, config, ...)`` a VideoClip or a video file path (a path
+            is loaded with the default VideoConfig, not counted in ``total_s``).
+        config: decoding settings (default: SpecVLM, paper defaults); the prompt in the clip form.
+        *more: the config in the clip form.
+        **kwargs: passed to :func:`stream` (``prefill``, ``should_stop``, ``record_trees``; in the
+            clip form also ``subtitles``, ``subtitle_mode``, ``force_keep``, ``inputs``).
+
+    Returns:
+        DecodeResult: ids, text, τ (mean accepted length excluding the bonus token),
+        tokens per target forward, decode time (s, excludes prefill/scoring/pruning/draft
+        prefill), end-to-end time (s, including preparing the prompt in the clip form), tokens/s
+        over decode time, per-step accept lengths, and for vanilla the per-token logit margins.
+
+    Raises:
+        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
+            video (:class:`specvlm.video.VideoError`).
+        TypeError: neither prepared inputs nor a VideoClip or path.
+    """
+    if isinstance(inputs, (str, os.PathLike)) and kwargs.get("inputs") is None:
+        inputs = as_clip(pair, inputs)
+    t0 = time.perf_counter()
+    run = {k: kwargs.pop(k) for k in ("prefill", "should_stop", "record_trees") if k in kwargs}
+    inputs, config = resolve_call(pair, inputs, config, more, kwargs)
+    steps: list[StepEvent] = []
+    info: PrefillInfo | None = None
+    for ev in stream(pair, inputs, config, **run):
+        if isinstance(ev, PrefillInfo):
+            info = ev
+        else:
+            steps.append(ev)
+    return _summary(pair, config, info, steps, time.perf_counter() - t0)
+
+
+def _summary(pair: ModelPair, config: DecodeConfig, info: PrefillInfo | None, steps: list[StepEvent],
+             total: float) -> DecodeResult:
+    """A DecodeResult from a finished stream's events; ``total`` = end-to-end seconds."""
+    ids = [t for s in steps for t in s.token_ids]
+    verify_steps = [s for s in steps if s.step > 0]
+    accept = [s.accept_length for s in verify_steps] if config.speculative else []
+    decode_s = steps[-1].elapsed_s if steps else 0.0
+    text = pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
+    return DecodeResult(
+        token_ids=ids, text=text, method=config.method, accept_lengths=accept, tau=mean_tau(accept),
+        tokens_per_target_forward=tokens_per_target_forward(max(len(ids) - 1, 0), len(verify_steps)),
+        decode_s=decode_s, total_s=total, tokens_per_s=(len(ids) / decode_s) if decode_s > 0 else 0.0,
+        draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3,
+        prefill=info, steps=steps,
+        margins=[] if config.speculative else [s.margin for s in steps if s.token_ids],
+    )

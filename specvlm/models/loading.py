@@ -1,0 +1,161 @@
+"""Loading a target + draft pair by Hub id or local folder, placed on the device(s) it fits."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+
+from specvlm.models.errors import ModelLoadError
+from specvlm.models.fit import default_gpu_dtype, detect_gpus, estimate_pair, model_size, plan_placement
+from specvlm.models.hub import hub_reachable
+from specvlm.models.pair import ModelPair, pair_from_models
+from specvlm.models.registry import supported_model_types
+
+log = logging.getLogger(__name__)
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: str, gpus: tuple = ()) -> torch.dtype:
+    """The requested dtype, or the default: bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return default_gpu_dtype(gpus) if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelLoadError(f"dtype {dtype!r} is unknown: use float32, bfloat16 or float16.")
+    return table[dtype]
+
+
+def check_device(device: str) -> None:
+    """Refuse devices this machine does not have, with a readable message.
+
+    Raises:
+        ModelLoadError: not a torch device string, or CUDA asked for without CUDA.
+    """
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but CUDA is not available on this machine: "
+                             "use --device cpu.")
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ModelLoadError(f"device {device!r} is not a valid torch device: use cpu, cuda or cuda:N.") from exc
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.path.sep in path and path.count("/") > 1
+
+
+def _one_line(exc: BaseException, limit: int) -> str:
+    """An exception's message on one line (library messages span several), at most ``limit`` characters."""
+    return " ".join(str(exc).split())[:limit].rstrip(". ")
+
+
+def _load_one(path: str, device: str, dtype: torch.dtype, device_map: Any):
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    if _looks_local(path) and not os.path.isdir(os.path.expanduser(path)):
+        raise ModelLoadError(f"model folder {path!r} does not exist: give a folder saved with save_pretrained "
+                             "(model and processor) or a Hub id such as Qwen/Qwen2.5-VL-7B-Instruct.")
+    local = os.path.isdir(os.path.expanduser(path)) or not hub_reachable()
+    hint = "" if os.path.isdir(os.path.expanduser(path)) else (
+        " The Hugging Face Hub is not reachable from here, so only models already in the local cache load."
+        if local else "")
+    try:
+        cfg = AutoConfig.from_pretrained(path, local_files_only=local)
+    except Exception as exc:  # noqa: BLE001 - turned into one readable message
+        raise ModelLoadError(
+            f"could not load model {path!r}: {exc.__class__.__name__}: {_one_line(exc, 300)}.{hint} Use a "
+            "local folder saved with save_pretrained or a Hub id of a Qwen2.5-VL / LLaVA-OneVision / SmolVLM2 / "
+            "Qwen3-VL model (remote code is never run)."
+        ) from exc
+    if cfg.model_type not in supported_model_types():
+        raise ModelLoadError(f"model {path!r} has type {cfg.model_type!r}: only "
+                             f"{', '.join(supported_model_types())} are supported.")
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "sdpa", "local_files_only": local}
+    if device_map:
+        kwargs["device_map"] = device_map
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs).eval()
+        processor = AutoProcessor.from_pretrained(path, local_files_only=local)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"could not load model {path!r}: {exc.__class__.__name__}: "
+                             f"{_one_line(exc, 300)}.") from exc
+    if not device_map:
+        try:
+            model.to(device)
+        except (RuntimeError, AssertionError) as exc:
+            raise ModelLoadError(f"could not move model {path!r} to {device!r}: {_one_line(exc, 200)}") from exc
+    return model, processor
+
+
+def plan_device_map(target: str, draft: str | None, device: str, dtype: torch.dtype,
+                    gpus: tuple = ()) -> Any:
+    """The ``device_map`` that loads a pair straight onto its GPU(s), after checking it fits.
+
+    Args:
+        target, draft: Hub ids or local folders (draft None = Self-SD).
+        device: "cuda" or "cuda:i" (CPU devices need no map: returns None).
+        dtype: the load dtype (2 or 4 bytes per parameter and cache entry).
+        gpus: :func:`specvlm.models.fit.detect_gpus`.
+
+    Returns:
+        None on CPU; ``{"": device}`` when a model's size or the GPUs are unknown, or the pair fits one GPU;
+        ``"auto"`` when it needs several GPUs (accelerate shards it).
+
+    Raises:
+        PresetTooLargeError: the estimate (:func:`specvlm.models.fit.estimate_pair` at the paper's
+            16k video tokens) fits neither the GPU nor all GPUs together.
+    """
+    if not device.startswith("cuda"):
+        return None
+    t = model_size(target)
+    d = model_size(draft) if draft and draft != target else None
+    if not gpus or t is None or (draft and draft != target and d is None):
+        return {"": device}
+    name = target if not d else f"{target} + {draft}"
+    placement = plan_placement(estimate_pair(t, d, torch.finfo(dtype).bits // 8), gpus, device, name)
+    log.info("%s", placement.reason)
+    return placement.device_map
+
+
+def load_pair(target: str, draft: str | None = None, *, device: str | None = None, dtype: str | None = None,
+              device_map: str | None = None) -> ModelPair:
+    """Load a target (and optional Std-SD draft) by Hub id or local folder.
+
+    On a GPU the weights load straight to the device (never staged in host RAM), in bfloat16
+    where every GPU supports it and float16 otherwise, after :func:`plan_device_map` has checked
+    that the pair fits; a pair that needs several GPUs is sharded with ``device_map="auto"``.
+    Where the Hub is not reachable (:func:`specvlm.models.hub.hub_reachable`), Hub ids load from
+    the local cache only, without network retries.
+
+    Args:
+        target: Hub id or local path of the target.
+        draft: Hub id or local path of a smaller sibling (Std-SD); None = Self-SD.
+        device: "cpu", "cuda", "cuda:1"...; default cuda when available.
+        dtype: "float32" | "bfloat16" | "float16"; default bf16 (fp16 on GPUs without bf16) on CUDA,
+            fp32 on CPU.
+        device_map: overrides the planned placement, e.g. "auto" or {"": "cuda:1"} (accelerate).
+
+    Returns:
+        ModelPair, models in eval mode with sdpa attention.
+
+    Raises:
+        ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.
+        PresetTooLargeError: the pair cannot fit on the detected GPUs (one line: needed vs available).
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(device)
+    gpus = detect_gpus() if device.startswith("cuda") else ()
+    dt = _resolve_dtype(dtype, device, gpus)
+    if device_map is None:
+        device_map = plan_device_map(target, draft, device, dt, gpus)
+    log.info("loading target %s (%s, %s)", target, device, dt)
+    t_model, t_proc = _load_one(target, device, dt, device_map)
+    if draft is None or draft == target:
+        return pair_from_models(t_model, t_proc, name=f"{target} (Self-SD)")
+    log.info("loading draft %s", draft)
+    d_model, d_proc = _load_one(draft, device, dt, device_map)
+    return pair_from_models(t_model, t_proc, d_model, d_proc, name=f"{target} + {draft} (Std-SD)")
