@@ -116,7 +116,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.distributed or args.resume or RankInfo.from_env() is not None:
         from specvlm.cli.bench_ranks import cmd_bench_ranks
 
-        return cmd_bench_ranks(args)
+        return cmd_bench_ranks(args, plan_from_args, emit)
     report = report_from_args(args, progress=lambda line: print(line, file=sys.stderr, flush=True))
     return emit(report, args)
 

@@ -15,6 +15,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any, Callable
 
 from specvlm.bench.distributed import RankInfo, process_group, rank_device, run_distributed
 
@@ -36,8 +37,14 @@ def _resume_hint(info: RankInfo, folder: Path) -> str:
             "command with --resume to measure only the rest")
 
 
-def cmd_bench_ranks(args: argparse.Namespace) -> int:
+def cmd_bench_ranks(args: argparse.Namespace, plan_from_args: Callable[..., tuple[Any, Any, list]],
+                    emit: Callable[[dict, argparse.Namespace], int]) -> int:
     """Run this rank's share of the benchmark; rank 0 prints the merged report and writes the files.
+
+    Args:
+        args: the parsed ``bench`` arguments.
+        plan_from_args: :func:`specvlm.cli.bench.plan_from_args` (checks the arguments, loads the pair).
+        emit: :func:`specvlm.cli.bench.emit` (judges, prints and writes the merged report).
 
     Returns:
         The exit status: 0, 1 when this rank stopped on an error (one line names the rank and where
@@ -46,8 +53,6 @@ def cmd_bench_ranks(args: argparse.Namespace) -> int:
     Raises:
         ValueError: bad arguments (``python -m specvlm`` prints them as one line, per rank).
     """
-    from specvlm.cli.bench import emit, plan_from_args
-
     info = RankInfo.from_env() or RankInfo()
     tag = f"[rank {info.rank}] " if info.distributed else ""
 
