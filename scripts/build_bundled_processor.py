@@ -54,11 +54,11 @@ def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
     """Grammar sentences for BPE training (seeds far from the training range).
 
     Every other scene gets a subtitle track (:func:`scripts.training.scenes.with_subtitles`) whose
-    transcript lines (:func:`specvlm.prompting.subtitle_block`, as the app writes them) join the corpus,
+    transcript lines (:func:`specvlm.text.prompting.subtitle_block`, as the app writes them) join the corpus,
     and a flashing object every fifth, so fact values, names and cue words get their own tokens.
     """
     from scripts.training import scenes
-    from specvlm.prompting import subtitle_block
+    from specvlm.text.prompting import subtitle_block
 
     rng = np.random.default_rng(seed)
     lines = list(synth.DESCRIBE_PROMPTS) + ["user", "assistant", "system", "You are a helpful assistant."]

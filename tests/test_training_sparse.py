@@ -13,9 +13,9 @@ from scripts.training import data as tdata  # noqa: E402
 from scripts.training import losses as tlosses  # noqa: E402
 from scripts.training import model as tmodel  # noqa: E402
 from scripts.training import scenes  # noqa: E402
-from specvlm import synth  # noqa: E402
-from specvlm.prompting import subtitle_block  # noqa: E402
-from specvlm.subtitles import load_srt  # noqa: E402
+from specvlm.bench import synth  # noqa: E402
+from specvlm.text.prompting import subtitle_block  # noqa: E402
+from specvlm.text.subtitles import load_srt  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Training data: synthetic clips from :mod:`specvlm.synth` and :mod:`scripts.training.scenes`,
-conversations (with the app's subtitle transcript, :mod:`specvlm.prompting`), per-token labels, batches.
+"""Training data: synthetic clips from :mod:`specvlm.bench.synth` and :mod:`scripts.training.scenes`,
+conversations (with the app's subtitle transcript, :mod:`specvlm.text.prompting`), per-token labels, batches.
 
 Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses seeds >= 10**9.
 """
@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from scripts.training import scenes
-from specvlm import synth
-from specvlm.prompting import subtitle_block, user_text
+from specvlm.bench import synth
+from specvlm.text.prompting import subtitle_block, user_text
 
 IGNORE = -100
 
@@ -91,8 +91,8 @@ def _label_text(ids: list[int], skip: set[int]) -> list[int]:
 def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int, block: str = "") -> list[dict]:
     """Chat messages for one clip: a detailed description or ``n_q`` question turns.
 
-    A subtitle transcript ``block`` (:func:`specvlm.prompting.subtitle_block`) goes between the video
-    and the first question, as :func:`specvlm.models.base.message_for` places it.
+    A subtitle transcript ``block`` (:func:`specvlm.text.prompting.subtitle_block`) goes between the video
+    and the first question, as :func:`specvlm.models.adapter.message_for` places it.
     """
     video = {"type": "video"}
     if rng.random() < p_describe:
@@ -145,7 +145,7 @@ def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
     over everything) wins where it covers ``min_cover``; else background (0).
 
     Args:
-        truth: :class:`specvlm.synth.SceneTruth`; frames: uint8 (T, H, W, 3) from the same call.
+        truth: :class:`specvlm.bench.synth.SceneTruth`; frames: uint8 (T, H, W, 3) from the same call.
 
     Returns:
         dict of int64 arrays, each (T/temporal * H/merge * W/merge,) in the raster
@@ -310,7 +310,7 @@ def transcript_end(ids: list[int], tokenizer, text: str, block: str, video_id: i
     """
     if not block:
         return after_video(ids, video_id)
-    from specvlm.prompting import subtitle_mask
+    from specvlm.text.prompting import subtitle_mask
 
     mask = subtitle_mask(torch.tensor(ids), tokenizer, text, block)
     return int(mask.nonzero().max()) + 1

@@ -97,7 +97,7 @@ def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, sca
 
     ``FOCUS["rows"]`` = (idx int64 (B, R) query positions, valid bool (B, R), keys_ok bool (B, L));
     appends float32 (B, L): attention of those rows averaged over heads and valid rows — the
-    quantity Stage I ranks video tokens by (:func:`specvlm.decoding.attention_scores`).
+    quantity Stage I ranks video tokens by (:func:`specvlm.engine.prefill.attention_scores`).
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -140,7 +140,7 @@ def focus_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, video_id: 
 
     For each row of the batch: positions after the last video token (after the subtitle transcript:
     ``text_start[b]`` when given) up to the end of the first ``<|im_start|>assistant\n`` header
-    after it (pass B of :func:`specvlm.decoding.prefill_target`).
+    after it (pass B of :func:`specvlm.engine.prefill.prefill_target`).
 
     Returns:
         idx int64 (B, R), valid bool (B, R), keys_ok bool (B, L) (non-padding keys).

@@ -9,12 +9,12 @@ object, :func:`scripts.training.losses.spread_focus_loss`) finds them.
 
 :func:`with_subtitles` gives any scene a subtitle track: filler cues that say nothing the caption
 reports, and optionally one cue that states a fact (a two-digit code, a name, a flag colour) that
-only the subtitles carry; :func:`specvlm.synth.describe` then reports it ("code 42."). With the
+only the subtitles carry; :func:`specvlm.bench.synth.describe` then reports it ("code 42."). With the
 transcript withheld from the draft (subtitle mode ``target``) the draft cannot predict it.
 
 Everything is drawn from a seed with numpy (the same seed gives the same clip everywhere).
 
-Source: the bundled model's data recipe (assets/model/README.md); drawing helpers of :mod:`specvlm.synth`.
+Source: the bundled model's data recipe (assets/model/README.md); drawing helpers of :mod:`specvlm.bench.synth`.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specvlm import synth
-from specvlm.subtitles import Cue
+from specvlm.bench import synth
+from specvlm.text.subtitles import Cue
 
 DISTRACTOR_COLOURS = ((0, 200, 210), (255, 120, 190), (130, 80, 40))
 """Cyan, pink, brown: drawn, moving, never named by a caption."""
@@ -39,7 +39,7 @@ class SparseSpec:
     """Knobs of :func:`sparse_scene`.
 
     Attributes:
-        num_frames, height, width, fps: clip shape (as :class:`specvlm.synth.SceneSpec`).
+        num_frames, height, width, fps: clip shape (as :class:`specvlm.bench.synth.SceneSpec`).
         num_objects: small objects visible for (most of) the clip, 1..2; None = random.
         size_range: object side as a fraction of min(H, W).
         flash_prob: probability of a flashing object; flash_frames: (min, max) frames it shows.
@@ -69,7 +69,7 @@ class SubtitleSpec:
     Attributes:
         fact_prob: probability that one cue states a fact.
         fillers: (min, max) filler cues.
-        kinds: fact kinds to draw from (:data:`specvlm.synth.FACT_KINDS`).
+        kinds: fact kinds to draw from (:data:`specvlm.bench.synth.FACT_KINDS`).
     """
 
     fact_prob: float = 0.8
@@ -144,11 +144,11 @@ def sparse_scene(seed: int, spec: SparseSpec | None = None) -> tuple[np.ndarray,
         spec: settings (defaults: 128 frames of 168x168 px at 8 fps).
 
     Returns:
-        frames uint8 (T, H, W, 3) RGB and its :class:`specvlm.synth.SceneTruth` (objects include the
-        flashing one, motion :data:`specvlm.synth.FLASH`; distractors are not in the truth).
+        frames uint8 (T, H, W, 3) RGB and its :class:`specvlm.bench.synth.SceneTruth` (objects include the
+        flashing one, motion :data:`specvlm.bench.synth.FLASH`; distractors are not in the truth).
 
     Raises:
-        specvlm.synth.SynthError: frames under 56 px or fewer than 8 frames.
+        specvlm.bench.synth.SynthError: frames under 56 px or fewer than 8 frames.
     """
     spec = spec or SparseSpec()
     T, H, W = spec.num_frames, spec.height, spec.width

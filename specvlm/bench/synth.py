@@ -4,7 +4,7 @@ A scene holds one to three coloured shapes on a plain or textured background.
 Each shape has a motion (static, left to right, right to left, up, down,
 bouncing) and may enter or leave mid-video; optionally a large digit or short
 word is burned in for part of the video. A scene's truth may also carry a
-subtitle track (:class:`specvlm.subtitles.Cue` cues) and the fact one of its cues
+subtitle track (:class:`specvlm.text.subtitles.Cue` cues) and the fact one of its cues
 states (:class:`FactTruth`, e.g. "The code is 42."), and objects that flash
 (visible on a few frames only); ``scripts/training/scenes.py`` generates such
 sparse-information scenes. Everything is drawn
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from specvlm.config import DEFAULT_PROMPT
-from specvlm.subtitles import Cue
+from specvlm.text.subtitles import Cue
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class SceneTruth:
         background: one of :data:`BACKGROUNDS`.
         objects: objects in caption order (by x of their first visible box, then y).
         text: the burned-in text, or None.
-        cues: subtitle cues (:class:`specvlm.subtitles.Cue`) of the clip, in start order; () without subtitles.
+        cues: subtitle cues (:class:`specvlm.text.subtitles.Cue`) of the clip, in start order; () without subtitles.
         fact: the fact one of the cues states, or None.
     """
 
