@@ -3,6 +3,7 @@
 
     python -m scripts.deploy_space --space-id OWNER/NAME [--hardware zero-a10g|t4-small|a10g-large|...]
     python -m scripts.deploy_space --space-id OWNER/NAME --dry-run      # list the upload, no network
+    python -m scripts.deploy_space --print-requirements zero-a10g       # the Space's requirements.txt only
 
 Uploads the app (``app.py``, ``app/``, ``specvlm/``, ``assets/``, ``requirements.txt``,
 ``.gitattributes``, ``README.md``) with ``huggingface_hub``'s commit API, which stores
@@ -19,10 +20,17 @@ GPU default preset's models (downloaded at build time, not on the first Run), an
 also asked for that hardware (paid tiers need a payment method; ZeroGPU a PRO or team
 account).
 
+On ZeroGPU (``--hardware zero-a10g``) the Space runs on a runtime ZeroGPU supports: its
+``requirements.txt`` pins ``ZEROGPU_PINS`` (torch 2.11.0 and its torchvision) in place of
+the project's torch pins and leaves out ``spaces`` (the platform installs its own), and
+its front matter says ``python_version: "3.12"``. Other hardware gets the project's
+``requirements.txt`` and ``python_version`` unchanged.
+
 The token comes from ``--token``, ``HF_TOKEN`` or ``huggingface-cli login``.
 
 Source: docs/design.md §9 (Spaces: sdk_version, preload_from_hub, large-file storage);
-Hugging Face Hub documentation (Spaces configuration reference, ``HfApi.create_commit``).
+Hugging Face Hub documentation (Spaces configuration reference, ``HfApi.create_commit``;
+ZeroGPU: supported PyTorch 2.8.0, 2.9.1, 2.10.0, 2.11.0 and Python 3.10 or 3.12).
 """
 from __future__ import annotations
 
@@ -43,6 +51,14 @@ SKIP = re.compile(r"(^|/)(__pycache__|\.pytest_cache)(/|$)|\.pyc$")
 HARDWARE = ("cpu-basic", "cpu-upgrade", "zero-a10g", "t4-small", "t4-medium", "l4x1", "l4x4", "l40sx1", "l40sx4",
             "l40sx8", "a10g-small", "a10g-large", "a10g-largex2", "a10g-largex4", "a100-large", "a100x4", "a100x8")
 LFS_LIMIT = 10 * 2**20  # files above this (or binary) go to large-file storage
+#: ZeroGPU hardware names (a Space on one runs its GPU work through ``spaces.GPU``).
+ZEROGPU_HARDWARE = ("zero-a10g",)
+#: Pins a ZeroGPU Space gets in place of the project's (torchvision 0.26.0 requires torch==2.11.0).
+ZEROGPU_PINS = {"torch": "2.11.0", "torchvision": "0.26.0"}
+#: The front matter's python_version on ZeroGPU (it runs Python 3.12.12 or 3.10.13).
+ZEROGPU_PYTHON = "3.12"
+#: Packages the ZeroGPU platform installs itself; the Space's requirements leave them out.
+ZEROGPU_PLATFORM_PACKAGES = ("spaces",)
 
 
 class DeployError(ValueError):
@@ -104,6 +120,36 @@ def gradio_pin(root: Path = ROOT) -> str:
     return m.group(1)
 
 
+def space_requirements(root: Path = ROOT, hardware: str | None = None) -> str:
+    """The Space's requirements.txt text: the project's pins, or the ZeroGPU runtime's on ZeroGPU hardware.
+
+    Args:
+        root: repository root (its requirements.txt is read).
+        hardware: the Space hardware; a name in ``ZEROGPU_HARDWARE`` swaps in ``ZEROGPU_PINS`` and leaves out
+            ``ZEROGPU_PLATFORM_PACKAGES``.
+
+    Raises:
+        DeployError: requirements.txt lacks one of the pins ``ZEROGPU_PINS`` replaces.
+    """
+    text = (root / "requirements.txt").read_text()
+    if hardware not in ZEROGPU_HARDWARE:
+        return text
+    lines, swapped = [], set()
+    for line in text.splitlines():
+        name = re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower()
+        if not name or name.startswith("#") or name in ZEROGPU_PLATFORM_PACKAGES:
+            continue
+        if name in ZEROGPU_PINS:
+            line, _ = f"{name}=={ZEROGPU_PINS[name]}", swapped.add(name)
+        lines.append(line)
+    missing = sorted(set(ZEROGPU_PINS) - swapped)
+    if missing:
+        raise DeployError(f"requirements.txt has no pin for {', '.join(missing)}: pin it so ZeroGPU's can replace it.")
+    lines.insert(0, f"# ZeroGPU runtime: {', '.join(f'{k} {v}' for k, v in ZEROGPU_PINS.items())}, Python "
+                    f"{ZEROGPU_PYTHON}; spaces comes from the platform.")
+    return "\n".join(lines) + "\n"
+
+
 def split_readme(text: str) -> tuple[dict, str]:
     """(front matter as a dict, body) of a README with ``---`` YAML front matter.
 
@@ -148,6 +194,8 @@ def front_matter(root: Path = ROOT, hardware: str | None = None) -> dict:
     meta.setdefault("app_file", "app.py")
     if hardware:
         meta["suggested_hardware"] = hardware
+    if hardware in ZEROGPU_HARDWARE:
+        meta["python_version"] = ZEROGPU_PYTHON
     return meta
 
 
@@ -165,14 +213,16 @@ def check_args(space_id: str, hardware: str | None) -> None:
     Raises:
         DeployError: with the accepted form.
     """
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", space_id or ""):
+    if not space_id:
+        raise DeployError("--space-id is missing: e.g. --space-id my-user/specvlm-studio.")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", space_id):
         raise DeployError(f"--space-id {space_id!r} is not OWNER/NAME: e.g. --space-id my-user/specvlm-studio.")
     if hardware is not None and hardware not in HARDWARE:
         raise DeployError(f"--hardware {hardware!r} is unknown: use one of {', '.join(HARDWARE)}.")
 
 
-def describe(files: list[SpaceFile], meta: dict, space_id: str) -> str:
-    """The dry-run listing: every file with its size and storage, the total, and the front matter."""
+def describe(files: list[SpaceFile], meta: dict, space_id: str, requirements: str) -> str:
+    """The dry-run listing: every file with its size and storage, the total, the front matter and requirements."""
     import yaml
 
     lines = [f"Upload to https://huggingface.co/spaces/{space_id} ({len(files)} files):"]
@@ -182,6 +232,8 @@ def describe(files: list[SpaceFile], meta: dict, space_id: str) -> str:
     lines.append(f"  {sum(f.size for f in files):>12,d}  in all")
     lines.append("Front matter:")
     lines.append("---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip() + "\n---")
+    lines.append("requirements.txt:")
+    lines.append(requirements.rstrip())
     return "\n".join(lines)
 
 
@@ -194,16 +246,17 @@ def _is_text(path: Path) -> bool:
     return b"\0" not in head
 
 
-def upload(space_id: str, files: list[SpaceFile], readme: str, hardware: str | None, token: str | None,
-           private: bool) -> str:
+def upload(space_id: str, files: list[SpaceFile], readme: str, requirements: str, hardware: str | None,
+           token: str | None, private: bool) -> str:
     """Create the Space if needed and upload every file in one commit; returns the commit URL."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(token=token)
     api.create_repo(space_id, repo_type="space", space_sdk="gradio", exist_ok=True, private=private)
     ops = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(ROOT / f.path))
-           for f in files if f.path != "README.md"]
+           for f in files if f.path not in ("README.md", "requirements.txt")]
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode()))
+    ops.append(CommitOperationAdd(path_in_repo="requirements.txt", path_or_fileobj=requirements.encode()))
     info = api.create_commit(space_id, ops, repo_type="space", commit_message="Deploy SpecVLM Studio")
     if hardware:
         api.request_space_hardware(space_id, hardware)
@@ -213,9 +266,12 @@ def upload(space_id: str, files: list[SpaceFile], readme: str, hardware: str | N
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--space-id", required=True, help="OWNER/NAME of the Space (created when missing)")
+    p.add_argument("--space-id", help="OWNER/NAME of the Space (created when missing)")
     p.add_argument("--hardware", help=f"Space hardware to request and suggest: {', '.join(HARDWARE)}")
-    p.add_argument("--dry-run", action="store_true", help="list the files and the front matter; no network")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the files, the front matter and the requirements; no network")
+    p.add_argument("--print-requirements", metavar="HARDWARE",
+                   help="print the requirements.txt a Space on HARDWARE gets, and exit (no --space-id needed)")
     p.add_argument("--private", action="store_true", help="create the Space private")
     p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the saved login)")
     return p
@@ -224,16 +280,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.print_requirements is not None:
+            check_args("owner/name", args.print_requirements)
+            print(space_requirements(ROOT, args.print_requirements), end="")
+            return 0
         check_args(args.space_id, args.hardware)
         files = space_files(ROOT)
         meta = front_matter(ROOT, args.hardware)
+        requirements = space_requirements(ROOT, args.hardware)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(describe(files, meta, args.space_id))
+        print(describe(files, meta, args.space_id, requirements))
         return 0
-    url = upload(args.space_id, files, space_readme(ROOT, meta), args.hardware,
+    url = upload(args.space_id, files, space_readme(ROOT, meta), requirements, args.hardware,
                  args.token or os.environ.get("HF_TOKEN"), args.private)
     print(f"uploaded {len(files)} files: {url}\nSpace: https://huggingface.co/spaces/{args.space_id}")
     return 0

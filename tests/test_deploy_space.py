@@ -107,11 +107,54 @@ def test_upload_uses_one_commit_with_the_synced_readme(deploy, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     files = deploy.space_files(ROOT)
-    readme = deploy.space_readme(ROOT, deploy.front_matter(ROOT, "a10g-large"))
-    assert deploy.upload("me/space", files, readme, "a10g-large", "tok", False) == "https://hub/commit/1"
+    readme = deploy.space_readme(ROOT, deploy.front_matter(ROOT, "zero-a10g"))
+    requirements = deploy.space_requirements(ROOT, "zero-a10g")
+    assert deploy.upload("me/space", files, readme, requirements, "zero-a10g", "tok", False) == "https://hub/commit/1"
     assert calls[0] == ("token", "tok") and calls[1] == ("create_repo", "me/space", "space", "gradio", True)
     ops = dict(calls[2][2])
-    assert set(ops) == {f.path for f in files}
-    assert ops["README.md"].decode().startswith("---\n") and b"suggested_hardware: a10g-large" in ops["README.md"]
+    assert set(ops) == {f.path for f in files} and len(calls[2][2]) == len(files)
+    assert ops["README.md"].decode().startswith("---\n") and b"suggested_hardware: zero-a10g" in ops["README.md"]
+    assert b"python_version: '3.12'" in ops["README.md"]
+    assert ops["requirements.txt"] == requirements.encode() and b"torch==2.11.0" in ops["requirements.txt"]
     assert ops["app.py"] == str(ROOT / "app.py")
-    assert calls[3] == ("hardware", "me/space", "a10g-large")
+    assert calls[3] == ("hardware", "me/space", "zero-a10g")
+
+
+def _section(out: str, head: str) -> list[str]:
+    """The lines of a dry run's section after ``head`` up to the next unindented line ending in ':'."""
+    lines = out.splitlines()
+    start = lines.index(head) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].endswith(":") and not lines[i].startswith(" ")
+                and "==" not in lines[i]), len(lines))
+    return lines[start:end]
+
+
+def test_a_zerogpu_space_names_only_versions_zerogpu_supports(deploy, no_network, capsys):
+    """torch 2.11.0 with its torchvision (0.26.0 requires torch==2.11.0), Python 3.12, spaces left to the
+    platform; every other pin as the project's."""
+    assert deploy.main(["--space-id", "someone/specvlm-studio", "--hardware", "zero-a10g", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "python_version: '3.12'" in _section(out, "Front matter:")
+    req = [ln for ln in _section(out, "requirements.txt:") if ln and not ln.startswith("#")]
+    pins = dict(ln.split("==") for ln in req)
+    assert pins["torch"] == "2.11.0" and pins["torchvision"] == "0.26.0" and "spaces" not in pins
+    project = dict(ln.split("==") for ln in (ROOT / "requirements.txt").read_text().splitlines()
+                   if "==" in ln and not ln.startswith("#"))
+    assert pins == {k: v for k, v in project.items() if k != "spaces"} | deploy.ZEROGPU_PINS
+    assert deploy.main(["--print-requirements", "zero-a10g"]) == 0
+    assert capsys.readouterr().out == deploy.space_requirements(ROOT, "zero-a10g")
+
+
+def test_other_hardware_keeps_the_project_pins(deploy, no_network, capsys):
+    assert deploy.main(["--space-id", "someone/specvlm-studio", "--hardware", "a10g-small", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "python_version: '3.11'" in _section(out, "Front matter:")
+    assert "\n".join(_section(out, "requirements.txt:")) == (ROOT / "requirements.txt").read_text().rstrip()
+    assert deploy.space_requirements(ROOT, None) == (ROOT / "requirements.txt").read_text()
+
+
+def test_the_torch211_environment_is_the_zerogpu_runtime():
+    """`make test-torch211` installs what a ZeroGPU Space gets (plus spaces and the test pins)."""
+    make = (ROOT / "Makefile").read_text()
+    assert "-m scripts.deploy_space --print-requirements zero-a10g" in make
+    assert "grep '^spaces==' requirements.txt" in make and "test-torch211:" in make
