@@ -1,7 +1,10 @@
-"""Packaging: the bundled files are found through specvlm.assets, a wheel carries them, pins fit the ranges."""
+"""Packaging: the bundled files are found through specvlm.assets, a wheel carries them, pins fit the ranges,
+and the shipped code runs on Python 3.10-3.12 (checked statically with vermin)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -74,3 +77,25 @@ def test_the_wheel_carries_every_bundled_file(tmp_path, monkeypatch):
     wanted = {p.resolve() for p in (ROOT / "assets").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert wanted and wanted <= shipped, sorted(str(p) for p in wanted - shipped)[:5]
     assert {"specvlm", "specvlm.video", "specvlm.models", "app"} <= set(dist.packages)
+
+
+VERMIN = [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "--target=3.10-", "--violations",
+          "--no-tips"]
+"""Minimum Python 3.10 (ZeroGPU runs 3.10.13 or 3.12.12); violations only."""
+
+
+def test_the_code_needs_nothing_newer_than_python_3_10():
+    """vermin finds no syntax, module, function or argument newer than 3.10 in what runs (library, app, scripts)."""
+    r = subprocess.run(VERMIN + ["specvlm", "app", "scripts", "app.py"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "Target versions not met" not in out and "File with incompatible" not in out, out
+    assert "Minimum required versions: 3." in r.stdout
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.10"
+
+
+def test_vermin_flags_code_newer_than_python_3_10(tmp_path):
+    (tmp_path / "new.py").write_text("import tomllib\n\ntry:\n    pass\nexcept* ValueError:\n    pass\n")
+    r = subprocess.run(VERMIN + [str(tmp_path / "new.py")], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "'tomllib' module requires !2, 3.11" in r.stdout and "Target versions not met" in r.stdout

@@ -65,7 +65,7 @@ class Qwen25VLAdapter:
         video_index = (ids[0] == vid_id).nonzero().flatten()
         mm = enc.get("mm_token_type_ids")
         if mm is None:
-            mm = (ids == vid_id).long() * 2
+            mm = (ids == vid_id).to(torch.long) * 2
         positions, _ = model.model.get_rope_index(
             ids, mm, video_grid_thw=enc["video_grid_thw"], second_per_grid_ts=enc.get("second_per_grid_ts"),
         )
