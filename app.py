@@ -1,8 +1,9 @@
 """Start SpecVLM Studio: ``python app.py [--host HOST] [--port PORT] [--share] [limits]``.
 
-Also the ``app_file`` of the Hugging Face Space. The default preset's models load here, at start
-(on ZeroGPU to the CPU, then ``.to("cuda")`` as the ``spaces`` package arranges), so a Run's GPU
-window is spent decoding. Every limit has an environment variable (used when the flag is absent;
+Also the ``app_file`` of the Hugging Face Space. The default preset's models load here, at start,
+so a Run's GPU window is spent decoding: on ZeroGPU to ``cuda`` in this process, under the ``spaces``
+CUDA emulation (:mod:`app.zerogpu`; ``spaces`` moves them to the GPU it lends each Run), the same
+path as on a dedicated GPU. Every limit has an environment variable (used when the flag is absent;
 ``app.settings.Limits`` holds the defaults), e.g. on a Space:
 ``SPECVLM_MAX_UPLOAD_MB=100 SPECVLM_MAX_DURATION_S=300``.
 """

@@ -19,6 +19,7 @@ import dataclasses
 import filecmp
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +31,8 @@ from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
 from app.view import RunView, comparison_json, final_status
-from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, gpu_function, handle_failure
+from app import zerogpu
+from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, handle_failure
 
 __all__ = ["Backend", "parse_model_spec", "shown_name", "WORKER_PREFIX"]
 
@@ -101,15 +103,18 @@ class Backend:
         self._load_lock = threading.Lock()
         self._stops: dict[str, threading.Event] = {}
         self.worker = DecodeWorker(self.engine, self.get_pair, update_interval_s)
-        self.gpu_run = gpu_function(self.worker.run)
+        self.gpu_run = zerogpu.gpu_function(self.worker.run)
         """The GPU function: ``gpu_run(job) -> iterator of message batches`` (plain data)."""
 
     # ---- presets and defaults ------------------------------------------------------------
 
     def preset_names(self) -> list[str]:
-        """Preset names for the dropdown (empty, with a warning, if the presets cannot be read)."""
+        """Preset names for the dropdown: on ZeroGPU those that fit its whole GPU
+        (:func:`app.zerogpu.fitting_presets`), elsewhere all (empty, with a warning, if the presets cannot
+        be read)."""
         try:
-            return list(self.engine.presets())
+            presets = self.engine.presets()
+            return list(zerogpu.fitting_presets(presets) if zerogpu.active() else presets)
         except Exception:
             log.warning("specvlm presets not importable", exc_info=True)
             return []
@@ -150,8 +155,11 @@ class Backend:
         kind = ("Self-SD (draft = target weights)" if p.draft is None
                 else f"Std-SD, draft `{shown_name(p.draft)}`")
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        return (f"{p.description}  \ntarget `{shown_name(p.target)}` · {kind}{gpu}",
-                int(getattr(p, "num_frames", d.num_frames)), int(getattr(p, "max_new_tokens", fallback_tokens)))
+        frames = int(getattr(p, "num_frames", d.num_frames))
+        tokens = int(getattr(p, "max_new_tokens", fallback_tokens))
+        reserve = zerogpu.settings_note(p.target, p.draft, frames, tokens)
+        reserve = f"  \nOn ZeroGPU a Run with these frames and new tokens {reserve}." if reserve else ""
+        return f"{p.description}  \ntarget `{shown_name(p.target)}` · {kind}{gpu}{reserve}", frames, tokens
 
     # ---- models ----------------------------------------------------------------------------
 
@@ -385,7 +393,10 @@ class Backend:
             yield {"status": final_status(True), "device": label}
             return
         views.append(view)
-        worker = self.gpu_run(job)
+        reserve = zerogpu.reserve_note(job)
+        if reserve:
+            yield {"status": f"Waiting for a ZeroGPU device: this Run {reserve}…"}
+        worker, t0 = self.gpu_run(job), time.monotonic()
         try:
             for batch in worker:
                 upd = view.fold(batch, progress)
@@ -393,6 +404,13 @@ class Backend:
                     yield upd
                 if stop.is_set() or view.failure is not None:
                     break
+        except Exception as e:  # ZeroGPU's own errors (quota, aborted worker) get one line in the user's terms
+            msg = zerogpu.abort_message(e, view.where(), zerogpu.reserved_seconds(job) if reserve else None,
+                                        time.monotonic() - t0)
+            if msg is None:
+                raise
+            log.warning("the GPU function ended: %s (%s)", msg, e)
+            view.failure = msg
         finally:
             worker.close()  # GeneratorExit reaches the decode loop (and, on ZeroGPU, the worker process)
         final = view.final(stopped=stop.is_set())

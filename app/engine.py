@@ -40,12 +40,16 @@ class Engine:
 
     def load_pair(self, target: str, draft: str | None, device: str | None, dtype: str | None) -> Any:
         """Load a ModelPair (draft None = Self-SD). Never runs a repository's own code: transformers
-        is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast)."""
+        is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast).
+        On ZeroGPU this runs at start in the main process and loads to ``cuda`` under the ``spaces``
+        emulation (:func:`app.zerogpu.sync_loading`), the same path as on a dedicated GPU."""
         from transformers import dynamic_module_utils
 
+        from app import zerogpu
         from specvlm.models.loading import load_pair
         dynamic_module_utils.TIME_OUT_REMOTE_CODE = 0  # no interactive "run custom code? [y/N]" prompt
-        return load_pair(target, draft, device=device, dtype=dtype)
+        with zerogpu.sync_loading():  # on ZeroGPU: to the emulated cuda, in this thread
+            return load_pair(target, draft, device=device, dtype=dtype)
 
     def probe_video(self, path: str) -> Any:
         """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""

@@ -238,12 +238,28 @@ class RunView:
                 st.stopped = stopped
         if self.failure is not None:
             return self.fail(self.failure)
+        if not stopped and self.outcome is None:  # the GPU function ended without both results
+            return self.fail(f"The GPU work ended {self.where()} without both results: try again.")
         notes = "; ".join(n for n in [self.notes_text(), self._forced_note()] if n)
         head = "**Stopped.** Ready for the next run." if stopped else "**Done.** Ready for the next run."
         upd = self.full() if self.started else {}
         upd["status"] = f"{head}  \n*Input notes: {notes}*" if notes else head
         upd["record"] = self.record
         return upd
+
+    def where(self) -> str:
+        """How far the Run got, for a message: "before the video was read", "after 14 of 128 vanilla
+        tokens", "after 3 of 128 speculative tokens (vanilla finished)" or "after both runs finished"."""
+        van, spec = self.runs["vanilla"], self.runs["spec"]
+        budget = getattr(self.dec, "max_new_tokens", None)
+        of = f" of {budget}" if budget else ""
+        if not self.started:
+            return "before the video was read"
+        if not van.done:
+            return f"after {_last(van.counts)}{of} vanilla tokens"
+        if not spec.done:
+            return f"after {_last(spec.counts)}{of} speculative tokens (vanilla finished)"
+        return "after both runs finished"
 
     def fail(self, msg: str) -> dict[str, Any]:
         """The error update: runs not finished are marked failed; ``error`` is also shown as a toast."""

@@ -2,7 +2,7 @@
 plain, picklable data only (text pieces, numbers, lists, numpy arrays, small frozen dataclasses).
 
 On a Hugging Face ZeroGPU Space :meth:`DecodeWorker.run` is decorated with ``spaces.GPU`` (see
-:func:`gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
+:func:`app.zerogpu.gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
 every batch it yields are pickled, and what it changes stays in that process. The page's updates
 are built from the yielded data in the main process (:mod:`app.view`). Off ZeroGPU the decorator
 is a no-op and the same generator runs in the request's thread.
@@ -461,45 +461,3 @@ def drop_frames(exc: BaseException | None) -> None:
             traceback.clear_frames(exc.__traceback__)
             exc.__traceback__ = None
         exc = exc.__cause__ or exc.__context__
-
-
-# ---- ZeroGPU ---------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class GpuTime:
-    """How long a Run may hold a ZeroGPU device (seconds): ``base_s + frames * per_frame_s +
-    2 runs * max_new_tokens * per_token_s``, times the model's size factor, clamped to
-    ``[min_s, max_s]``. The per-token cost is a 7B-class model's on a ZeroGPU slice with margin.
-    """
-
-    base_s: float = 15.0
-    per_frame_s: float = 0.15
-    per_token_s: float = 0.06
-    min_s: int = 30
-    max_s: int = 300
-
-    def seconds(self, job: RunJob) -> int:
-        """The duration for ``job`` (whole seconds)."""
-        frames = int(getattr(job.vid, "num_frames", 16) or 16)
-        tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
-        raw = (self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s) * size_factor(job.model)
-        return int(min(self.max_s, max(self.min_s, round(raw))))
-
-
-def size_factor(model: tuple[str, str | None]) -> float:
-    """Rough cost of a model pair relative to a 7B-class target, from the size in its name
-    (``32B`` -> 4, ``72B`` -> 8; unknown or small -> 1)."""
-    import re
-    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", model[0].replace("-", " ").replace("_", " "))
-    billions = float(m.group(1)) if m else 7.0
-    return max(1.0, billions / 9.0)
-
-
-def gpu_function(fn: Callable[[RunJob], Iterator[list[Any]]], budget: GpuTime = GpuTime()) -> Callable:
-    """``fn`` decorated with ``spaces.GPU(duration=budget.seconds)`` when the ``spaces`` package is
-    installed (a no-op off ZeroGPU), else ``fn`` itself."""
-    try:
-        import spaces
-    except ImportError:
-        return fn
-    return spaces.GPU(duration=budget.seconds)(fn)

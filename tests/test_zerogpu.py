@@ -1,7 +1,12 @@
-"""The app on a ZeroGPU Space, emulated on a CPU with the real ``spaces`` package (see
-tests/zerogpu_scenario.py): a full Run with the bundled pair, Stop by cancel and by /stop (the
-worker's decode ends and the device is released within 10 s), Inspect and Export after a Run.
-Plus the plain-data contract of the GPU function and its duration."""
+"""The app on a ZeroGPU Space.
+
+``app.py`` started as a Space starts it, under the real ``spaces`` package in ZeroGPU mode against a
+stand-in device API (tests/zerogpu_space.py): the default pair loads at start to emulated ``cuda`` in
+bf16 (no device or dtype given), a whole Run decodes in the worker process ``spaces`` forks, Stop
+releases the device within 2 s, Inspect and Export work from the returned record, a killed worker and
+a used-up quota each give one line with the partial texts kept. Plus, without ``spaces``: the plain-data
+contract of the GPU function, its size and duration, the presets ZeroGPU can run, and how a Run ends
+(Done only with both outcomes; ZeroGPU's errors in the user's terms)."""
 from __future__ import annotations
 
 import io
@@ -12,14 +17,16 @@ import sys
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
+import gradio as gr
 import numpy as np
 import pytest
 
-from test_app_fakes import FakeEngine, engine_ready
+from test_app_fakes import FakeEngine, FakeTokenizer, engine_ready
 
+from app import zerogpu
 from app.backend import Backend
 from app.settings import RunRequest, RunSettings
-from app.worker import GpuTime, RunJob, gpu_function, size_factor
+from app.worker import RunJob
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,11 +43,22 @@ def _clip(tmp_path, monkeypatch):
     (tmp_path / "clip.mp4").write_bytes(b"\x00" * 16)
 
 
+def _job(frames: int, tokens: int, target: str, draft: str | None = None) -> RunJob:
+    from specvlm.config import DecodeConfig, VideoConfig
+    return RunJob("v.mp4", "p", DecodeConfig(max_new_tokens=tokens), VideoConfig(num_frames=frames), (target, draft))
+
+
+def _request(max_new: int = 12) -> RunRequest:
+    return RunRequest("clip.mp4", "Describe.", RunSettings(preset="Fake tiny (CPU)", num_frames=4,
+                                                           max_new_tokens=max_new))
+
+
+# ---- the GPU function: plain data, size, duration -------------------------------------------------
+
 def test_the_gpu_function_takes_and_yields_plain_data_only():
     """Every batch the worker yields (and its job) survives ForkingPickler unchanged; no Gradio object."""
     b = Backend(FakeEngine(step_s=0.0), update_interval_s=0.0)
-    job, _, _ = b.prepare(RunRequest("clip.mp4", "Describe.", RunSettings(preset="Fake tiny (CPU)", num_frames=4,
-                                                                          max_new_tokens=12)))
+    job, _, _ = b.prepare(_request())
     assert _roundtrip(job) == job
     batches = list(b.gpu_run(job))
     kinds = set()
@@ -58,68 +76,204 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
     assert {"Phase", "ClipReady", "Prefill", "Step", "RunEnd", "Outcome"} <= kinds
 
 
-def test_gpu_duration_grows_with_frames_tokens_and_model_size():
-    from specvlm.config import DecodeConfig, VideoConfig
+def test_the_default_zerogpu_run_asks_for_at_most_60_s_and_the_duration_grows_with_the_work():
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
 
-    def job(frames, tokens, target="assets/model/target"):
-        return RunJob("v.mp4", "p", DecodeConfig(max_new_tokens=tokens), VideoConfig(num_frames=frames), (target, None))
+    t, p = zerogpu.GpuTime(), PRESETS[QWEN7_SELF]
+    default = t.seconds(_job(p.num_frames, p.max_new_tokens, p.target, p.draft))
+    # 10 s start + 128 frames * 0.08 s + 2 runs * 256 tokens * 0.045 s (7B-class weights) = 43.3 s
+    assert default == 44
+    assert t.seconds(_job(8, 24, "assets/model/target")) == t.min_s
+    assert t.seconds(_job(64, 256, p.target)) < default < t.seconds(_job(128, 512, p.target))
+    big = t.seconds(_job(128, 256, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"))
+    assert default < big < t.max_s    # ~80 GB of weights read per step: slower per token
+    assert t.seconds(_job(256, 1024, "llava-hf/llava-onevision-qwen2-72b-ov-hf")) == t.max_s
+    assert zerogpu.weight_factor(_job(16, 16, "someone/Custom-VL-72B")) == pytest.approx(72 * 2e9 / 16.6e9)
+    assert zerogpu.weight_factor(_job(16, 16, "someone/custom-vl")) == 1.0
 
-    t = GpuTime()
-    assert t.seconds(job(8, 24)) == t.min_s
-    assert t.seconds(job(64, 256)) < t.seconds(job(128, 512)) < t.seconds(job(128, 512, "Qwen/Qwen2.5-VL-32B-Instruct"))
-    assert t.seconds(job(256, 1024, "llava-hf/llava-onevision-qwen2-72b-ov-hf")) == t.max_s
-    assert size_factor(("Qwen/Qwen2.5-VL-7B-Instruct", None)) == 1.0 and size_factor(("x/Model-72B", None)) == 8.0
+
+def test_xlarge_only_for_pairs_over_the_large_size():
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
+
+    p = PRESETS[QWEN7_SELF]
+    assert zerogpu.gpu_size(_job(p.num_frames, p.max_new_tokens, p.target)) == "large"  # ~21 GB
+    moe = _job(128, 256, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")
+    assert zerogpu.job_estimate(moe).total > zerogpu.LARGE_BYTES and zerogpu.gpu_size(moe) == "xlarge"
+    assert zerogpu.gpu_size(_job(128, 256, "someone/unknown-model")) == "large"   # size unknown: the default
 
 
-def test_off_zerogpu_the_decorator_changes_nothing(monkeypatch):
+def test_zerogpu_offers_only_presets_that_fit_the_whole_gpu():
+    from specvlm.models.fit import preset_estimate
+    from specvlm.models.presets import PRESETS
+
+    offered = zerogpu.fitting_presets(PRESETS)
+    assert "Qwen2.5-VL-7B Self-SD" in offered and "Qwen3-VL-30B-A3B + 8B draft" in offered
+    for name in ("LLaVA-OneVision-72B + 7B draft", "Qwen2.5-VL-32B + 7B draft", "Qwen3-VL-32B + 8B draft"):
+        assert name not in offered and preset_estimate(PRESETS[name]).total > zerogpu.XLARGE_BYTES
+    assert list(offered) == [n for n in PRESETS if n in offered]   # the presets' order
+
+
+@pytest.mark.filterwarnings("ignore:Error while reading infos from Nvidia driver FS")  # spaces, without a GPU
+def test_the_dropdown_and_the_page_on_zerogpu(monkeypatch):
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
+
+    class Engine(FakeEngine):
+        def presets(self):
+            return dict(PRESETS)
+
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    b = Backend(Engine())
+    names = b.preset_names()
+    assert QWEN7_SELF in names and "LLaVA-OneVision-72B + 7B draft" not in names
+    assert "On ZeroGPU a Run with these frames and new tokens reserves up to 44 s of GPU time." in \
+        b.preset_info(QWEN7_SELF)[0]
+    assert "whole GPU (xlarge" in b.preset_info("Qwen3-VL-30B-A3B + 8B draft")[0]
+    monkeypatch.setattr(zerogpu, "active", lambda: False)
+    assert len(b.preset_names()) == len(PRESETS) and "reserves" not in b.preset_info(QWEN7_SELF)[0]
+
+
+def test_off_zerogpu_the_gpu_function_is_the_worker_itself(monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     fn = Backend(FakeEngine()).worker.run
-    assert gpu_function(fn) == fn   # spaces installed, not on ZeroGPU: a no-op
+    assert zerogpu.gpu_function(fn) == fn and not zerogpu.active()
+    with zerogpu.sync_loading():
+        assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
 
+
+# ---- how a Run ends ----------------------------------------------------------------------------
+
+def _cut(b: Backend, after_steps: int, error: Exception | None):
+    """Make ``b``'s GPU function stop after ``after_steps`` vanilla Step messages: end, or raise ``error``."""
+    run = b.gpu_run
+
+    def cut(job):
+        seen = 0
+        for batch in run(job):
+            steps = [m for m in batch if type(m).__name__ == "Step"]
+            if seen + len(steps) >= after_steps:
+                yield batch[:batch.index(steps[after_steps - seen - 1]) + 1]
+                if error is not None:
+                    raise error
+                return
+            seen += len(steps)
+            yield batch
+    b.gpu_run = cut
+
+
+def test_a_gpu_function_that_ends_early_is_an_error_not_done():
+    b = Backend(FakeEngine(step_s=0.0), update_interval_s=0.0)
+    _cut(b, 5, None)
+    ups = list(b.run(_request(12)))
+    last = ups[-1]
+    assert last["status"] == ("**Error:** The GPU work ended after 5 of 12 vanilla tokens without both results: "
+                              "try again.")
+    assert FakeTokenizer().decode(FakeEngine().tokens(5)) in last["vanilla_html"]   # the partial text stays
+    assert "· error ·" in last["vanilla_stats"] and "5 tokens" in last["vanilla_stats"]
+    assert "Outputs identical" not in last["summary"] and last["error"] == last["status"].removeprefix("**Error:** ")
+
+
+def test_zerogpu_aborting_the_worker_when_its_time_is_up(monkeypatch):
+    monkeypatch.setattr(zerogpu, "reserve_note", lambda job: "reserves up to 0 s of GPU time")
+    monkeypatch.setattr(zerogpu, "reserved_seconds", lambda job: 0)
+    b = Backend(FakeEngine(step_s=0.0), update_interval_s=0.0)
+    _cut(b, 3, gr.Error("GPU task aborted", title="ZeroGPU worker error"))
+    ups = list(b.run(_request(12)))
+    assert "Waiting for a ZeroGPU device: this Run reserves up to 0 s of GPU time…" in [u.get("status") for u in ups]
+    assert ups[-1]["status"] == ("**Error:** The GPU time ran out (0 s reserved) after 3 of 12 vanilla tokens: "
+                                 "try fewer frames or fewer new tokens.")
+    assert FakeTokenizer().decode(FakeEngine().tokens(3)) in ups[-1]["vanilla_html"]
+
+
+@pytest.mark.parametrize("error, reserved, elapsed, line", [
+    (gr.Error("GPU task aborted", title="ZeroGPU worker error"), 45, 50.0,
+     "The GPU time ran out (45 s reserved) after 14 of 128 vanilla tokens: try fewer frames or fewer new tokens."),
+    (gr.Error("GPU task aborted", title="ZeroGPU worker error"), 45, 3.2,
+     "The GPU worker stopped after 14 of 128 vanilla tokens (GPU task aborted after 3 s): try again, or fewer "
+     "frames or fewer new tokens."),
+    (gr.Error("You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). Try again in 0:10:00.",
+              title="ZeroGPU quota exceeded"), 45, 0.1,
+     "Your ZeroGPU quota is used up: it resets 24 h after first use; signing in to Hugging Face (or PRO) gives "
+     "more. ZeroGPU says: You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). Try again in "
+     "0:10:00."),
+    (gr.Error("The requested GPU duration (400s) is larger than the maximum allowed", title="ZeroGPU illegal duration"),
+     400, 0.1, "This Run asks for more GPU time than ZeroGPU allows: try fewer frames or fewer new tokens (The "
+               "requested GPU duration (400s) is larger than the maximum allowed)."),
+    (gr.Error("No GPU was available after 60s", title="ZeroGPU queue timeout"), 45, 60.0,
+     "No ZeroGPU device was free (No GPU was available after 60s): try again in a minute."),
+    (gr.Error("Something else"), 45, 1.0, None),
+    (RuntimeError("CUDA error"), 45, 1.0, None),
+])
+def test_zerogpu_errors_in_one_line(error, reserved, elapsed, line):
+    assert zerogpu.abort_message(error, "after 14 of 128 vanilla tokens", reserved, elapsed) == line
+
+
+# ---- app.py on a ZeroGPU Space (real spaces, stand-in device API) ---------------------------------
 
 @pytest.fixture(scope="module")
-def zerogpu():
+def space():
     reason = engine_ready()
     if reason:
         pytest.skip(reason)
-    pytest.importorskip("spaces")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_scenario.py")], capture_output=True, text=True,
+    for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD"):
+        env.pop(name, None)
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_space.py")], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=400)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert r.returncode == 0 and line, r.stderr[-3000:]
+    assert r.returncode == 0 and line, (r.stdout[-2000:], r.stderr[-4000:])
     return json.loads(line[len("RESULT "):])
 
 
 @pytest.mark.timeout(420)
-def test_zerogpu_full_run_with_the_bundled_pair(zerogpu):
-    z = zerogpu
-    assert z["decorated"], "spaces.GPU did not wrap the GPU function in ZeroGPU mode"
+def test_app_py_on_zerogpu_loads_to_emulated_cuda_at_start(space):
+    from specvlm.models.presets import BUNDLED_STD
+
+    assert space["decorated"], "spaces.GPU did not wrap the GPU function in ZeroGPU mode"
+    assert space["default_preset"] == BUNDLED_STD   # offline: the bundled pair, the 7B is not cached
+    assert space["loaded"]["asked"] == [None, None] and space["loaded"]["devices"] == 1   # app.py chose them
+    assert space["loaded"]["device"] == "cuda:0" and space["loaded"]["dtype"] == "torch.bfloat16"
+    assert "Models load on the first Run" not in space["footer"]
+
+
+@pytest.mark.timeout(420)
+def test_app_py_on_zerogpu_runs_in_the_worker_to_done(space):
+    z = space
     assert z["status"].startswith("**Done.**") and "Outputs identical" in z["summary"], z["summary"]
     assert "τ =" in z["summary"] and "kept" in z["summary"] and z["gallery"] > 0
     assert "· done ·" in z["vanilla_stats"] and "· done ·" in z["spec_stats"]
     assert z["updates"] >= 5                      # it streamed, not one final update
     assert z["parent_streams"] == 0 and z["parent_workers"] == 0   # decoded in the worker process only
-    assert z["schedules"][0] == GpuTime().min_s and z["schedules"][1] > z["schedules"][0]   # sized per Run
-    assert z["releases"] and set(z["releases"]) == {"false"}       # every GPU window released cleanly
+    assert z["waiting"] == [f"Waiting for a ZeroGPU device: this Run reserves up to {zerogpu.GpuTime().min_s} s of "
+                            "GPU time…"]
+    assert z["schedules"][0] == [zerogpu.GpuTime().min_s, None]    # sized per Run, size large (the default)
+    assert z["schedules"][1][0] > z["schedules"][0][0]
+    assert z["next_status"].startswith("**Done.**") and "Outputs identical" in z["next_summary"]
 
 
 @pytest.mark.timeout(420)
-def test_zerogpu_inspect_and_export_after_a_run(zerogpu):
-    z = zerogpu
+def test_app_py_on_zerogpu_inspect_and_export_from_the_record(space):
+    z = space
     assert z["record_steps"] > 1 and z["record_tokens"] > 0     # the record came back through the outputs
     assert z["export_steps"] == z["record_steps"] and z["export_bytes"] > 1000
     assert "τ =" in z["inspect_summary"] and "video tokens kept" in z["inspect_summary"]
 
 
 @pytest.mark.timeout(420)
-def test_zerogpu_stop_ends_the_worker_and_releases_the_gpu(zerogpu):
-    z = zerogpu
-    # cancel (what Gradio's cancels= does: close the handler's generator)
-    assert z["cancel_release_s"] is not None and z["cancel_release_s"] < 10 and z["cancel_fail"] == "false"
-    assert z["cancel_close_s"] < 10 and z["cancel_parent_polls"] == 0   # the engine polled in the worker only
-    # /stop (the session's flag closes the worker's generator)
+def test_app_py_on_zerogpu_stop_releases_the_device_within_2_s(space):
+    z = space
+    assert z["cancel_release_s"] is not None and z["cancel_release_s"] < 2 and z["cancel_fail"] == "false"
+    assert z["cancel_close_s"] < 2
     assert z["stop_message"].startswith("Stopping")
-    assert z["stop_release_s"] is not None and z["stop_release_s"] < 10 and z["stop_end_s"] < 10
+    assert z["stop_release_s"] is not None and z["stop_release_s"] < 2 and z["stop_end_s"] < 2
     assert z["stop_status"].startswith("**Stopped.**") and "· stopped ·" in z["stop_vanilla_stats"]
-    assert z["next_status"].startswith("**Done.**") and "Outputs identical" in z["next_summary"]
+
+
+@pytest.mark.timeout(420)
+def test_app_py_on_zerogpu_a_killed_worker_and_a_used_up_quota_give_one_line(space):
+    z = space
+    assert z["killed_status"].startswith("**Error:** The GPU worker stopped after ")
+    assert "of 400 vanilla tokens (GPU task aborted after" in z["killed_status"]
+    assert "· error ·" in z["killed_vanilla_stats"] and z["killed_text_kept"]
+    assert z["quota_status"].startswith("**Error:** Your ZeroGPU quota is used up: it resets 24 h after first use")
+    assert "true" in z["releases"]                # the killed Run's device released as failed
+    assert z["next_status"].startswith("**Done.**")   # and the next Run gets a fresh worker

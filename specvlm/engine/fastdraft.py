@@ -92,7 +92,7 @@ def _norm_weight(norm: Any) -> torch.Tensor:
     w = getattr(norm, "weight", None)
     if w is None or getattr(norm, "variance_epsilon", None) is None:
         raise FastDraftUnsupported("the draft's norm is not an RMS norm with a weight: use DraftRunner.")
-    x = torch.randn(1, w.shape[0], generator=torch.Generator().manual_seed(0)).to(w)
+    x = torch.randn(1, w.shape[0], generator=torch.Generator().manual_seed(0)).to(device=w.device, dtype=w.dtype)
     if not torch.allclose(norm(x), F.rms_norm(x, (w.shape[0],), w, norm.variance_epsilon), rtol=1e-3, atol=1e-4):
         raise FastDraftUnsupported("the draft's norm is not weight * x / rms(x): use DraftRunner.")
     return w

@@ -1,0 +1,242 @@
+"""The app on a Hugging Face ZeroGPU Space: loading, the GPU function's size and duration, the
+presets this hardware can run, and ZeroGPU's own errors in the user's terms.
+
+On ZeroGPU (``SPACES_ZERO_GPU=true``; the platform installs the ``spaces`` package) the models load
+to ``cuda`` in the main process, at start, under the ``spaces`` CUDA emulation (its torch modes are
+thread-local, so transformers' threaded weight loading is switched off there: :func:`sync_loading`).
+A Run's GPU work is :meth:`app.worker.DecodeWorker.run` decorated with ``spaces.GPU``
+(:func:`gpu_function`): it asks for a whole GPU (``size="xlarge"``) only when the pair's memory
+estimate exceeds the ``large`` half, and for a duration sized from the Run's frames and new tokens
+(:class:`GpuTime`); the requested duration counts against the visitor's daily quota.
+
+Off ZeroGPU every function here is a no-op or answers "not ZeroGPU", and the GPU function is the
+worker's generator itself.
+
+Source: docs/design.md §9 (ZeroGPU facts); Hugging Face ZeroGPU documentation (sizes ``large`` =
+half an RTX Pro 6000 Blackwell, 48 GB, and ``xlarge`` = the whole 96 GB at twice the quota; daily
+quotas); ``spaces`` 0.51 (``spaces.GPU``, ``spaces.zero.client``: how quota and aborts are reported).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+LARGE_BYTES = 48 * 10**9
+"""Memory of ZeroGPU's default ``large`` size (half an RTX Pro 6000 Blackwell)."""
+XLARGE_BYTES = 96 * 10**9
+"""Memory of ``size="xlarge"`` (the whole GPU; its requested duration counts twice against the quota)."""
+SEVEN_B_WEIGHT_BYTES = 16.6e9
+"""bf16 weights of a 7B-class target (Qwen2.5-VL-7B): the model the per-token cost is stated for."""
+
+
+def active() -> bool:
+    """True on a ZeroGPU Space (``SPACES_ZERO_GPU`` set to true, as the platform does, and ``spaces``
+    importable)."""
+    if os.environ.get("SPACES_ZERO_GPU", "").lower() not in ("1", "t", "true"):
+        return False
+    try:
+        import spaces  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def sync_loading() -> Iterator[None]:
+    """On ZeroGPU, load weights in the calling thread (``HF_DEACTIVATE_ASYNC_LOAD=1``) for the block.
+
+    transformers 5 copies weights to the device in a thread pool; the ``spaces`` CUDA emulation's
+    torch modes are thread-local, so those copies would reach real CUDA ("Low-level CUDA init
+    reached"). Off ZeroGPU nothing changes.
+    """
+    if not active():
+        yield
+        return
+    old = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
+    os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
+        else:
+            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = old
+
+
+# ---- size and duration -------------------------------------------------------------------------
+
+def job_estimate(job: Any) -> Any:
+    """The pair's memory estimate (:class:`specvlm.models.fit.MemoryEstimate`, bf16) at the job's frames and
+    new tokens, or None when a model's size is unknown (a custom model not on disk)."""
+    from specvlm.models.fit import estimate_pair, model_size
+
+    target, draft = job.model
+    t = model_size(target)
+    d = model_size(draft) if draft and draft != target else None
+    if t is None or (draft and draft != target and d is None):
+        return None
+    frames = int(getattr(job.vid, "num_frames", 16) or 16)
+    prune = getattr(job.dec, "prune", None)
+    kw = {"drop_rate": float(prune.drop_rate)} if prune is not None else {}
+    return estimate_pair(t, d, 2, video_tokens=int(round(frames * t.video_tokens_per_frame)),
+                         max_new_tokens=int(getattr(job.dec, "max_new_tokens", 256) or 256), **kw)
+
+
+def gpu_size(job: Any) -> str:
+    """``"xlarge"`` when the job's memory estimate exceeds :data:`LARGE_BYTES`, else ``"large"``."""
+    est = job_estimate(job)
+    return "xlarge" if est is not None and est.total > LARGE_BYTES else "large"
+
+
+def _name_billions(name: str) -> float | None:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", name.replace("-", " ").replace("_", " "))
+    return float(m.group(1)) if m else None
+
+
+def weight_factor(job: Any) -> float:
+    """The pair's weights relative to a 7B-class target (decoding reads every weight per step), at least 1:
+    from the memory estimate, else from a size in the target's name (``72B`` -> ~9), else 1."""
+    est = job_estimate(job)
+    if est is not None:
+        return max(1.0, est.weights / SEVEN_B_WEIGHT_BYTES)
+    billions = _name_billions(job.model[0])
+    return max(1.0, billions * 2e9 / SEVEN_B_WEIGHT_BYTES) if billions else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuTime:
+    """How long a Run asks to hold a ZeroGPU device (seconds).
+
+    ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor``, rounded up
+    and clamped to ``[min_s, max_s]``. The costs are a 7B-class bf16 target on the ``large`` half
+    (about 0.9 TB/s): the worker's start and the weights' move to the device (``base_s``); per frame,
+    decoding it on the CPU plus its share of the vision tower and of three prefills (vanilla, speculative
+    target, draft); per token, one bandwidth-bound step of ~17 GB (~20 ms) with eager-mode overhead.
+    Each is about twice that, for margin. The default ZeroGPU Run (Qwen2.5-VL-7B Self-SD, 128 frames,
+    256 new tokens) asks for 44 s.
+    """
+
+    base_s: float = 10.0
+    per_frame_s: float = 0.08
+    per_token_s: float = 0.045
+    min_s: int = 20
+    max_s: int = 300
+
+    def seconds(self, job: Any) -> int:
+        """The duration ``spaces.GPU`` is asked for (whole seconds)."""
+        frames = int(getattr(job.vid, "num_frames", 16) or 16)
+        tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
+        raw = self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
+        return int(min(self.max_s, max(self.min_s, math.ceil(raw))))
+
+
+def reserved_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
+    """The GPU time a Run reserves: the requested duration as ``spaces`` schedules it (it scales a
+    ``large`` request by the hardware's duration factor: 1.5 on the RTX Pro 6000, 1 elsewhere)."""
+    seconds = budget.seconds(job)
+    if not active():
+        return seconds
+    try:
+        from datetime import timedelta
+
+        from spaces.zero.client import get_duration_seconds
+        return int(round(get_duration_seconds(timedelta(seconds=seconds), gpu_size(job))))
+    except Exception:  # an older or newer spaces: the requested duration
+        return seconds
+
+
+def reserve_note(job: Any, budget: GpuTime = GpuTime()) -> str:
+    """'reserves up to 44 s of GPU time' (+ the xlarge note) for the page, "" off ZeroGPU."""
+    if not active():
+        return ""
+    note = f"reserves up to {reserved_seconds(job, budget)} s of GPU time"
+    if gpu_size(job) == "xlarge":
+        note += " on a whole GPU (xlarge: it counts twice against the daily quota)"
+    return note
+
+
+def settings_note(target: str, draft: str | None, frames: int, tokens: int) -> str:
+    """:func:`reserve_note` for a pair at these frames and new tokens ("" off ZeroGPU or when unknown)."""
+    if not active():
+        return ""
+    from app.worker import RunJob
+    from specvlm.config import DecodeConfig, VideoConfig
+    try:
+        return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens),
+                                   vid=VideoConfig(num_frames=frames), model=(target, draft)))
+    except Exception:  # the note is optional
+        return ""
+
+
+def gpu_function(fn: Callable[[Any], Iterator[list[Any]]], budget: GpuTime = GpuTime()) -> Callable:
+    """``fn`` as the Run's GPU function.
+
+    On ZeroGPU: ``job -> iterator`` that calls ``fn`` decorated with ``spaces.GPU(duration=budget.seconds)``,
+    or with ``size="xlarge"`` too when :func:`gpu_size` says so; it carries a ``zerogpu`` attribute.
+    Elsewhere: ``fn`` itself.
+    """
+    if not active():
+        return fn
+    import spaces
+
+    def xlarge(job: Any) -> Iterator[list[Any]]:
+        yield from fn(job)
+
+    sized = {"large": spaces.GPU(duration=budget.seconds)(fn),
+             "xlarge": spaces.GPU(duration=budget.seconds, size="xlarge")(xlarge)}
+
+    def run(job: Any) -> Iterator[list[Any]]:
+        return sized[gpu_size(job)](job)
+
+    run.zerogpu = sized  # type: ignore[attr-defined]
+    return run
+
+
+# ---- presets ------------------------------------------------------------------------------------
+
+def fitting_presets(presets: dict[str, Any]) -> dict[str, Any]:
+    """The presets a ZeroGPU Space can run: those whose estimate fits the whole GPU (:data:`XLARGE_BYTES`)."""
+    from specvlm.models.fit import GpuInfo, fitting_presets as fitting
+
+    return fitting(presets, [GpuInfo(0, "ZeroGPU xlarge", XLARGE_BYTES, XLARGE_BYTES, True)])
+
+
+# ---- ZeroGPU's errors ---------------------------------------------------------------------------
+
+def abort_message(exc: BaseException, where: str, reserved_s: int | None, elapsed_s: float) -> str | None:
+    """One line for an error ``spaces`` raised around the GPU function, or None for any other error.
+
+    ``spaces`` raises ``gradio.Error`` s titled "ZeroGPU ...": "ZeroGPU worker error" / "GPU task aborted"
+    when the worker process ended without finishing (ZeroGPU ends it when the requested duration is used
+    up; it also dies when killed for memory), "ZeroGPU quota exceeded", "ZeroGPU illegal duration",
+    "ZeroGPU queue timeout" and "ZeroGPU client error" when no GPU was given.
+
+    Args:
+        exc: the exception.
+        where: how far the Run got, e.g. "after 14 of 128 vanilla tokens".
+        reserved_s: the GPU time the Run reserved (None: unknown).
+        elapsed_s: seconds since the GPU function was called.
+    """
+    title = str(getattr(exc, "title", "") or "")
+    if not title.startswith("ZeroGPU"):
+        return None
+    said = " ".join(str(getattr(exc, "message", "") or exc).split())
+    if title == "ZeroGPU worker error":
+        if reserved_s is not None and elapsed_s >= reserved_s:
+            return (f"The GPU time ran out ({reserved_s} s reserved) {where}: try fewer frames or fewer new "
+                    "tokens.")
+        return (f"The GPU worker stopped {where} ({said or 'aborted'} after {elapsed_s:.0f} s): try again, or "
+                "fewer frames or fewer new tokens.")
+    if title == "ZeroGPU quota exceeded":
+        return (f"Your ZeroGPU quota is used up: it resets 24 h after first use; signing in to Hugging Face "
+                f"(or PRO) gives more. ZeroGPU says: {said}")
+    if title == "ZeroGPU illegal duration":
+        return f"This Run asks for more GPU time than ZeroGPU allows: try fewer frames or fewer new tokens ({said})."
+    if title in ("ZeroGPU queue timeout", "ZeroGPU client error"):
+        return f"No ZeroGPU device was free ({said}): try again in a minute."
+    return f"{title}: {said}"
