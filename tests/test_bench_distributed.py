@@ -173,3 +173,22 @@ def test_one_process_keeps_records_and_resumes_without_torchrun(data, single, tm
     again = json.loads(out.read_text())
     assert rows(again) == rows(single) and again["meta"]["ranks"][0]["inputs"] == []
     assert again["meta"]["resumed"] == [i["name"] for i in single["inputs"]]
+
+
+def test_an_unreadable_video_is_a_failed_input_and_the_others_are_measured(data, single, tmp_path, capsys):
+    import shutil
+
+    from specvlm.cli import main
+
+    bad = shutil.copytree(data, tmp_path / "vdc")
+    names = [i["name"] for i in single["inputs"]]
+    (bad / "evaluation" / "Test_Videos" / f"{names[2]}.mp4").write_bytes(b"\x00not a video" * 100)
+    out = tmp_path / "bad.json"
+    assert main(bench_args(bad, out) + ["--distributed", "--no-step-costs"]) == 0
+    report = json.loads(out.read_text())
+    failed = report["inputs"][2]
+    assert failed["name"] == names[2] and "VideoFormatError" in failed["error"] and failed["num_video_tokens"] is None
+    assert [r["status"] for r in report["results"] if r["input"] == names[2]] == ["error"] * 3
+    good = [r for r in rows(report) if r["input"] != names[2]]
+    assert good == [r for r in rows(single) if r["input"] != names[2]]
+    assert f"### {names[2]}: failed: VideoFormatError" in capsys.readouterr().out

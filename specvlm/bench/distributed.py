@@ -229,7 +229,10 @@ def measure_input(pair: Any, index: int, plan: PlannedInput, settings: BenchSett
         rows = bench_input(pair, inp, settings, progress)
         meta = input_meta(inp, rows)
     except Exception as exc:  # noqa: BLE001 - recorded in the report, the rank goes on
-        log.exception("input %s failed", plan.name)
+        if isinstance(exc, ValueError):   # a typed input error (unreadable video, bad clip): its message says it
+            log.warning("input %s failed: %s", plan.name, exc)
+        else:
+            log.exception("input %s failed", plan.name)
         error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
         if progress:
             progress(f"[{plan.name}] failed: {error}")
