@@ -7,7 +7,7 @@ thread-local, so transformers' threaded weight loading is switched off there: :f
 A Run's GPU work is :meth:`app.worker.DecodeWorker.run` decorated with ``spaces.GPU``
 (:func:`gpu_function`): it asks for a whole GPU (``size="xlarge"``) only when the pair's memory
 estimate exceeds the ``large`` half, and for a duration sized from the Run's frames and new tokens
-(:class:`GpuTime`); the requested duration counts against the visitor's daily quota.
+(:class:`GpuTime`); the duration ``spaces`` schedules counts against the visitor's daily quota.
 
 Off ZeroGPU every function here is a no-op or answers "not ZeroGPU", and the GPU function is the
 worker's generator itself.
@@ -110,15 +110,15 @@ def weight_factor(job: Any) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class GpuTime:
-    """How long a Run asks to hold a ZeroGPU device (seconds).
+    """How long a Run may hold a ZeroGPU device, in seconds of the GPU it runs on.
 
     ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor``, rounded up
-    and clamped to ``[min_s, max_s]``. The costs are a 7B-class bf16 target on the ``large`` half
-    (about 0.9 TB/s): the worker's start and the weights' move to the device (``base_s``); per frame,
-    decoding it on the CPU plus its share of the vision tower and of three prefills (vanilla, speculative
-    target, draft); per token, one bandwidth-bound step of ~17 GB (~20 ms) with eager-mode overhead.
-    Each is about twice that, for margin. The default ZeroGPU Run (Qwen2.5-VL-7B Self-SD, 128 frames,
-    256 new tokens) asks for 44 s.
+    and clamped to ``[min_s, max_s]``. The costs are a 7B-class bf16 target on the ``large`` half of an
+    RTX Pro 6000 (about 0.9 TB/s): the worker's start and the weights' move to the device (``base_s``);
+    per frame, decoding it on the CPU plus its share of the vision tower and of three prefills (vanilla,
+    speculative target, draft); per token, one bandwidth-bound step over ~17 GB of weights (~20 ms) with
+    eager-mode overhead. Each is about twice that, for margin (none is measured on a GPU yet). The default
+    ZeroGPU Run (Qwen2.5-VL-7B Self-SD, 128 frames, 256 new tokens) comes to 44 s.
     """
 
     base_s: float = 10.0
@@ -128,26 +128,36 @@ class GpuTime:
     max_s: int = 300
 
     def seconds(self, job: Any) -> int:
-        """The duration ``spaces.GPU`` is asked for (whole seconds)."""
+        """The GPU time ``job`` may need (whole seconds)."""
         frames = int(getattr(job.vid, "num_frames", 16) or 16)
         tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
         raw = self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
         return int(min(self.max_s, max(self.min_s, math.ceil(raw))))
 
 
-def reserved_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
-    """The GPU time a Run reserves: the requested duration as ``spaces`` schedules it (it scales a
-    ``large`` request by the hardware's duration factor: 1.5 on the RTX Pro 6000, 1 elsewhere)."""
-    seconds = budget.seconds(job)
-    if not active():
-        return seconds
+def duration_factor(size: str) -> float:
+    """How ``spaces`` stretches a requested duration on this hardware: its ``duration_factor`` for the
+    ``large`` size (1.5 on the RTX Pro 6000, whose half is slower than the slice durations were first
+    written for), 1 for ``xlarge``, off ZeroGPU, or when ``spaces`` does not say."""
+    if size == "xlarge" or not active():
+        return 1.0
     try:
-        from datetime import timedelta
+        from spaces.zero.config import get_config
+        return float(get_config()["duration_factor"]) or 1.0
+    except Exception:  # an older or newer spaces
+        return 1.0
 
-        from spaces.zero.client import get_duration_seconds
-        return int(round(get_duration_seconds(timedelta(seconds=seconds), gpu_size(job))))
-    except Exception:  # an older or newer spaces: the requested duration
-        return seconds
+
+def requested_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
+    """The ``duration`` given to ``spaces.GPU``: :meth:`GpuTime.seconds` over :func:`duration_factor`, so that
+    what ``spaces`` schedules is the GPU time the Run may need (default Run on the RTX Pro 6000: 30 s asked)."""
+    return max(1, math.ceil(budget.seconds(job) / duration_factor(gpu_size(job))))
+
+
+def reserved_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
+    """The GPU time a Run reserves (and that counts against the quota, twice on ``xlarge``): the requested
+    duration as ``spaces`` schedules it (default Run on the RTX Pro 6000: 45 s)."""
+    return int(round(requested_seconds(job, budget) * duration_factor(gpu_size(job))))
 
 
 def reserve_note(job: Any, budget: GpuTime = GpuTime()) -> str:
@@ -176,8 +186,9 @@ def settings_note(target: str, draft: str | None, frames: int, tokens: int) -> s
 def gpu_function(fn: Callable[[Any], Iterator[list[Any]]], budget: GpuTime = GpuTime()) -> Callable:
     """``fn`` as the Run's GPU function.
 
-    On ZeroGPU: ``job -> iterator`` that calls ``fn`` decorated with ``spaces.GPU(duration=budget.seconds)``,
-    or with ``size="xlarge"`` too when :func:`gpu_size` says so; it carries a ``zerogpu`` attribute.
+    On ZeroGPU: ``job -> iterator`` that calls ``fn`` decorated with ``spaces.GPU`` and a duration of
+    :func:`requested_seconds`, with ``size="xlarge"`` when :func:`gpu_size` says so (``spaces`` fixes the
+    size per decorated function, so there is one per size); it carries a ``zerogpu`` attribute.
     Elsewhere: ``fn`` itself.
     """
     if not active():
@@ -187,8 +198,11 @@ def gpu_function(fn: Callable[[Any], Iterator[list[Any]]], budget: GpuTime = Gpu
     def xlarge(job: Any) -> Iterator[list[Any]]:
         yield from fn(job)
 
-    sized = {"large": spaces.GPU(duration=budget.seconds)(fn),
-             "xlarge": spaces.GPU(duration=budget.seconds, size="xlarge")(xlarge)}
+    def duration(job: Any) -> int:
+        return requested_seconds(job, budget)
+
+    sized = {"large": spaces.GPU(duration=duration)(fn),
+             "xlarge": spaces.GPU(duration=duration, size="xlarge")(xlarge)}
 
     def run(job: Any) -> Iterator[list[Any]]:
         return sized[gpu_size(job)](job)

@@ -17,8 +17,8 @@ The uploaded README's front matter is the repository's, brought in step with the
 Gradio version), ``models`` = every Hub id of the presets, ``preload_from_hub`` = the
 GPU default preset's models (downloaded at build time, not on the first Run), and
 ``suggested_hardware`` = ``--hardware`` when given. With ``--hardware`` the Space is
-also asked for that hardware (paid tiers need a payment method; ZeroGPU a PRO or team
-account).
+also asked for that hardware (paid tiers need a payment method; a free account may host up
+to 2 ZeroGPU Spaces).
 
 On ZeroGPU (``--hardware zero-a10g``) the Space runs on a runtime ZeroGPU supports: its
 ``requirements.txt`` pins ``ZEROGPU_PINS`` (torch 2.11.0 and its torchvision) in place of

@@ -92,6 +92,23 @@ def test_the_default_zerogpu_run_asks_for_at_most_60_s_and_the_duration_grows_wi
     assert zerogpu.weight_factor(_job(16, 16, "someone/custom-vl")) == 1.0
 
 
+def test_what_spaces_is_asked_for_and_what_it_reserves_on_the_rtx_pro_6000(monkeypatch):
+    """spaces stretches a ``large`` request by the hardware's duration factor (1.5 on the RTX Pro 6000): the app
+    asks for the estimate over it, so what is reserved (and counted against the quota) is the estimate."""
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
+
+    monkeypatch.setattr(zerogpu, "duration_factor", lambda size: 1.5 if size == "large" else 1.0)
+    p = PRESETS[QWEN7_SELF]
+    default = _job(p.num_frames, p.max_new_tokens, p.target, p.draft)
+    assert zerogpu.requested_seconds(default) == 30 and zerogpu.reserved_seconds(default) == 45   # 44 s needed
+    moe = _job(128, 256, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")   # xlarge: not stretched
+    assert zerogpu.requested_seconds(moe) == zerogpu.reserved_seconds(moe) == zerogpu.GpuTime().seconds(moe)
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    assert zerogpu.reserve_note(default) == "reserves up to 45 s of GPU time"
+    assert zerogpu.reserve_note(moe) == (f"reserves up to {zerogpu.reserved_seconds(moe)} s of GPU time on a whole "
+                                         "GPU (xlarge: it counts twice against the daily quota)")
+
+
 def test_xlarge_only_for_pairs_over_the_large_size():
     from specvlm.models.presets import PRESETS, QWEN7_SELF
 
