@@ -125,6 +125,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    command = "python -m scripts.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -150,7 +151,7 @@ def main(argv=None) -> None:
                                      steps=args.target_steps)
         info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
                 "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
-                "command": " ".join(sys.argv)}
+                "command": command}
         if args.polish_minutes > 0 or args.polish_steps:
             precipe = dataclasses.replace(recipe, object_weights=args.polish_objects, curriculum=0.0,
                                           p_describe=args.polish_describe)
@@ -167,7 +168,7 @@ def main(argv=None) -> None:
         draft, dstate = train_phase(args, "draft", processor, recipe, args.draft_minutes, teacher=target,
                                     steps=args.draft_steps)
         info = {"phase": "draft", "steps": dstate["step"], "minutes": dstate["elapsed"] / 60,
-                "size": dstate["size"], "distilled_from": "target", "command": " ".join(sys.argv)}
+                "size": dstate["size"], "distilled_from": "target", "command": command}
         save_final(draft, processor, Path(args.out) / "draft", dstate["losses"], "draft loss", info)
     print(f"all done in {(time.time() - t_start) / 60:.1f} min this run; models in {args.out}", flush=True)
 

@@ -126,13 +126,69 @@ def test_draft_forward_keeps_the_salient_tokens_first(processor):
     assert logits.shape[:2] == index.shape and torch.isfinite(logits).all()
 
 
-def test_step_budget_run_resumes_and_stops_at_its_steps(processor, tmp_path, capsys):
-    processor.save_pretrained(str(tmp_path / "smoke" / "processor"))            # skip building a tokenizer
+@pytest.fixture(scope="module")
+def smoke_pair(processor, tmp_path_factory):
+    """A tiny target + draft trained for a few steps on the sparse recipe (step budgets)."""
+    work = tmp_path_factory.mktemp("smoke")
+    processor.save_pretrained(str(work / "smoke" / "processor"))                  # skip building a tokenizer
     argv = ["--smoke", "--recipe", "sparse", "--focus-mode", "spread", "--salient-prob", "1", "--prune-prob", "1",
-            "--work", str(tmp_path), "--target-steps", "3", "--draft-steps", "2", "--max-steps", "50"]
+            "--work", str(work), "--target-steps", "3", "--draft-steps", "2", "--max-steps", "50"]
     tb.main(argv)
-    info = json.loads((tmp_path / "smoke" / "model" / "target" / "training_info.json").read_text())
-    assert info["steps"] == 3
+    return work, argv
+
+
+def test_step_budget_run_resumes_and_stops_at_its_steps(smoke_pair, capsys):
+    work, argv = smoke_pair
+    info = json.loads((work / "smoke" / "model" / "target" / "training_info.json").read_text())
+    assert info["steps"] == 3 and "--recipe sparse" in info["command"]
     tb.main(argv)                                                                 # finished phases are skipped
     out = capsys.readouterr().out
-    assert out.count("[target] done") == 1 and out.count("[draft] done") == 1
+    assert "[target] done" not in out and "[draft] done" not in out and "all done" in out
+
+
+def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tmp_path):
+    from scripts import eval_sparse as es
+
+    work, _ = smoke_pair
+    model = work / "smoke" / "model"
+    out = tmp_path / "es.json"
+    assert es.main(["--target", str(model / "target"), "--draft", str(model / "draft"), "--num-videos", "2",
+                    "--long-frames", "16", "--long-side", "56", "--short-frames", "8", "--max-new-tokens", "12",
+                    "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    longs = [r for r in data["records"] if r["set"] == "long"]
+    assert len(longs) == 2 and all(r["has_fact"] for r in longs)                 # every long clip states a fact
+    for r in longs:
+        assert set(r["tau"]) == set(es.METHODS) | {es.WITHHELD}
+        assert all(r["identical"].values())                                       # lossless in every run
+        assert r["subtitle"]["extra_on_fact"] <= len(r["subtitle"]["extra_rejections"])
+    s = data["summary"]["long"]
+    assert set(s["specvlm_minus"]) == {"random", "window-middle", "frame"}
+    assert s["subtitle"]["clips"] == 2 and data["goals"]["greedy output identical to vanilla in every run"]["met"]
+    assert out.with_suffix(".md").read_text().startswith("# Sparse-information evaluation")
+
+
+def test_eval_sparse_rejections_fact_positions_and_paired_difference(processor):
+    from types import SimpleNamespace as NS
+
+    from scripts import eval_sparse as es
+    from specvlm.types import DraftTreeRecord
+
+    def step(accepted, n_tokens, parents, path):
+        tree = DraftTreeRecord(tokens=[0] * len(parents), parents=parents, draft_logprobs=[0.0] * len(parents),
+                               accepted_nodes=path, target_token=0)
+        return NS(tree=tree, accept_length=accepted, token_ids=[0] * n_tokens)
+
+    first = NS(tree=None, accept_length=0, token_ids=[5])                         # the prefill token
+    res = NS(steps=[first, step(0, 1, [-1, 0], []),                               # refused at the root: position 1
+                    step(3, 4, [-1, 0, 1], [0, 1, 2]),                            # whole path accepted: none
+                    step(1, 2, [-1, 0, 1], [0])])                                 # refused after one: position 7
+    assert es.rejections(res) == [1, 7]
+    tok = processor.tokenizer
+    fact = synth.FactTruth("code", "42", 0)
+    ids = tok("red circle flashes. one object. code 42. plain background.")["input_ids"]
+    pos = es.fact_positions(tok, ids, fact)
+    assert tok.decode([ids[p] for p in pos]).strip() == "code 42"
+    recs = [{"tau": {"a": [4, 2], "b": [2, 2]}}, {"tau": {"a": [6, 3], "b": [3, 3]}}]
+    d = es.paired_difference(recs, "a", "b")
+    assert d["diff"] == pytest.approx(1.0) and d["lo"] == pytest.approx(1.0) and d["wins"] == 2
