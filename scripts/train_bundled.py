@@ -25,8 +25,17 @@ cross-entropy on every labelled text position. Half the draft batches keep only 
 video tokens (uniform + random, original M-RoPE positions), as the draft sees
 them under SpecVLM pruning.
 
-Both phases have a wall-clock budget (minutes); the learning-rate schedule
-follows elapsed time, so a budget run always ends with the decay. State is
+``--recipe sparse`` adds sparse-information scenes (:mod:`scripts.training.scenes`: small
+objects, an object that flashes on a few frames, brief small text, distractor shapes) to 70% of
+the clips of 48+ frames and 15% of the shorter ones, and a subtitle track to 40% of all clips,
+placed in the prompt as the app places it (:mod:`specvlm.prompting`), often with a fact (a code,
+a name, a flag colour) that the description reports; ``--focus-mode spread`` trains the prompt's
+video attention towards an equal share per named object or text, so Stage I keeps a flash's few
+tokens first; ``--salient-prob`` makes part of the draft's pruned batches keep those tokens first.
+
+Each phase has a budget: optimizer steps (``--target-steps``, ``--draft-steps``,
+``--polish-steps``: the same run on any machine) or wall-clock minutes of step time; the
+learning-rate schedule follows the progress through it, so a budget run always ends with the decay. State is
 checkpointed every ``--ckpt-minutes`` to ``<work>/<phase>/ckpt.pt``; rerunning the
 same command resumes (a finished phase is skipped; a larger budget continues it:
 delete ``<work>/draft`` after extending the target so the draft is redone). Final models are saved with
@@ -40,6 +49,8 @@ The phases live in :mod:`scripts.training`; this module is the command line.
 Examples (from the repository root):
     python -m scripts.train_bundled --smoke                    # a few steps, tiny
     python -m scripts.train_bundled --target-minutes 60 --draft-minutes 22
+    python -m scripts.train_bundled --recipe sparse --focus-mode spread --salient-prob 0.5 \
+        --target-steps 3600 --draft-steps 450 --work runs/sparse --out runs/sparse/model
 """
 from __future__ import annotations
 
