@@ -15,9 +15,10 @@ Std-SD at r = 0.9 with ``specvlm``, ``random``, ``window-middle`` and ``frame`` 
 budget gives τ (pooled over verify steps, bonus token excluded) and SpecVLM's τ minus each baseline's
 with a paired 95% bootstrap interval over clips. The **subtitle case** runs SpecVLM again with the
 transcript withheld from the draft (subtitle mode ``target``): τ given minus τ withheld with its
-interval, and the steps that fail only when the draft lacks the transcript (a *rejection* = a step
-whose drafted continuation the target refused; an extra one = a rejection at an output position where
-the draft with the transcript had none) with their text, which should be the subtitle fact. Every
+interval, and the steps that fail only when the draft lacks the transcript (a *rejection*,
+:func:`specvlm.why.rejections`, = a step whose drafted continuation the target refused; an extra one =
+a rejection at an output position where the draft with the transcript had none) with their text,
+which should be the subtitle fact. Every
 speculative output is compared token by token with vanilla.
 
 Seeds: ``--seed-base`` (default 1.7x10^9) + i for short clips, + 500,000,000 + i for long clips;
@@ -44,7 +45,7 @@ import numpy as np  # noqa: E402
 
 from scripts import eval_bundled as eb  # noqa: E402
 from scripts.training import scenes  # noqa: E402
-from specvlm import assets, synth  # noqa: E402
+from specvlm import assets, synth, why  # noqa: E402
 from specvlm.config import TreeConfig  # noqa: E402
 
 METHODS = ("specvlm", "random", "window-middle", "frame")
@@ -76,20 +77,6 @@ def score(pred: str, truth: synth.SceneTruth) -> dict:
     out = eb.score_caption(pred, truth)
     want = truth.fact.sentence[:-1].lower() if truth.fact is not None else None
     out["fact"] = int(synth.parse_caption(pred)["fact"] == want)
-    return out
-
-
-def rejections(result) -> list[int]:
-    """Output positions where the target refused the draft: per verify step with a recorded tree, the
-    position of the target's own token when the accepted path ended at a node that had drafted children
-    (a whole accepted path is no rejection). Needs ``record_trees=True``."""
-    out, pos = [], 0
-    for ev in result.steps:
-        if ev.tree is not None:
-            end = ev.tree.accepted_nodes[-1] if ev.tree.accepted_nodes else -1
-            if end in ev.tree.parents and ev.accept_length < len(ev.token_ids):
-                out.append(pos + ev.accept_length)
-        pos += len(ev.token_ids)
     return out
 
 
@@ -161,7 +148,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
         rec["tau"][key] = [int(sum(r.accept_lengths)), len(r.accept_lengths)]
         rec["identical"][key] = r.token_ids == van.token_ids
         if method == "specvlm":
-            rej[key] = rejections(r)
+            rej[key] = [p for _, p, _ in why.rejections(r.steps)]
         keep = set(r.prefill.prune.keep.tolist()) if r.prefill.prune is not None else set()
         rec["kept"][key] = {k: int(bool(keep & v)) for k, v in targets.items() if v}
     if truth.fact is not None:

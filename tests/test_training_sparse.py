@@ -168,22 +168,9 @@ def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tm
     assert out.with_suffix(".md").read_text().startswith("# Sparse-information evaluation")
 
 
-def test_eval_sparse_rejections_fact_positions_and_paired_difference(processor):
-    from types import SimpleNamespace as NS
-
+def test_eval_sparse_fact_positions_and_paired_difference(processor):
     from scripts import eval_sparse as es
-    from specvlm.types import DraftTreeRecord
 
-    def step(accepted, n_tokens, parents, path):
-        tree = DraftTreeRecord(tokens=[0] * len(parents), parents=parents, draft_logprobs=[0.0] * len(parents),
-                               accepted_nodes=path, target_token=0)
-        return NS(tree=tree, accept_length=accepted, token_ids=[0] * n_tokens)
-
-    first = NS(tree=None, accept_length=0, token_ids=[5])                         # the prefill token
-    res = NS(steps=[first, step(0, 1, [-1, 0], []),                               # refused at the root: position 1
-                    step(3, 4, [-1, 0, 1], [0, 1, 2]),                            # whole path accepted: none
-                    step(1, 2, [-1, 0, 1], [0])])                                 # refused after one: position 7
-    assert es.rejections(res) == [1, 7]
     tok = processor.tokenizer
     fact = synth.FactTruth("code", "42", 0)
     ids = tok("red circle flashes. one object. code 42. plain background.")["input_ids"]
