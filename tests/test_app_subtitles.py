@@ -149,6 +149,8 @@ def test_keep_text_forces_the_text_tokens(engine, clip_files):
     n = p.prune.forced.numel()
     assert f"kept **{n}** on-screen-text token" in last["summary"] and f"kept {n} on-screen-text token" in \
         last["status"]
+    k = p.prune.num_kept                                   # the page says what the forced tokens replace
+    assert f"count against the draft's {k}-token budget: {n} of its Stage I/II picks gave way" in last["status"]
     assert rec.prefill.forced == p.prune.forced.tolist()
 
 

@@ -1,0 +1,119 @@
+"""The Inspect tab's "why" for a step: where the target looked when it refused the draft.
+
+A run record's ``why`` (computed right after the run by :func:`specvlm.why.explain_rejections`, one
+extra target forward) holds, for the lowest-acceptance steps where the target refused the draft, the
+target's attention over the video tokens from the query that chose its own token, the share of that
+attention on tokens the draft did not see, and the subtitle cue holding the step's word when the draft
+did not get the transcript. :func:`why_html` says it in words, :func:`why_maps` draws it: the frames
+where the target looked, attention as a heat map, the cells the draft did not see outlined in red.
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 3.2 (verifier attention); docs/design.md §4.7.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+
+from app import plots
+
+UNSEEN_RGB = (239, 68, 68)
+"""Outline of cells the draft did not see."""
+
+
+def step_why(record: Any, step: int | float | None) -> dict | None:
+    """The record's explanation of ``step`` (a dict of :class:`specvlm.why.StepWhy` fields), or None."""
+    if step is None:
+        return None
+    for w in getattr(record, "why", None) or []:
+        if int(w["step"]) == int(step):
+            return w
+    return None
+
+
+def why_html(record: Any, step: int | float | None) -> str:
+    """Sentences on why ``step`` failed, or why there is nothing to say (no rejection, not explained)."""
+    if step is None or not getattr(record, "steps", None):
+        return ""
+    w = step_why(record, step)
+    if w is None:
+        if not getattr(record, "why", None):
+            return ("<i>No explanation in this run record (made before explanations were recorded, or the run "
+                    "did not prune).</i>")
+        return ("<i>Not explained: the target accepted the whole draft here, or this step is not among the "
+                f"{len(record.why)} lowest-acceptance steps explained after the run.</i>")
+    tok = html.escape(record.token_text.get(int(w["token_id"]), str(w["token_id"])))
+    p = record.prefill
+    kept = f"{p.num_kept} of {p.num_video_tokens}" if p.method is not None else "all"
+    share = float(w["share_unseen"])
+    out = [f'The target refused the draft here and wrote <b>"{tok}"</b>'
+           + (f' (in "{html.escape(w["word"])}")' if w.get("word") else "") + ". "
+           f"From the position where the draft diverged, <b>{share:.0%}</b> of the target's video attention fell "
+           f"on video tokens the draft did not see (it kept {kept})."]
+    if share >= 0.5:
+        out.append("Most of what the target looked at was pruned away from the draft.")
+    if w.get("cue"):
+        a, b, text = w["cue"]
+        out.append(f'The word comes from the subtitle cue <b>"{html.escape(text)}"</b> ({a:.1f}-{b:.1f} s), '
+                   "which the draft did not get: it could not predict it.")
+    return '<div class="specvlm-why">' + " ".join(out) + "</div>"
+
+
+def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list[tuple[np.ndarray, str]]:
+    """The frame groups holding most of the step's target attention: heat map, unseen cells outlined.
+
+    Returns:
+        list of (uint8 (h, w, 3) image, caption), groups in time order; [] without an explanation,
+        a token grid or frames.
+    """
+    w = step_why(record, step)
+    if w is None:
+        return []
+    info = record.prefill_info()
+    frames = record.frames()
+    if info.token_grid is None or frames is None:
+        return []
+    grid = info.token_grid.numpy()
+    V = grid.shape[0]
+    att = np.zeros(V, np.float32)
+    att[np.asarray(w["top_tokens"], np.int64)] = np.asarray(w["top_weights"], np.float32)
+    seen = np.ones(V, bool) if info.prune is None else np.isin(np.arange(V), info.prune.keep.numpy())
+    groups = np.unique(grid[:, 0])
+    mass = np.array([att[grid[:, 0] == g].sum() for g in groups])
+    pick = np.sort(groups[np.argsort(-mass, kind="stable")[:max_images]])
+    vmax = float(att.max()) or 1.0
+    fpt = max(1, info.frames_per_token)
+    gh, gw = int(grid[:, 1].max()) + 1, int(grid[:, 2].max()) + 1
+    out = []
+    for g in pick:
+        sel = grid[:, 0] == g
+        t0 = min(int(g) * fpt, len(frames) - 1)
+        img = plots.score_overlay(frames[t0], grid[sel, 1], grid[sel, 2], att[sel] / vmax, (gh, gw))
+        img = _outline(img, grid[sel & ~seen, 1], grid[sel & ~seen, 2], (gh, gw))
+        share = float(att[sel].sum())
+        unseen = float(att[sel & ~seen].sum())
+        ts = record.timestamps
+        when = f" ({ts[t0]:.1f} s)" if ts and len(ts) > t0 else ""
+        out.append((img, f"frame {t0}{when} · {share:.0%} of the attention, {unseen:.0%} on unseen cells"))
+    return out
+
+
+def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple[int, int]) -> np.ndarray:
+    """Draw a 1-px red border around the given grid cells."""
+    out = img.copy()
+    h, w = out.shape[:2]
+    ch, cw = h / grid_hw[0], w / grid_hw[1]
+    col = np.array(UNSEEN_RGB, np.uint8)
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        y0, y1 = int(round(r * ch)), min(h, int(round((r + 1) * ch))) - 1
+        x0, x1 = int(round(c * cw)), min(w, int(round((c + 1) * cw))) - 1
+        out[y0, x0:x1 + 1] = col
+        out[y1, x0:x1 + 1] = col
+        out[y0:y1 + 1, x0] = col
+        out[y0:y1 + 1, x1] = col
+    return out
+
+
+WHY_LEGEND = ("Heat: the target's attention over the video from the position where the draft diverged "
+              "(bright = more). Red outline: video tokens the draft did not see.")
