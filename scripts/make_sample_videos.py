@@ -3,7 +3,10 @@
 
 Each clip gets ``<name>.mp4`` (H.264, yuv420p), ``<name>.json`` (ground truth
 from ``specvlm.bench.synth``, incl. the reference caption) and, for the long clip,
-``<name>.srt`` with cues derived from the ground truth.
+``<name>.srt`` with cues derived from the ground truth. ``shapes_subtitles`` is a
+sparse-information clip (:mod:`scripts.training.scenes`) whose ``.srt`` states a fact
+(a code, a name or a flag colour) that the description reports: with the subtitles
+given to the target only, the draft cannot predict it (the app's failure case).
 
 Usage:
     python -m scripts.make_sample_videos [--out assets/videos]
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scripts.training import scenes
 from specvlm.bench import synth
 
 # name -> (seed, SceneSpec); seeds >= 2e9, outside the training range (< 1e8)
@@ -24,6 +28,13 @@ SAMPLES = {
     "shapes_text": (2_000_000_003, synth.SceneSpec(num_frames=48, height=168, width=168, fps=8.0,
                                                    num_objects=1, text_prob=1.0, enter_leave_prob=0.0)),
 }
+
+
+SPARSE_SAMPLES = {
+    "shapes_subtitles": (2_000_000_004, scenes.SparseSpec(num_frames=160, height=168, width=168, fps=8.0,
+                                                          flash_prob=1.0, text_prob=0.0)),
+}
+"""name -> (seed, SparseSpec) of sparse clips with a subtitle fact (seeds >= 2e9)."""
 
 
 def _ts(sec: float) -> str:
@@ -65,6 +76,13 @@ def main() -> None:
             (out / f"{name}.srt").write_text(srt_from_truth(truth), encoding="utf-8")
         size = (out / f"{name}.mp4").stat().st_size
         print(f"{name}: {frames.shape} {size / 1024:.0f} KiB  | {synth.describe(truth)}")
+    for name, (seed, spec) in SPARSE_SAMPLES.items():
+        frames, truth = scenes.sparse_scene(seed, spec)
+        truth = scenes.with_subtitles(truth, seed, scenes.SubtitleSpec(fact_prob=1.0, fillers=(3, 4)))
+        synth.write_mp4(out / f"{name}.mp4", frames, fps=spec.fps, crf=18)
+        synth.write_truth(out / f"{name}.json", truth)
+        scenes.write_srt(out / f"{name}.srt", truth.cues)
+        print(f"{name}: {frames.shape} | {synth.describe(truth)}")
 
 
 if __name__ == "__main__":
