@@ -106,6 +106,28 @@ class Engine:
         from specvlm.analysis.records import record_from_events
         return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
 
+    def explain(self, record: Any, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
+                subtitle_mode: str = "both", truth: dict[str, Any] | None = None) -> Any:
+        """Add to a speculative run's record why its lowest-acceptance steps failed: the target's video
+        attention where the draft diverged and the withheld subtitle cue holding the step's word
+        (:func:`specvlm.why.explain_rejections`, one extra target forward). Returns the record."""
+        import torch
+
+        from specvlm.inputs import prepare
+        from specvlm.why import explain_rejections
+        if record.prefill.method is None:
+            return record
+        if truth is not None:
+            inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
+        else:
+            inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
+        with torch.inference_mode():
+            whys = explain_rejections(pair, inputs, record.steps, record.prefill.keep, cues=list(subtitles or []),
+                                      draft_saw_subtitles=subtitle_mode != "target",
+                                      tokenizer=pair.processor.tokenizer)
+        record.why = [dataclasses.asdict(w) for w in whys]
+        return record
+
     def is_oom(self, exc: BaseException) -> bool:
         """True for out-of-memory errors (CUDA, MPS or host)."""
         if isinstance(exc, MemoryError):

@@ -1,0 +1,69 @@
+"""The Inspect tab's "why" of a step: explanations recorded after a run, words and maps."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app import why_view as wv
+from app.engine import Engine
+from conftest import make_clip
+from specvlm import inspect as ins
+from specvlm.config import DecodeConfig, PruneConfig
+from specvlm.decoding import stream
+from specvlm.subtitles import Cue
+
+PROMPT = "Describe the video."
+
+
+@pytest.fixture(scope="module")
+def explained(pairs):
+    pair = pairs[("qwen", "std")]
+    clip = make_clip(num_frames=8, side=112)
+    cues = [Cue(0.0, 1.0, "one two three")]
+    cfg = DecodeConfig(method="specvlm", max_new_tokens=24, prune=PruneConfig(drop_rate=0.75))
+    events = list(stream(pair, clip, PROMPT, cfg, record_trees=True, subtitles=cues, subtitle_mode="target"))
+    eng = Engine()
+    rec = eng.make_record(events, cfg, PROMPT, pair, clip)
+    return eng.explain(rec, pair, clip, PROMPT, subtitles=cues, subtitle_mode="target"), events
+
+
+def test_the_record_explains_its_rejection_steps_and_survives_json(explained, tmp_path):
+    rec, _ = explained
+    from specvlm.why import rejections
+
+    rej = {step: pos for step, pos, _ in rejections(rec.steps)}
+    assert rec.why and all(rej[w["step"]] == w["position"] for w in rec.why)
+    assert all(0.0 <= w["share_unseen"] <= 1.0 for w in rec.why)
+    back = ins.load_json(ins.save_json(rec, tmp_path / "run.json"))
+    assert back.why == rec.why                                            # replayable without the model
+
+
+def test_why_words_and_maps_of_an_explained_step(explained):
+    rec, _ = explained
+    w = rec.why[0]
+    text = wv.why_html(rec, w["step"])
+    assert "refused the draft" in text and f"{w['share_unseen']:.0%}" in text
+    assert f"kept {rec.prefill.num_kept} of {rec.prefill.num_video_tokens}" in text
+    maps = wv.why_maps(rec, w["step"], max_images=3)
+    assert 1 <= len(maps) <= 3 and all(img.dtype == np.uint8 for img, _ in maps)
+    unseen = set(range(rec.prefill.num_video_tokens)) - set(rec.prefill.keep)
+    red = [(img == np.array(wv.UNSEEN_RGB, np.uint8)).all(-1).any() for img, _ in maps]
+    assert any(red) == bool(unseen)                                       # unseen cells are outlined
+    assert "of the attention" in maps[0][1]
+
+
+def test_steps_without_an_explanation_say_why(explained):
+    rec, _ = explained
+    explained_steps = {w["step"] for w in rec.why}
+    other = next(s.step for s in rec.verify_steps if s.step not in explained_steps)
+    assert "Not explained" in wv.why_html(rec, other) and wv.why_maps(rec, other) == []
+    assert wv.why_html(rec, None) == ""
+
+
+def test_a_withheld_cue_holding_the_steps_word_is_named(explained):
+    rec, _ = explained
+    w = dict(rec.why[0], word="code", cue=[2.0, 3.5, "The code is 42."])
+    rec2 = ins.RunRecord(rec.settings, rec.prompt, rec.prefill, rec.steps, rec.token_text, rec.timestamps,
+                         rec.thumbnails, rec.meta, why=[w])
+    text = wv.why_html(rec2, w["step"])
+    assert '"The code is 42."' in text and "(2.0-3.5 s)" in text and "did not get" in text
