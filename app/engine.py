@@ -7,10 +7,13 @@ Source: docs/design.md §2 (data flow), §3 (layout).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from app.settings import Limits
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -101,20 +104,29 @@ class Engine:
             return inputs
         return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
-    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
-        """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab)."""
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any, job: Any = None) -> Any:
+        """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab);
+        with the run's ``job`` (subtitles, subtitle mode, ground truth) also why its lowest-acceptance steps
+        failed (:meth:`explain`; a failure there is logged and leaves the record without explanations)."""
         from specvlm.analysis.records import record_from_events
-        return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
+        rec = record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
+        if job is not None:
+            try:
+                self.explain(rec, pair, clip, prompt, subtitles=job.subtitles, subtitle_mode=job.subtitle_mode,
+                             truth=job.truth)
+            except Exception:  # the record without explanations is still useful
+                log.warning("could not explain the run's failing steps", exc_info=True)
+        return rec
 
     def explain(self, record: Any, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
                 subtitle_mode: str = "both", truth: dict[str, Any] | None = None) -> Any:
         """Add to a speculative run's record why its lowest-acceptance steps failed: the target's video
         attention where the draft diverged and the withheld subtitle cue holding the step's word
-        (:func:`specvlm.why.explain_rejections`, one extra target forward). Returns the record."""
+        (:func:`specvlm.analysis.why.explain_rejections`, one extra target forward). Returns the record."""
         import torch
 
-        from specvlm.inputs import prepare
-        from specvlm.why import explain_rejections
+        from specvlm.engine.prepare import prepare
+        from specvlm.analysis.why import explain_rejections
         if record.prefill.method is None:
             return record
         if truth is not None:

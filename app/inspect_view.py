@@ -23,6 +23,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import plots
+from app.why_view import WHY_LEGEND, why_html, why_maps
 from specvlm.analysis.records import (PrefillRecord, RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
 
@@ -270,13 +271,13 @@ def export_record(record: RunRecord, folder: str | None = None) -> str:
 
 # --------------------------------------------------------------------------- Gradio
 def _refresh(record: RunRecord | None, mode: str = "stages"):
-    """(summary, chart, table, coloured text, maps, step, tree) for a record (or empty)."""
+    """(summary, chart, table, coloured text, maps, step, tree, why, why maps) for a record (or empty)."""
     if record is None:
         return ("*No run loaded: upload a run JSON or run a video first.*", accept_chart(_EMPTY), [], "", [], None,
-                step_view(_EMPTY, None))
+                step_view(_EMPTY, None), "", [])
     step = default_step(record)
     return (summary_md(record), accept_chart(record), lowest_table(record), accept_colored_html(record),
-            prune_maps(record, mode), step, step_view(record, step))
+            prune_maps(record, mode), step, step_view(record, step), why_html(record, step), why_maps(record, step))
 
 
 _EMPTY = RunRecord({}, "", PrefillRecord(0, 0, 0), [])
@@ -292,7 +293,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
 
     Returns:
         dict of components: ``state``, ``upload``, ``download``, ``summary``, ``chart``, ``step``,
-        ``tree``, ``table``, ``tokens``, ``maps``, ``map_mode``.
+        ``tree``, ``why``, ``why_maps``, ``table``, ``tokens``, ``maps``, ``map_mode``.
     """
     state = record_state if record_state is not None else gr.State(None)
     c: dict[str, Any] = {"state": state}
@@ -305,6 +306,9 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
         with gr.Column(scale=3):
             c["step"] = gr.Number(label="Step", precision=0, minimum=0, elem_id=STEP_ID)
             c["tree"] = gr.HTML(label="Draft tree of the step")
+            c["why"] = gr.HTML(label="Why the step failed")
+            c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=3, height=220)
+            gr.Markdown(WHY_LEGEND)
         with gr.Column(scale=2):
             c["map_mode"] = gr.Radio(["stages", "scores"], value="stages", label="Frame maps")
             c["maps"] = gr.Gallery(label="Stage I / Stage II kept tokens (same at every step)", columns=4,
@@ -313,7 +317,8 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
                               elem_id="specvlm-inspect-table",
                               interactive=False, wrap=True)
     c["tokens"] = gr.HTML(label="Text coloured by accepted length")
-    outs = [c["summary"], c["chart"], c["table"], c["tokens"], c["maps"], c["step"], c["tree"]]
+    outs = [c["summary"], c["chart"], c["table"], c["tokens"], c["maps"], c["step"], c["tree"], c["why"],
+            c["why_maps"]]
 
     def on_upload(path):
         if not path:
@@ -324,7 +329,8 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             raise gr.Error(str(e)) from e
 
     def on_step(record, step):
-        return step_view(record or _EMPTY, step, tokenizer)
+        rec = record or _EMPTY
+        return step_view(rec, step, tokenizer), why_html(rec, step), why_maps(rec, step)
 
     def on_row(record, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -338,7 +344,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
     c["upload"].change(on_upload, [c["upload"]], [state], api_visibility="private")
     state.change(_refresh, [state, c["map_mode"]], outs, api_visibility="private")
     c["chart"].change(None, js=CLICK_JS)
-    c["step"].change(on_step, [state, c["step"]], [c["tree"]], api_visibility="private")
+    c["step"].change(on_step, [state, c["step"]], [c["tree"], c["why"], c["why_maps"]], api_visibility="private")
     c["table"].select(on_row, [state], [c["step"]], api_visibility="private")
     c["map_mode"].change(lambda r, m: prune_maps(r, m) if r is not None else [], [state, c["map_mode"]],
                          [c["maps"]], api_visibility="private")

@@ -239,9 +239,8 @@ def _input_column(backend: Backend) -> dict[str, Any]:
         truth=gr.File(label="Ground truth of a generated clip (.json, optional)", file_types=[".json"],
                       type="filepath", elem_id="truth", height=120),
         keep_text=gr.Checkbox(value=d.keep_text, label="Always keep the video tokens covering on-screen text",
-                              info="needs the ground truth (.json) of a generated clip; the forced tokens count against "
-                                   "the draft's budget and replace Stage I/II picks, so τ can fall",
-                              elem_id="keep-text"),
+                              info="needs the ground truth (.json) of a generated clip; forced tokens count against the "
+                              "draft's budget and replace Stage I/II picks", elem_id="keep-text"),
     )
 
 

@@ -276,23 +276,12 @@ class RunView:
         if not self.forced_requested or p is None or not self.runs["spec"].done:
             return ""
         if p.num_forced:
-            return f"kept {_forced_text(p.num_forced, p.num_kept)}"
-        if p.num_kept is None:
-            return "no on-screen-text tokens were forced: this run did not prune"
-        return "no on-screen-text tokens were forced: the text is on none of the sampled frames"
-
-
-def _forced_text(n: int, kept: int | None) -> str:
-    """'48 on-screen-text tokens (they count against the draft's 57-token budget: 48 of its Stage I/II picks
-    gave way)', or '... fill the whole budget ...' when they take all of it."""
-    s = "s" if n != 1 else ""
-    if kept is None:
-        return f"{n} on-screen-text token{s}"
-    if n >= kept:
-        return (f"{n} on-screen-text token{s} (they fill the draft's whole {kept}-token budget: no Stage I/II "
-                "picks remain)")
-    return (f"{n} on-screen-text token{s} (they count against the draft's {kept}-token budget: {n} of its "
-            "Stage I/II picks gave way)")
+            n, k = p.num_forced, p.num_kept   # forced tokens count against the budget: say what gave way
+            took = "fill the draft's whole budget" if k is not None and n >= k else \
+                f"count against the draft's {k}-token budget: {n} of its Stage I/II picks gave way"
+            return f"kept {n} on-screen-text token{'s' if n != 1 else ''} (they {took})"
+        return "no on-screen-text tokens were forced: " + (
+            "this run did not prune" if p.num_kept is None else "the text is on none of the sampled frames")
 
 
 _DETAIL = re.compile(r"Error\b|error:|Check failed|Failed to|Traceback|errno", re.IGNORECASE)
@@ -383,8 +372,7 @@ def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Ou
         r = 1 - p.num_kept / max(1, p.num_video_tokens)
         facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
         if p.num_forced:
-            facts.append(f"kept **{p.num_forced}** on-screen-text token{'s' if p.num_forced != 1 else ''} (forced; "
-                         f"{_forced_text(p.num_forced, p.num_kept).split('(', 1)[1]}")
+            facts.append(f"kept **{p.num_forced}** on-screen-text token{'s' if p.num_forced != 1 else ''} (forced)")
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
     sampling = getattr(dec, "sampling", None)
     if sampling is not None and not sampling.greedy:

@@ -1,6 +1,6 @@
 """The Inspect tab's "why" for a step: where the target looked when it refused the draft.
 
-A run record's ``why`` (computed right after the run by :func:`specvlm.why.explain_rejections`, one
+A run record's ``why`` (computed right after the run by :func:`specvlm.analysis.why.explain_rejections`, one
 extra target forward) holds, for the lowest-acceptance steps where the target refused the draft, the
 target's attention over the video tokens from the query that chose its own token, the share of that
 attention on tokens the draft did not see, and the subtitle cue holding the step's word when the draft
@@ -23,7 +23,7 @@ UNSEEN_RGB = (239, 68, 68)
 
 
 def step_why(record: Any, step: int | float | None) -> dict | None:
-    """The record's explanation of ``step`` (a dict of :class:`specvlm.why.StepWhy` fields), or None."""
+    """The record's explanation of ``step`` (a dict of :class:`specvlm.analysis.why.StepWhy` fields), or None."""
     if step is None:
         return None
     for w in getattr(record, "why", None) or []:

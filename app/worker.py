@@ -264,16 +264,9 @@ class DecodeWorker:
             return []
         try:
             from specvlm.analysis.records import to_dict
-            rec = make(events, job.dec, job.prompt, pair, clip)
+            rec = make(events, job.dec, job.prompt, pair, clip, job)
             if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
                 rec.meta.update(job.record_meta)
-            explain = getattr(self.engine, "explain", None)
-            if explain is not None:
-                try:
-                    rec = explain(rec, pair, clip, job.prompt, subtitles=job.subtitles,
-                                  subtitle_mode=job.subtitle_mode, truth=job.truth)
-                except Exception:  # the record without explanations is still useful
-                    log.warning("could not explain the run's failing steps", exc_info=True)
             return [Record(to_dict(rec))]
         except Exception:  # inspection is optional; the comparison already succeeded
             log.warning("could not build the run record", exc_info=True)

@@ -16,7 +16,7 @@ budget gives τ (pooled over verify steps, bonus token excluded) and SpecVLM's �
 with a paired 95% bootstrap interval over clips. The **subtitle case** runs SpecVLM again with the
 transcript withheld from the draft (subtitle mode ``target``): τ given minus τ withheld with its
 interval, and the steps that fail only when the draft lacks the transcript (a *rejection*,
-:func:`specvlm.why.rejections`, = a step whose drafted continuation the target refused; an extra one =
+:func:`specvlm.analysis.why.rejections`, = a step whose drafted continuation the target refused; an extra one =
 a rejection at an output position where the draft with the transcript had none) with their text,
 which should be the subtitle fact. Every
 speculative output is compared token by token with vanilla.
@@ -45,7 +45,9 @@ import numpy as np  # noqa: E402
 
 from scripts import eval_bundled as eb  # noqa: E402
 from scripts.training import scenes  # noqa: E402
-from specvlm import assets, synth, why  # noqa: E402
+from specvlm import assets  # noqa: E402
+from specvlm.analysis import why  # noqa: E402
+from specvlm.bench import synth  # noqa: E402
 from specvlm.config import TreeConfig  # noqa: E402
 
 METHODS = ("specvlm", "random", "window-middle", "frame")
@@ -102,7 +104,7 @@ def init_worker(args) -> None:
     """Load the pair once per process."""
     import torch
 
-    from specvlm.models import load_pair
+    from specvlm.models.loading import load_pair
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -113,8 +115,8 @@ def init_worker(args) -> None:
 def eval_clip(job: tuple[str, int]) -> dict:
     """Evaluate one clip; returns its record (see the module docstring)."""
     from specvlm.config import DecodeConfig, PruneConfig
-    from specvlm.decoding import generate
-    from specvlm.inputs import prepare
+    from specvlm.engine.stream import generate
+    from specvlm.engine.prepare import prepare
     from specvlm.video import frames_to_clip
 
     kind, index = job

@@ -28,7 +28,7 @@ them under SpecVLM pruning.
 ``--recipe sparse`` adds sparse-information scenes (:mod:`scripts.training.scenes`: small
 objects, an object that flashes on a few frames, brief small text, distractor shapes) to 70% of
 the clips of 48+ frames and 15% of the shorter ones, and a subtitle track to 40% of all clips,
-placed in the prompt as the app places it (:mod:`specvlm.prompting`), often with a fact (a code,
+placed in the prompt as the app places it (:mod:`specvlm.text.prompting`), often with a fact (a code,
 a name, a flag colour) that the description reports; ``--focus-mode spread`` trains the prompt's
 video attention towards an equal share per named object or text, so Stage I keeps a flash's few
 tokens first; ``--salient-prob`` makes part of the draft's pruned batches keep those tokens first.

@@ -162,6 +162,10 @@ def test_keep_text_and_subtitles_together(engine, clip_files):
     assert p.draft_subtitle_tokens == 0 and _ids(van) == _ids(spec)
     # the Inspect record (and so its JSON export) keeps these settings
     assert {"subtitle_mode": "target", "subtitle_cues": 2, "keep_text": True}.items() <= rec.meta.items()
+    # and why its failing steps failed, computed after the run on the same (forced, withheld) inputs
+    from specvlm.analysis.why import rejections
+    refused = {pos for _, pos, _ in rejections(rec.steps)}
+    assert rec.why and all(w["position"] in refused and 0.0 <= w["share_unseen"] <= 1.0 for w in rec.why)
 
 
 def test_keep_text_unchecked_forces_nothing(engine, clip_files):

@@ -7,10 +7,10 @@ import pytest
 from app import why_view as wv
 from app.engine import Engine
 from conftest import make_clip
-from specvlm import inspect as ins
+from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig, PruneConfig
-from specvlm.decoding import stream
-from specvlm.subtitles import Cue
+from specvlm.engine.stream import stream
+from specvlm.text.subtitles import Cue
 
 PROMPT = "Describe the video."
 
@@ -29,7 +29,7 @@ def explained(pairs):
 
 def test_the_record_explains_its_rejection_steps_and_survives_json(explained, tmp_path):
     rec, _ = explained
-    from specvlm.why import rejections
+    from specvlm.analysis.why import rejections
 
     rej = {step: pos for step, pos, _ in rejections(rec.steps)}
     assert rec.why and all(rej[w["step"]] == w["position"] for w in rec.why)

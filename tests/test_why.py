@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from conftest import make_clip
-from specvlm import why
+from specvlm.analysis import why
 from specvlm.config import DecodeConfig, PruneConfig
-from specvlm.decoding import generate
-from specvlm.inputs import prepare
-from specvlm.subtitles import Cue
+from specvlm.engine.stream import generate
+from specvlm.engine.prepare import prepare
+from specvlm.text.subtitles import Cue
 from specvlm.types import DraftTreeRecord
 
 

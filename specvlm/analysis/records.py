@@ -106,6 +106,7 @@ class RunRecord:
         timestamps: sampled-frame times (s), or [].
         thumbnails: base64 PNG of the first frame of each token frame group (small), or [].
         meta: free-form (model name, video path, subtitle mode, text coverage, ...).
+        why: :class:`specvlm.analysis.why.StepWhy` fields (dicts) of the explained failing steps, or [].
         version: :data:`RECORD_VERSION`.
     """
 
@@ -118,6 +119,7 @@ class RunRecord:
     thumbnails: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     version: int = RECORD_VERSION
+    why: list[dict] = field(default_factory=list)
 
     @property
     def verify_steps(self) -> list[StepRecord]:
@@ -280,7 +282,7 @@ def from_dict(d: dict) -> RunRecord:
         steps = [StepRecord(**s) for s in d["steps"]]
         return RunRecord(d["settings"], d["prompt"], pre, steps, {int(k): v for k, v in d["token_text"].items()},
                          list(d.get("timestamps", [])), list(d.get("thumbnails", [])), dict(d.get("meta", {})),
-                         version)
+                         version, list(d.get("why", [])))
     except (KeyError, TypeError) as e:
         raise RecordError(f"the run record is incomplete or malformed ({e}).") from e
 

@@ -22,6 +22,11 @@ from typing import Any
 
 import torch
 
+from specvlm.engine import kv
+from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
+from specvlm.models.adapter import video_lm_kwargs
+
 STOPWORDS = frozenset("a an the is are was it its of in on at to and or this that be".split())
 """Words too common to trace back to one subtitle cue."""
 
@@ -65,7 +70,7 @@ def rejections(steps: Sequence[Any]) -> list[tuple[int, int, int]]:
     draft tokens than it emitted minus one. Step 0 (the prefill token) is skipped.
 
     Args:
-        steps: :class:`specvlm.types.StepEvent` or :class:`specvlm.inspect.StepRecord` items in order
+        steps: :class:`specvlm.types.StepEvent` or :class:`specvlm.analysis.records.StepRecord` items in order
             (``tree`` a DraftTreeRecord, a dict of one, or None).
     """
     out, pos = [], 0
@@ -92,8 +97,8 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
     eager attention, each layer's weights reduced at once to the wanted rows (head mean).
 
     Args:
-        pair: the :class:`specvlm.models.ModelPair` of the run.
-        inputs: the run's :class:`specvlm.models.ModelInputs` (its target view is used).
+        pair: the :class:`specvlm.models.pair.ModelPair` of the run.
+        inputs: the run's :class:`specvlm.types.ModelInputs` (its target view is used).
         output_ids: the generated ids.
         positions: output positions >= 1 (the query at ``p - 1`` chose token ``p``).
 
@@ -103,11 +108,6 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
     Raises:
         WhyError: a position < 1 or beyond the output.
     """
-    from specvlm import kv
-    from specvlm.decoding import lm_forward, prompt_video
-    from specvlm.fast import set_text_attn_implementation, text_attn_implementation
-    from specvlm.models.base import video_lm_kwargs
-    from specvlm.decoding import _is_video, embed_tokens
 
     pos = [int(p) for p in positions]
     if not pos or min(pos) < 1 or max(pos) > len(output_ids):
@@ -120,7 +120,7 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
         emb, side = prompt_video(model, ad, t_in)
         cache = kv.new_cache(model)
         lm_forward(model, ad, emb, t_in.positions, cache, rows=None,
-                   extra=video_lm_kwargs(ad, _is_video(t_in), side))
+                   extra=video_lm_kwargs(ad, is_video(t_in), side))
         sink: list[torch.Tensor] = []
         vid = t_in.video_index
 
