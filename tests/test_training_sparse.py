@@ -179,3 +179,16 @@ def test_eval_sparse_fact_positions_and_paired_difference(processor):
     recs = [{"tau": {"a": [4, 2], "b": [2, 2]}}, {"tau": {"a": [6, 3], "b": [3, 3]}}]
     d = es.paired_difference(recs, "a", "b")
     assert d["diff"] == pytest.approx(1.0) and d["lo"] == pytest.approx(1.0) and d["wins"] == 2
+
+
+def test_export_writes_loadable_models_from_checkpoints(smoke_pair, tmp_path):
+    from scripts.training.export import export
+    from specvlm.models.loading import load_pair
+
+    work, _ = smoke_pair
+    done = export(work / "smoke", tmp_path)
+    assert done == {"target": 3, "draft": 2}
+    pair = load_pair(str(tmp_path / "target"), str(tmp_path / "draft"), device="cpu", dtype="float32")
+    trained = torch.load(work / "smoke" / "target" / "ckpt.pt", weights_only=False)["model"]
+    for k, v in pair.target.state_dict().items():
+        assert torch.equal(v, trained[k]), k
