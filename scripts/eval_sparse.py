@@ -328,6 +328,8 @@ def parse_args(argv=None):
     ap.add_argument("--workers", type=int, default=1, help="processes (each loads the models)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--out", default=None, help="JSON output (summary + per-clip records); markdown next to it")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the clips finished in OUT.partial.jsonl (written as records complete)")
     args = ap.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
     args.methods = [m for m in args.methods.split(",") if m]
@@ -349,14 +351,39 @@ def main(argv=None) -> int:
             return 2
     jobs = sorted(((k, i) for k in args.sets for i in range(args.num_videos)), key=lambda j: (j[1], j[0]))
     t0 = time.time()
+    partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
+    settings = json.dumps({k: v for k, v in vars(args).items()
+                           if k not in ("out", "resume", "workers", "num_videos", "tree_config")}, sort_keys=True)
+    records: list[dict] = []
+    if partial is not None and args.resume and partial.exists():
+        lines = partial.read_text().splitlines()
+        if lines and lines[0] == settings:
+            records = [r for r in map(json.loads, lines[1:]) if (r["set"], r["index"]) in set(jobs)]
+        print(f"resuming: {len(records)} clips already done in {partial}", file=sys.stderr)
+    done = {(r["set"], r["index"]) for r in records}
+    jobs = [j for j in jobs if j not in done]
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(settings + "\n" + "".join(json.dumps(r) + "\n" for r in records))
+
+    def keep(rec: dict) -> None:
+        records.append(rec)
+        if partial is not None:
+            with partial.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+        if len(records) % 10 == 0:
+            print(f"{len(records)} clips done, {(time.time() - t0) / 60:.1f} min", file=sys.stderr, flush=True)
+
     if args.workers <= 1:
         init_worker(args)
-        records = [eval_clip(j) for j in jobs]
+        for j in jobs:
+            keep(eval_clip(j))
     else:
         import multiprocessing as mp
 
         with mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args,)) as pool:
-            records = list(pool.imap_unordered(eval_clip, jobs, chunksize=1))
+            for rec in pool.imap_unordered(eval_clip, jobs, chunksize=1):
+                keep(rec)
     records.sort(key=lambda r: (args.sets.index(r["set"]), r["index"]))
     summary = summarise(records, args)
     goal = goals(summary)
@@ -368,10 +395,11 @@ def main(argv=None) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "tree_config")}
+        cfg = {k: v for k, v in vars(args).items() if k not in ("out", "resume", "tree_config")}
         out.write_text(json.dumps({"config": cfg, "meta": meta, "summary": summary, "goals": goal,
                                    "records": records}, indent=1, default=float))
         out.with_suffix(".md").write_text(md)
+        partial.unlink(missing_ok=True)
     return 0
 
 

@@ -166,6 +166,19 @@ def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tm
     assert set(s["specvlm_minus"]) == {"random", "window-middle", "frame"}
     assert s["subtitle"]["clips"] == 2 and data["goals"]["greedy output identical to vanilla in every run"]["met"]
     assert out.with_suffix(".md").read_text().startswith("# Sparse-information evaluation")
+    # an interrupted run resumes from its partial records (here: all but the last clip)
+    argv = ["--target", str(model / "target"), "--draft", str(model / "draft"), "--num-videos", "2",
+            "--long-frames", "16", "--long-side", "56", "--short-frames", "8", "--max-new-tokens", "12",
+            "--out", str(out), "--resume"]
+    args = es.parse_args(argv)
+    settings = json.dumps({k: v for k, v in vars(args).items()
+                           if k not in ("out", "resume", "workers", "num_videos", "tree_config")}, sort_keys=True)
+    kept = data["records"][:-1]
+    out.with_suffix(".partial.jsonl").write_text(settings + "\n" + "".join(json.dumps(r) + "\n" for r in kept))
+    assert es.main(argv) == 0
+    again = json.loads(out.read_text())
+    assert again["records"][:-1] == kept and len(again["records"]) == len(data["records"])
+    assert again["records"][-1]["pred"] == data["records"][-1]["pred"]         # the missing clip was redone
 
 
 def test_eval_sparse_fact_positions_and_paired_difference(processor):
