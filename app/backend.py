@@ -27,6 +27,7 @@ from typing import Any
 
 from app import uploads
 from app.devices import DevicePool, Slot, wait_in_line
+from app.runs import RunRegistry
 from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
@@ -101,7 +102,7 @@ class Backend:
         self.plot_interval_s = plot_interval_s
         self._pairs: OrderedDict[tuple, Any] = OrderedDict()
         self._load_lock = threading.Lock()
-        self._stops: dict[str, threading.Event] = {}
+        self.runs = RunRegistry()
         self.worker = DecodeWorker(self.engine, self.get_pair, update_interval_s)
         self.gpu_run = zerogpu.gpu_function(self.worker.run)
         """The GPU function: ``gpu_run(job) -> iterator of message batches`` (plain data)."""
@@ -292,20 +293,22 @@ class Backend:
     # ---- stop ------------------------------------------------------------------------------
 
     def stop(self, session: str | None = None) -> str:
-        """Ask the session's Run to stop: its worker is closed after the next batch (within
-        ``update_interval_s``, or a heartbeat), which ends the decode loop at its next step.
+        """Ask the session's Run to stop: the run notices within one batch (``update_interval_s``, or a
+        heartbeat), says "Stopping…", closes its worker (the engine ends between frames, prefill layers
+        or decode steps) and ends with "Stopped" once the worker is free.
 
         Returns:
             A status message.
         """
-        ev = self._stops.get(session or "default")
-        if ev is None:
-            return "Nothing is running."
-        ev.set()
-        return "Stopping after the current step…"
+        return "Stopping…" if self.runs.stop(session or "default") else "Nothing is running."
+
+    def queue_next(self, session: str | None = None) -> bool:
+        """A Run was clicked while the session's run is stopping (:meth:`RunRegistry.queue_next`): that
+        run then ends with "the next run starts now". Returns whether the click waits for it."""
+        return self.runs.queue_next(session or "default")
 
     def active_workers(self) -> list[threading.Thread]:
-        """Decode threads alive in this process (empty when nothing runs; tests check Stop with it)."""
+        """Threads reading a video or decoding in this process (empty when nothing runs; tests check Stop)."""
         return [t for t in threading.enumerate() if t.name.startswith(WORKER_PREFIX) and t.is_alive()]
 
     # ---- the comparison --------------------------------------------------------------------
@@ -314,12 +317,13 @@ class Backend:
         """Run the comparison to the end and return it as one JSON-ready object
         (:func:`app.view.comparison_json`; errors are returned in it, never raised)."""
         views: list[RunView] = []
-        error, stopped, device = None, False, None
+        error, device = None, None
         for upd in self.run(request, session=session, views=views):
             error = upd.get("error", error)
-            stopped = stopped or str(upd.get("status", "")).startswith("**Stopped.**")
             device = upd.get("device", device)
-        return comparison_json(views[0] if views and views[0].started else None, error, stopped) | {"device": device}
+        view = views[0] if views else None
+        return comparison_json(view if view is not None and view.started else None, error,
+                               stopped=view is not None and view.stopped) | {"device": device}
 
     def run(self, request: RunRequest, *, session: str | None = None,
             progress: Callable[[float, str], None] | None = None,
@@ -330,53 +334,56 @@ class Backend:
             request: the uploads, prompt and settings.
             session: session id for Stop (one run per session; a second Run ends the first).
             progress: ``progress(fraction, description)`` for load / frames / prefill.
-            views: a list the run's :class:`RunView` is appended to (for :meth:`run_json`).
+            views: a list the run's :class:`RunView` is appended to once the request is checked
+                (for :meth:`run_json`; its ``stopped`` says whether the run was stopped).
             waiting: Runs waiting before they reach the backend (the page's queue), for the status line.
 
         Yields:
-            Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure and
-            ``"device"``, the device that ran it, in the last one). Errors never raise: they end the run
-            with a readable ``status``. The device goes back to :attr:`pool` when the run ends (done,
-            stopped, failed, or the generator closed).
+            Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure,
+            ``"device"``, the device that ran it, in the last one, and ``"ui_state"``: ``running``
+            first, ``stopping`` once Stop is noticed, and last ``idle``, or ``queued`` when a Run waits
+            for this one). Errors never raise: they end the run with a readable ``status``. The device
+            goes back to :attr:`pool` when the run ends (done, stopped, failed, or the generator closed).
         """
         progress = progress or (lambda f, d: None)
         sid = session or "default"
-        stop = threading.Event()
-        prev = self._stops.get(sid)
-        if prev is not None:
-            prev.set()
-        self._stops[sid] = stop
+        stop = self.runs.start(sid)
         views = [] if views is None else views
         failure, free = None, False
         try:
+            yield {"status": "Starting…", "ui_state": "running"}
             try:
-                yield from self._run(request, stop, progress, views, waiting or (lambda: 0))
+                yield from self._run(request, sid, stop, progress, views, waiting or (lambda: 0))
             except Exception as e:  # the server keeps running whatever happens
                 failure, free = handle_failure(self.engine, e)
             if failure is not None:
                 if free:
                     self._free()
-                yield (views or [RunView("SpecVLM", None)])[0].fail(failure)
+                yield (views or [RunView("SpecVLM", None)])[0].fail(failure) | {"ui_state": self.runs.end_state(sid)}
         finally:
-            stop.set()
-            if self._stops.get(sid) is stop:
-                del self._stops[sid]
+            self.runs.finish(sid, stop)
 
-    def _run(self, request: RunRequest, stop: threading.Event, progress: Callable[[float, str], None],
+    def _run(self, request: RunRequest, sid: str, stop: threading.Event, progress: Callable[[float, str], None],
              views: list[RunView], waiting: Callable[[], int]) -> Iterator[dict[str, Any]]:
         job, view, name = self.prepare(request)
+        views.append(view)
         slot = yield from wait_in_line(self.pool, stop.is_set)
         if slot is None:
-            yield {"status": final_status(True)}
+            yield self._stopped_early(sid, view)
             return
         try:
-            yield from self._decode(job, view, name, slot, stop, progress, views, waiting)
+            yield from self._decode(job, view, name, slot, sid, stop, progress, waiting)
         finally:
             self.pool.give(slot)
 
-    def _decode(self, job: RunJob, view: RunView, name: str, slot: Slot, stop: threading.Event,
-                progress: Callable[[float, str], None], views: list[RunView],
-                waiting: Callable[[], int]) -> Iterator[dict[str, Any]]:
+    def _stopped_early(self, sid: str, view: RunView) -> dict[str, Any]:
+        """The last update of a Run stopped before its worker started."""
+        view.stopped = True
+        state = self.runs.end_state(sid)
+        return {"status": final_status(True, state == "queued"), "ui_state": state}
+
+    def _decode(self, job: RunJob, view: RunView, name: str, slot: Slot, sid: str, stop: threading.Event,
+                progress: Callable[[float, str], None], waiting: Callable[[], int]) -> Iterator[dict[str, Any]]:
         label, several = self.pool.label(slot), len(self.pool) > 1   # several: the record and page name it
         job = dataclasses.replace(job, slot=slot, record_meta={**job.record_meta, "device": label} if several
                                   else job.record_meta)
@@ -390,9 +397,8 @@ class Backend:
             yield {"status": f"{what} model **{name}**… (progress above; large models take minutes)"}
         self.get_pair(*job.model, slot)
         if stop.is_set():
-            yield {"status": final_status(True), "device": label}
+            yield self._stopped_early(sid, view) | {"device": label}
             return
-        views.append(view)
         reserve = zerogpu.reserve_note(job)
         if reserve:
             yield {"status": f"Waiting for a ZeroGPU device: this Run {reserve}…"}
@@ -400,9 +406,12 @@ class Backend:
         try:
             for batch in worker:
                 upd = view.fold(batch, progress)
+                if stop.is_set():
+                    yield {**upd, "status": "Stopping…", "ui_state": "stopping"}
+                    break
                 if upd:
                     yield upd
-                if stop.is_set() or view.failure is not None:
+                if view.failure is not None:
                     break
         except Exception as e:  # ZeroGPU's own errors (quota, aborted worker) get one line in the user's terms
             msg = zerogpu.abort_message(e, view.where(), zerogpu.reserved_seconds(job) if reserve else None,
@@ -413,7 +422,8 @@ class Backend:
             view.failure = msg
         finally:
             worker.close()  # GeneratorExit reaches the decode loop (and, on ZeroGPU, the worker process)
-        final = view.final(stopped=stop.is_set())
+        state = self.runs.end_state(sid)
+        final = view.final(stopped=stop.is_set(), next_queued=state == "queued") | {"ui_state": state}
         if several and final.get("status"):
             final["status"] = f"{final['status']}  \n*Ran on {label}.*"
         yield final | {"device": label}
@@ -435,8 +445,10 @@ class Backend:
             meta.update(subtitle_mode=mode, subtitle_cues=len(cues))
         if truth is not None:
             meta["keep_text"] = True
+        if s.fixed_length:
+            meta["fixed_length"] = True
         job = RunJob(video=path, prompt=prompt, dec=dec, vid=vid, model=(target, draft), subtitles=tuple(cues),
-                     subtitle_mode=mode, truth=truth, record_meta=meta)
+                     subtitle_mode=mode, truth=truth, record_meta=meta, pairs=int(s.timing_pairs))
         label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
         view = RunView(label, dec, mode=request.heatmap_mode, notes=notes, prompt_note=prompt_note,
                        forced_requested=truth is not None, plot_interval_s=self.plot_interval_s,

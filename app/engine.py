@@ -59,8 +59,11 @@ class Engine:
         from specvlm.video import probe_video
         return probe_video(path, count_frames=False, timeout_s=self.video_timeout_s)
 
-    def load_video(self, path: str, config: Any) -> Any:
-        """Decode and sample frames into a VideoClip (load_video upscales sides under 28 px)."""
+    def load_video(self, path: str, config: Any, should_stop: Callable[[], bool] | None = None) -> Any:
+        """Decode and sample frames into a VideoClip (load_video upscales sides under 28 px).
+
+        ``should_stop`` is polled between frames; True ends the reading early (it then raises).
+        """
         from specvlm.video import load_video
         return load_video(path, config, timeout_s=self.video_timeout_s)
 

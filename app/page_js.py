@@ -6,7 +6,10 @@
 * The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
   preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
 * Run brings the live panels into view; Stop is red (class ``specvlm-running``) only while a run is
-  active, i.e. from Run until the status line says the run is done, stopped or failed.
+  active, i.e. from Run until the status line says the run is stopping, done, stopped or failed.
+* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is ignored (the server disables
+  Run while a run decodes, but its first update takes a moment; Run holds clicks made while the
+  previous run stops, so a double-click would otherwise run twice).
 * The heatmap captions wrap instead of being cut off.
 
 Source: docs/design.md §1 (the app), §8 (Gradio traps).
@@ -27,12 +30,14 @@ PAGE_CSS = """
   border-color: var(--button-cancel-border-color); }
 """
 """Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room."""
+DOUBLE_CLICK_MS = 1500
+"""Run clicks this soon after an accepted one are ignored (milliseconds)."""
 
 
 def page_js() -> str:
     """The JavaScript function (as ``demo.load(None, js=...)`` runs it) that installs the hooks."""
     return _JS.replace("__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
-        "__CSS__", json.dumps(PAGE_CSS))
+        "__CSS__", json.dumps(PAGE_CSS)).replace("__DOUBLE_CLICK_MS__", str(DOUBLE_CLICK_MS))
 
 
 SCROLL_JS = """
@@ -86,7 +91,15 @@ _JS = """
   });
   new MutationObserver(accept).observe(document.body, {childList: true, subtree: true});
   accept();
-  const ENDED = /^(Done\.|Stopped\.|Error:|Ready\.)/;
+  let lastRun = 0;
+  document.addEventListener('click', (ev) => {  // a double-click on Run starts one run, not two
+    const el = (sel) => ev.target && ev.target.closest && ev.target.closest(sel);
+    if (el('#stop')) lastRun = 0;  // after Stop, the next Run click counts
+    if (!el('#run')) return;
+    if (Date.now() - lastRun < __DOUBLE_CLICK_MS__) { ev.stopImmediatePropagation(); ev.preventDefault(); return; }
+    lastRun = Date.now();
+  }, true);
+  const ENDED = /^(Done\\.|Stopped\\.|Stopping|Error:|Ready\\.)/;
   new MutationObserver(() => {  // Stop back to a plain button once the status says the run ended
     const status = document.getElementById('status');
     const stop = document.getElementById('stop');

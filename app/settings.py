@@ -21,6 +21,8 @@ from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigEr
                             SamplingConfig, TreeConfig, VideoConfig)
 from specvlm.text.prompting import SUBTITLE_MODES
 
+from app.timing import MAX_REPEATS
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PROMPT", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
@@ -140,6 +142,10 @@ class RunSettings:
             exactly when the target does).
         keep_text: force the draft to keep the video tokens covering the clip's burned-in text
             (needs a ground-truth ``.json`` of a generated clip).
+        fixed_length: ignore EOS and generate exactly ``max_new_tokens`` (``DecodeConfig.stop_at_eos``
+            False; the CLI's ``--no-eos``): a decode long enough to watch, stop and time.
+        timing_pairs: interleaved vanilla / speculative pairs of runs; the speedup is their median
+            (1 to :data:`app.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
     """
 
     preset: str = ""
@@ -159,11 +165,13 @@ class RunSettings:
     seed: int = _DEC.sampling.seed
     subtitle_mode: str = SUBTITLE_MODES[0]
     keep_text: bool = False
+    fixed_length: bool = not _DEC.stop_at_eos
+    timing_pairs: int = 1
 
 
 COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
                   "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
-                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob")
+                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob", "fixed_length", "timing_pairs")
 """Inputs of ``/compare`` by component name, in order (new ones are appended, so API callers that
 pass fewer arguments keep working)."""
 
@@ -171,7 +179,8 @@ _SETTING_OF = {"preset": "preset", "custom": "custom_model", "method": "method",
                "top_p": "top_p", "tree": "tree_shape", "depth": "depth", "top_k": "top_k", "total": "total_tokens",
                "frames": "num_frames", "max_new": "max_new_tokens", "temperature": "temperature",
                "top_p_sampling": "top_p_sampling", "seed": "seed", "subtitle_mode": "subtitle_mode",
-               "keep_text": "keep_text", "min_prob": "min_prob"}
+               "keep_text": "keep_text", "min_prob": "min_prob", "fixed_length": "fixed_length",
+               "timing_pairs": "timing_pairs"}
 """Component name -> :class:`RunSettings` field."""
 
 
@@ -205,6 +214,7 @@ class RunRequest:
         kw["custom_model"] = kw.get("custom_model") or ""
         kw["subtitle_mode"] = kw.get("subtitle_mode") or d.subtitle_mode
         kw["keep_text"] = bool(kw.get("keep_text", d.keep_text))
+        kw["fixed_length"] = bool(kw.get("fixed_length", d.fixed_length))
         return cls(video=values.get("video") or None, prompt=values.get("prompt") or "",
                    settings=RunSettings(**kw), srt=values.get("srt") or None, truth=values.get("truth") or None,
                    heatmap_mode=HEATMAP_MODES.get(values.get("hm_mode") or "stages", values.get("hm_mode") or "stages"))
@@ -220,7 +230,7 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
         raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
     try:
         ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
-                                                       "max_new_tokens")}
+                                                       "max_new_tokens", "timing_pairs")}
         prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
                             top_p=_as_float("λ", s.top_p))
         tree = _preset_tree(s.preset, TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
@@ -230,10 +240,12 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
                                   top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
                                   seed=_as_int("seed", s.seed))
         dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree,
-                           sampling=sampling)
+                           sampling=sampling, stop_at_eos=not s.fixed_length)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e
+    if not 1 <= ints["timing_pairs"] <= MAX_REPEATS:
+        raise UserError(f"Invalid setting: timing runs={ints['timing_pairs']} must be 1 to {MAX_REPEATS}.")
     for name, key, cap in (("frames", "num_frames", limits.max_frames),
                            ("max new tokens", "max_new_tokens", limits.max_new_tokens)):
         if ints[key] > cap:

@@ -23,6 +23,7 @@ from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
                           TREE_SHAPES, RunRequest, RunSettings, UserError)
+from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
 from specvlm import assets
@@ -35,6 +36,8 @@ MAX_PREVIEWS = 1000
 GPU_QUEUE = "gpu"
 """concurrency_id shared by every event that runs models: one decode at a time per device (its
 ``concurrency_limit`` is the number of devices in the backend's pool)."""
+RUN_LABELS = {"idle": "Run", "running": "Running…", "stopping": "Run", "queued": "Queued…"}
+"""The Run button's label per page state (it is disabled while running or queued)."""
 
 
 INTRO = """# SpecVLM Studio
@@ -279,13 +282,21 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
                                      label="Max new tokens", elem_id="max-new-tokens")
         with gr.Row():
+            c["fixed_length"] = gr.Checkbox(value=d.fixed_length, label="Fixed length (ignore EOS)",
+                                            info="generate exactly Max new tokens: a decode long enough to watch, "
+                                                 "stop and time (the CLI's --no-eos)", elem_id="fixed-length")
+            c["timing_pairs"] = gr.Slider(1, MAX_REPEATS, value=d.timing_pairs, step=1, precision=0,
+                                          label="Timing runs",
+                                          info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
+                                          elem_id="timing-pairs")
+        with gr.Row():
             c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")
             c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
                                             label="Nucleus top-p (sampling)", elem_id="top-p-sampling")
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     with gr.Row():
-        c["run"] = gr.Button("Run", variant="primary", elem_id="run")
+        c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active (app.page_js)
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     return c
@@ -307,6 +318,8 @@ def _output_section() -> dict[str, Any]:
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
                                      label="SpecVLM text", elem_id="spec-text")
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")
+    c["repeat"] = gr.Button(f"Measure again: median of {SUGGESTED_REPEATS} interleaved runs", visible=False,
+                            size="sm", elem_id="repeat-timing")
     with gr.Row():
         c["accept_plot"] = gr.Plot(label="Accepted length per step", elem_id="accept-plot")
         c["time_plot"] = gr.Plot(label="Tokens over time", elem_id="time-plot")
@@ -323,10 +336,18 @@ def _output_section() -> dict[str, Any]:
 def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None,
               previews: dict[str, str], waiting: Callable[[], int] = lambda: 0) -> None:
     """Run (shared GPU queue, one Run per device at a time; named ``/compare`` inputs with defaults, built
-    into a :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue;
-    it also cancels the Run event, which closes the worker). ``previews`` maps a player preview's file
-    name to the upload it stands for; ``waiting`` counts the Runs queued for a device."""
-    outputs = [c[k] for k in OUTPUT_KEYS]
+    into a :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue).
+    ``previews`` maps a player preview's file name to the upload it stands for; ``waiting`` counts the
+    Runs queued for a device.
+
+    Stop only asks the run to stop (:meth:`Backend.stop`); the run itself says "Stopping…", ends its
+    worker and ends "Stopped", so the Run event stays pending exactly as long as the device is busy.
+    Run uses ``trigger_mode="always_last"``: a click while the previous run is still stopping is
+    held by the page and sent when that run ends (with "once", Gradio's default, the page drops it),
+    and :func:`run_clicked` says so at once. While a run decodes, Run is disabled (and the page
+    ignores a second click of a double-click, :mod:`app.page_js`)."""
+    buttons = [c["run"], c["stop"], c["repeat"]]
+    outputs = [c[k] for k in OUTPUT_KEYS] + buttons
     inputs = [c[k] for k in COMPARE_INPUTS]
 
     d = backend.default_settings()
@@ -336,6 +357,7 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                 total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
                 temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
                 subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
+                fixed_length=d.fixed_length, timing_pairs=d.timing_pairs,
                 request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
         """Run vanilla then speculative decoding and stream both panels (inputs: :data:`COMPARE_INPUTS`,
         each with a default but the video). Model downloads and loading show their progress."""
@@ -354,13 +376,17 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                     upd["gallery"] = gallery_files(upd["gallery"], tmp)
                 if upd.get("record", "") is None:  # no new record: Inspect keeps the last one
                     upd["record"] = gr.skip()
-                yield {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
+                out = {c[k]: v for k, v in upd.items() if k in OUTPUT_KEYS}
+                out.update(_button_updates(c, upd.get("ui_state"), upd.get("speed_note"), req.settings.timing_pairs))
+                if out:
+                    yield out
 
     def compare_json(video, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
                      drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
                      total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
                      temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
                      subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
+                     fixed_length=d.fixed_length, timing_pairs=d.timing_pairs,
                      request: gr.Request = None) -> dict[str, Any]:
         """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
         both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
@@ -372,27 +398,44 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
             return backend.run_json(req, session=getattr(request, "session_hash", None))
 
     def stop(request: gr.Request):
-        """End the session's Run: its worker is closed, which ends the decode loop at its next step (the
-        Stop button also cancels the Run event, which closes the same worker)."""
-        gr.Info(backend.stop(getattr(request, "session_hash", None)))
+        """Ask the session's Run to stop; the run says "Stopping…" and then "Stopped" itself."""
+        msg = backend.stop(getattr(request, "session_hash", None))
+        if msg == "Nothing is running.":
+            gr.Info(msg)
 
-    def mark_stopped(vanilla_stats: str, spec_stats: str):
-        """The panels say "stopped" even when the cancel ends the Run before its last update."""
-        stats = [_stopped_stats(s) for s in (vanilla_stats, spec_stats)]
-        if stats == [vanilla_stats, spec_stats]:  # nothing was running
-            return gr.skip(), gr.skip(), gr.skip()
-        return "**Stopped.** Ready for the next run.", *stats
+    def run_clicked(request: gr.Request):
+        """A Run click while the previous run is stopping waits for it (the page holds the click): say so."""
+        if not backend.queue_next(getattr(request, "session_hash", None)):
+            return gr.skip(), gr.skip()
+        return "Waiting for the previous run to stop…", gr.update(value=RUN_LABELS["queued"], interactive=False)
 
-    run_event = c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare",
-                               concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool), show_progress_on=[c["status"]])
     c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
+    c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"]], queue=False, api_visibility="private",
+                   show_progress="hidden")
+    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
+                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last")
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
-                    show_progress="hidden", cancels=[run_event]).then(
-        mark_stopped, inputs=[c["vanilla_stats"], c["spec_stats"]],
-        outputs=[c["status"], c["vanilla_stats"], c["spec_stats"]], api_visibility="private",
-        concurrency_id="stop", concurrency_limit=None, show_progress="hidden")
+                    show_progress="hidden")
+    c["repeat"].click(lambda: SUGGESTED_REPEATS, inputs=None, outputs=[c["timing_pairs"]], queue=False,
+                      api_visibility="private", show_progress="hidden").then(
+        None, None, None, js="() => document.getElementById('run').click()")  # the same Run, timed N times
+
+
+def _button_updates(c: dict[str, Any], state: str | None, speed_note: str | None, pairs: Any) -> dict[Any, Any]:
+    """Run / Stop / repeat-timing button updates for a run's ``ui_state`` and final ``speed_note``."""
+    out: dict[Any, Any] = {}
+    if state is not None:
+        busy = state in ("running", "queued")
+        out[c["run"]] = gr.update(value=RUN_LABELS[state], interactive=not busy)
+        if state == "running":
+            out[c["repeat"]] = gr.update(visible=False)
+        else:  # running: Stop as it is (red, app.page_js)
+            out[c["stop"]] = gr.update(interactive=state != "stopping")
+    if speed_note is not None:
+        out[c["repeat"]] = gr.update(visible=bool(speed_note) and int(pairs or 1) < SUGGESTED_REPEATS)
+    return out
 
 
 def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.Blocks,
@@ -500,11 +543,3 @@ def preview_for(backend: Backend, path: str) -> tuple[str | None, str] | None:
     folder.mkdir(parents=True, exist_ok=True)
     timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
     return preview.make_preview(path, folder, timeout_s=timeout), preview.describe_codec(info, path)
-
-
-def _stopped_stats(stats: str | None) -> str:
-    """A run's stats line with a running state ("decoding", "waiting") replaced by "stopped"."""
-    stats = stats or ""
-    for state in ("decoding", "waiting"):
-        stats = stats.replace(f" · {state} · ", " · stopped · ")
-    return stats

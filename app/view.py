@@ -16,6 +16,7 @@ from typing import Any
 
 from app import plots
 from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
+from app.timing import MachineLoad, PairTiming, median_speedup, speed_note, speedup
 from app.worker import ClipReady, Failure, Outcome, Phase, Prefill, Record, RunEnd, Step
 
 OUTPUT_KEYS = (
@@ -26,7 +27,7 @@ OUTPUT_KEYS = (
 for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export."""
 
 PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (vanilla)"),
-          "spec": (0.6, "Prefill + pruning")}
+          "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs")}
 """Worker phase -> (progress fraction, description)."""
 
 
@@ -117,6 +118,9 @@ class RunView:
         self.outcome: Outcome | None = None
         self.record: Any = None
         self.failure: str | None = None
+        self.pairs: list[PairTiming] = []
+        self.load: MachineLoad | None = None
+        self.stopped = False
         self._plotted = 0.0
         self._seen: list[str] = []
 
@@ -149,6 +153,11 @@ class RunView:
                 self.outcome = msg
             elif isinstance(msg, Record):
                 self.record = _record(msg.data)
+            elif isinstance(msg, PairTiming):
+                self.pairs.append(msg)
+                upd["status"] = f"Timing runs: pair {msg.index} of {msg.total} done…"
+            elif isinstance(msg, MachineLoad):
+                self.load = msg
             elif isinstance(msg, Failure):
                 self.failure = msg.message
         for name in dict.fromkeys(changed):
@@ -165,6 +174,8 @@ class RunView:
             return {"status": "Decoding video frames…"}
         if name == "spec":
             return {"status": f"Prefill, scoring and pruning ({self.runs['spec'].name})…"}
+        if name == "repeat":
+            return {"status": "Timing runs: more interleaved vanilla / speculative pairs…"}
         return {}
 
     def _clip(self, msg: ClipReady) -> None:
@@ -223,7 +234,8 @@ class RunView:
             "vanilla_stats": van.stats_md(False),
             "spec_html": plots.tokens_html(spec.pieces, legend=False, placeholder="waiting…"),
             "spec_stats": spec.stats_md(True),
-            "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.outcome)) if x),
+            "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.outcome,
+                                                                         self.speed())) if x),
             "gallery": gallery,
             "heatmap_legend": legend,
             "accept_plot": self._accept_fig(),
@@ -231,8 +243,24 @@ class RunView:
             "heatmaps": self.heatmaps,
         }
 
-    def final(self, stopped: bool) -> dict[str, Any]:
-        """The last update: everything, the status line and the record (None when the run kept none)."""
+    def speed(self) -> "Speed":
+        """The decode speedup as the summary reports it: one pair's, or the median of the timing pairs."""
+        van, spec = self.runs["vanilla"], self.runs["spec"]
+        if not (van.done and spec.done):
+            return Speed(None, [], "")
+        first = speedup(_last(van.counts), van.elapsed, _last(spec.counts), spec.elapsed)
+        runs = [first, *(p.speedup for p in self.pairs)]
+        note = speed_note([van.elapsed, spec.elapsed], self.load.other_cores if self.load else None, len(runs))
+        return Speed(median_speedup(runs), [r for r in runs if r is not None], note)
+
+    def final(self, stopped: bool, next_queued: bool = False) -> dict[str, Any]:
+        """The last update: everything, the status line and the record (None when the run kept none).
+
+        Args:
+            stopped: the run was stopped (recorded in :attr:`stopped`).
+            next_queued: a Run is waiting for this one to end (the status says it starts now).
+        """
+        self.stopped = stopped
         for st in self.runs.values():
             if not st.done:
                 st.stopped = stopped
@@ -241,10 +269,11 @@ class RunView:
         if not stopped and self.outcome is None:  # the GPU function ended without both results
             return self.fail(f"The GPU work ended {self.where()} without both results: try again.")
         notes = "; ".join(n for n in [self.notes_text(), self._forced_note()] if n)
-        head = "**Stopped.** Ready for the next run." if stopped else "**Done.** Ready for the next run."
+        head = final_status(stopped, next_queued)
         upd = self.full() if self.started else {}
         upd["status"] = f"{head}  \n*Input notes: {notes}*" if notes else head
         upd["record"] = self.record
+        upd["speed_note"] = self.speed().note if self.started else ""
         return upd
 
     def where(self) -> str:
@@ -315,9 +344,26 @@ def user_note(note: str) -> str:
     return _PATH.sub(lambda m: m.group(1), "".join(out)).strip()
 
 
-def final_status(stopped: bool) -> str:
-    """The status line of a Run that ended before the worker started."""
-    return "**Stopped.** Ready for the next run." if stopped else "**Done.** Ready for the next run."
+def final_status(stopped: bool, next_queued: bool = False) -> str:
+    """The status line of a Run that ended (stopped or done; whether the next Run starts now)."""
+    nxt = "The next run starts now." if next_queued else "Ready for the next run."
+    return f"**Stopped.** {nxt}" if stopped else f"**Done.** {nxt}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """The decode speedup a summary reports.
+
+    Attributes:
+        speedup: tokens/s of the speculative run over the vanilla run's; the median over the
+            interleaved pairs when there are several (None until both runs finished).
+        runs: each pair's speedup (the first pair's first).
+        note: :func:`app.timing.speed_note` ("" when nothing says the figure is noisy).
+    """
+
+    speedup: float | None
+    runs: list[float]
+    note: str
 
 
 def _record(data: dict) -> Any:
@@ -346,13 +392,15 @@ def pick_heatmaps(state: dict[str, Any] | None, mode: str) -> tuple[list, str]:
     return items, legend
 
 
-def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Outcome | None = None) -> str:
+def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Outcome | None = None,
+               speed: Speed | None = None) -> str:
     """The comparison summary (Markdown): speedup, τ, tokens/forward, prefill, kept tokens,
-    identical or first divergence.
+    identical or first divergence, and a timing caveat when the speedup is noisy.
 
     Args:
         van: the vanilla run.  spec: the speculative run.  dec: the DecodeConfig.
         outcome: the worker's comparison of the two outputs (None: not compared).
+        speed: the speedup over interleaved pairs and its caveat (None: this pair's tokens/s ratio).
     """
     if not van.counts and not spec.counts:
         return ""
@@ -362,7 +410,11 @@ def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Ou
             f"| tokens/s | {van.tokens_per_s:.1f} | {spec.tokens_per_s:.1f} |",
             f"| prefill | {_prefill(van)} | {_prefill(spec)} |"]
     facts = []
-    if van.tokens_per_s > 0 and spec.tokens_per_s > 0:
+    if speed is not None and speed.speedup is not None and len(speed.runs) > 1:
+        spread = f"{min(speed.runs):.2f}-{max(speed.runs):.2f}x"
+        facts.append(f"**Decode speedup {speed.speedup:.2f}x** (median of {len(speed.runs)} interleaved pairs of "
+                     f"runs, {spread})")
+    elif van.tokens_per_s > 0 and spec.tokens_per_s > 0:
         facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio)")
     if spec.accept:
         facts.append(f"τ = **{spec.tau:.2f}**")
@@ -374,6 +426,8 @@ def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Ou
         if p.num_forced:
             facts.append(f"kept **{p.num_forced}** on-screen-text token{'s' if p.num_forced != 1 else ''} (forced)")
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
+    if speed is not None and speed.note:
+        lines += [f"*{speed.note}*", ""]
     sampling = getattr(dec, "sampling", None)
     if sampling is not None and not sampling.greedy:
         lines.append(f"Sampling (temperature {sampling.temperature:g}, nucleus {sampling.top_p_sampling:g}, seed "
@@ -437,7 +491,9 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     Returns:
         ``{"status": "done" | "stopped" | "error", "error", "notes", "caveat" (e.g. the bundled model on a
         real video, else None), "vanilla": {...}, "speculative": {...},
-        "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup",
+        "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup" (the
+        median over the interleaved pairs when several ran), "speedup_runs" (each pair's), "speed_note" (why the
+        speedup may be noisy, or None), "other_cpu_cores" (other processes' CPU use during the runs, or None),
         "tau", "accept_lengths", "video_tokens", "kept_tokens", "forced_tokens"}``; each run holds ``text``,
         ``token_ids``, ``tokens``, ``decode_s``, ``tokens_per_s`` and ``prefill_s`` (seconds).
 
@@ -446,7 +502,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     status = "error" if error else "stopped" if stopped else "done"
     out: dict[str, Any] = {"status": status, "error": error, "notes": [], "caveat": None, "vanilla": None,
                            "speculative": None,
-                           "identical": None, "divergence": None, "speedup": None, "tau": None,
+                           "identical": None, "divergence": None, "speedup": None, "speedup_runs": [],
+                           "speed_note": None, "other_cpu_cores": None, "tau": None,
                            "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
     if view is None:
         return out
@@ -455,8 +512,12 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     out["caveat"] = view.caveat.replace("**", "") or None
     out["vanilla"], out["speculative"] = _run_json(van), _run_json(spec)
     out["speculative"]["method"] = getattr(view.dec, "method", None)
-    if van.tokens_per_s > 0 and spec.tokens_per_s > 0:
-        out["speedup"] = round(spec.tokens_per_s / van.tokens_per_s, 4)
+    speed = view.speed()
+    if speed.speedup is not None:
+        out["speedup"] = round(speed.speedup, 4)
+        out["speedup_runs"] = [round(r, 4) for r in speed.runs]
+    out["speed_note"] = speed.note or None
+    out["other_cpu_cores"] = view.load.other_cores if view.load else None
     out["tau"] = round(spec.tau, 4) if spec.accept else None
     out["accept_lengths"] = list(spec.accept)
     p = spec.prefill

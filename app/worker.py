@@ -10,33 +10,33 @@ is a no-op and the same generator runs in the request's thread.
 Each speculative or vanilla run decodes in its own thread that consumes the engine's stream as
 fast as it can, so pickling and page rendering never add to the measured decode time; the
 generator yields batched messages at most every ``update_interval_s`` (and an empty batch at
-least every :data:`HEARTBEAT_S`). Stop is a close: when the consumer closes this generator (Gradio's
-``cancels=``, a closed page, Stop; on ZeroGPU ``spaces`` closes it in the worker process),
-``GeneratorExit`` ends the decode thread through the engine's ``should_stop`` at its next step.
+least every :data:`app.pump.HEARTBEAT_S`). The video is read in such a thread too. Stop is a close:
+when the consumer closes this generator (Stop, a closed page; on ZeroGPU ``spaces`` closes it in
+the worker process), ``GeneratorExit`` ends the thread through the engine's ``should_stop``, which
+the engine polls between frames, between prefill layers and before every decode step
+(:mod:`app.pump`).
 
 Source: docs/design.md §1-3; §9 (ZeroGPU); SpecVLM (arXiv 2508.16201) Sec. 4.12 (metrics).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import queue
-import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import plots
+from app.pump import pump
 from app.settings import UserError
+from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
 
 log = logging.getLogger(__name__)
 
 WORKER_PREFIX = "specvlm-decode-"
-"""Name prefix of the decode threads."""
-HEARTBEAT_S = 0.5
-"""Longest time without a yield (an empty batch), so a close reaches the worker during a long prefill."""
+"""Name prefix of the threads that read the video and decode."""
 
 
 # ---- what goes in and what comes out (plain data) ------------------------------------------
@@ -54,6 +54,8 @@ class RunJob:
         truth: a generated clip's ground truth (forces the on-screen-text tokens), or None.
         record_meta: JSON-ready settings added to the run record's ``meta``.
         slot: the device the Run holds (:class:`app.devices.Slot`; None: the backend's first).
+        pairs: interleaved vanilla / speculative pairs of runs; pairs after the first are timed only
+            (:class:`app.timing.PairTiming`), for the median speedup.
     """
 
     video: str
@@ -66,11 +68,13 @@ class RunJob:
     truth: dict | None = None
     record_meta: dict = dataclasses.field(default_factory=dict)
     slot: Any = None
+    pairs: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """A phase starts: ``frames`` (decoding the video), ``vanilla`` or ``spec`` (prefill of that run)."""
+    """A phase starts: ``frames`` (decoding the video), ``vanilla`` or ``spec`` (prefill of that run),
+    ``repeat`` (more timing pairs)."""
 
     name: str
 
@@ -190,72 +194,67 @@ class DecodeWorker:
         if getattr(pair, "frames_per_token", 1) > 1 and vid.num_frames % pair.frames_per_token:
             vid = dataclasses.replace(vid, even_frames=True)
         yield [Phase("frames")]
-        clip = self._load_clip(job.video, vid)
+        clip = yield from self._load_clip(job.video, vid)
         notes = tuple(getattr(clip, "notes", []) or [])
         yield [ClipReady(len(clip.frames), notes, _subtitle_gap(job.subtitles, clip))]
         extra: dict[str, Any] = {}
         if job.subtitles:
             extra.update(subtitles=list(job.subtitles), subtitle_mode=job.subtitle_mode)
-        decode = _decoder(pair)
-        yield [Phase("vanilla")]
-        van = yield from self._one("vanilla", dataclasses.replace(job.dec, method="vanilla"), pair, clip,
-                                   job.prompt, extra, decode)
-        yield [Phase("spec")]
         spec_extra = extra | ({"truth": job.truth} if job.truth is not None else {})
+        vanilla = dataclasses.replace(job.dec, method="vanilla")
+        decode = _decoder(pair)
+        meter = LoadMeter()
+        if str(getattr(pair, "device", "cpu")).startswith("cpu"):
+            meter.start()
+        yield [Phase("vanilla")]
+        van = yield from self._one("vanilla", vanilla, pair, clip, job.prompt, extra, decode)
+        yield [Phase("spec")]
         spec = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, decode)
+        if job.pairs > 1:
+            yield [Phase("repeat")]
+        for i in range(2, job.pairs + 1):
+            v = yield from self._one("vanilla", vanilla, pair, clip, job.prompt, extra, None, timed_only=True)
+            sp = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, None, timed_only=True)
+            yield [PairTiming(i, job.pairs, *_decode_time(v), *_decode_time(sp))]
         dtype = getattr(getattr(pair, "target", None), "dtype", None) or "float32"
-        yield [_outcome(van, spec, decode, dtype)] + self._record(spec, job, pair, clip)
+        yield [_outcome(van, spec, decode, dtype), meter.stop()] + self._record(spec, job, pair, clip)
 
-    def _load_clip(self, path: str, vid: Any) -> Any:
+    def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
+        """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
+        clip = None
+        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=stop)], f"{WORKER_PREFIX}frames",
+                       self.update_interval_s)
         try:
-            return self.engine.load_video(path, vid)
+            with contextlib.closing(batches):  # a close (Stop) ends the reading thread before it returns
+                for items, _ in batches:
+                    clip = items[-1] if items else clip
+                    if not items:
+                        yield []
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
             raise UserError(f"Could not read the video: {upload_name(e, path)}") from e
+        return clip
 
     def _one(self, name: str, dec: Any, pair: Any, clip: Any, prompt: str, extra: dict[str, Any],
-             decode: Callable[[list[int]], str] | None) -> Iterator[list[Any]]:
+             decode: Callable[[list[int]], str] | None, timed_only: bool = False) -> Iterator[list[Any]]:
         """Decode one run in a thread; yields batches; returns the engine's events.
 
         The thread always ends before this returns or is closed (the stop flag is set unless the run
-        finished; the engine polls it every step), so a stopped run uses no CPU/GPU afterwards.
+        finished; the engine polls it between prefill layers and every step), so a stopped run uses
+        no CPU/GPU afterwards. ``timed_only``: yield heartbeats only (a timing repeat).
         """
-        q: queue.Queue = queue.Queue()
-        done, stop = object(), threading.Event()
-
-        def pump() -> None:
-            try:
-                for ev in self.engine.stream(pair, clip, prompt, dec, stop.is_set, **extra):
-                    q.put(ev)
-            except BaseException as e:  # handed to the generator
-                q.put(e)
-            finally:
-                q.put(done)
-
-        thread = threading.Thread(target=pump, name=f"{WORKER_PREFIX}{name}", daemon=True)
-        thread.start()
-        splitter, events, pending = TextSplitter(decode), [], []
-        last, finished = time.perf_counter(), False
-        try:
-            while not finished:
-                for it in _drain(q, self.update_interval_s):
-                    if isinstance(it, BaseException):
-                        raise it
-                    if it is done:
-                        finished = True
-                    else:
-                        events.append(it)
-                        pending.append(_message(name, it, clip, splitter))
-                now = time.perf_counter()
-                if finished or (pending and now - last >= self.update_interval_s) or now - last >= HEARTBEAT_S:
-                    batch, pending, last = pending + ([RunEnd(name)] if finished else []), [], now
-                    yield batch
-            return events
-        finally:
-            if not finished:
-                stop.set()  # closed (Stop, a closed page) or an error: end the engine loop too
-            _join(thread)
+        splitter, events = TextSplitter(decode), []
+        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra), f"{WORKER_PREFIX}{name}",
+                       self.update_interval_s)
+        with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
+            for items, finished in batches:
+                events.extend(items)
+                if timed_only:
+                    yield []
+                    continue
+                yield [_message(name, it, clip, splitter) for it in items] + ([RunEnd(name)] if finished else [])
+        return events
 
     def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> list[Any]:
         """The speculative run's :class:`Record` (empty if the engine keeps none; never fails the run)."""
@@ -339,6 +338,12 @@ def forced_count(prune: Any) -> int:
     return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
 
 
+def _decode_time(events: list[Any]) -> tuple[float, int]:
+    """(decode seconds, tokens generated) of a run's events (the last step's clock and count)."""
+    steps = [ev for ev in events if hasattr(ev, "step")]
+    return (float(steps[-1].elapsed_s), int(steps[-1].num_generated)) if steps else (0.0, 0)
+
+
 def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None, dtype: Any) -> Outcome:
     """The two runs' token ids compared by ``specvlm.analysis.metrics.compare_outputs`` (identical, or the first
     divergence classified by the target's top-1 minus top-2 logit margin there, as vanilla saw it)."""
@@ -386,29 +391,6 @@ def _decoder(pair: Any) -> Callable[[list[int]], str] | None:
     if tok is None or not hasattr(tok, "decode"):
         return None
     return lambda ids: tok.decode(ids, skip_special_tokens=True)
-
-
-def _drain(q: queue.Queue, timeout: float) -> list[Any]:
-    """Block up to ``timeout`` for one item, then take everything queued."""
-    try:
-        items = [q.get(timeout=timeout)]
-    except queue.Empty:
-        return []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except queue.Empty:
-            return items
-
-
-def _join(thread: threading.Thread, warn_every_s: float = 30.0) -> None:
-    """Wait for a decode thread to end (it polls the stop flag every step; a long prefill cannot be
-    interrupted, so this may take that long)."""
-    while True:
-        thread.join(warn_every_s)
-        if not thread.is_alive():
-            return
-        log.warning("waiting for decode thread %s to end (prefill or a slow step in progress)", thread.name)
 
 
 # ---- failures --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,53 @@ def test_compare_with_only_the_video_and_an_error_gives_plain_values(served):
     err = client.predict(handle_file(str(video)), custom=" + x", api_name="/compare_json")
     err = json.loads(err) if isinstance(err, str) else err
     assert err["status"] == "error" and "custom model field" in err["error"] and err["vanilla"] is None
+
+
+@pytest.mark.parametrize("phase,slow,fast", [
+    ("frames", dict(frame_s=0.2), dict(frame_s=0.0)),
+    ("prefill", dict(prefill_s=10.0), dict(prefill_s=0.0)),
+    ("decoding", dict(step_s=0.02), dict(step_s=0.0)),
+])
+def test_stop_in_each_phase_then_the_next_call_runs(phase, slow, fast):
+    """Through the API as through the page: /stop ends a run while it reads the video, prefills or decodes
+    (the run returns "stopped"), and a call made at once, while it winds down, waits for it and ends done."""
+    from gradio_client import Client, handle_file
+
+    from app.backend import Backend
+    from app.ui import build_demo
+    eng = FakeEngine(step_s=0.0)
+    backend = Backend(eng, update_interval_s=0.05)
+    demo = build_demo(backend, examples=[])
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client, video = Client(f"http://127.0.0.1:{port}/", verbose=False), handle_file(str(sample_video()))
+        for k, v in slow.items():
+            setattr(eng, k, v)
+        job = client.submit(video, frames=40, max_new=1000, api_name="/compare_json")
+        reached = {"frames": lambda: backend.active_workers() and not eng.streams,
+                   "prefill": lambda: eng.prefill_layers > 0,
+                   "decoding": lambda: eng.stop_polls > 3}[phase]
+        _wait_until(reached)
+        client.predict(api_name="/stop")
+        for k, v in fast.items():
+            setattr(eng, k, v)
+        again = client.submit(video, frames=40, max_new=12, api_name="/compare_json")  # at once
+        first, second = (json.loads(r) if isinstance(r, str) else r for r in (job.result(timeout=60),
+                                                                               again.result(timeout=60)))
+        assert first["status"] == "stopped" and first["identical"] is None, first
+        assert second["status"] == "done" and second["identical"] is True and second["vanilla"]["tokens"] == 12
+        if phase == "frames":
+            assert eng.frames_read < 40
+        if phase == "prefill":
+            assert eng.prefill_layers < 10
+        assert not backend.active_workers()
+    finally:
+        demo.close()
+
+
+def _wait_until(cond, timeout_s: float = 30.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)

@@ -29,9 +29,9 @@ class ProbingEngine(FakeEngine):
         from app.engine import Engine
         return Engine().probe_video(path)
 
-    def load_video(self, path, config):
+    def load_video(self, path, config, **kw):
         self.read.append(str(path))
-        return super().load_video(path, config)
+        return super().load_video(path, config, **kw)
 
 
 def _gif(path: Path) -> Path:

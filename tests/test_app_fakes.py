@@ -28,6 +28,10 @@ class FakeVideoError(ValueError):
     """Like specvlm.video.VideoError."""
 
 
+class FakeStopped(Exception):
+    """What the fake video reader raises when told to stop."""
+
+
 class FakeTokenizer:
     """ids -> text over FAKE_WORDS; id 99 is an EOS-like special token that decodes to ''."""
 
@@ -42,12 +46,21 @@ class FakeEngine:
         step_s: sleep per vanilla token (the speculative run sleeps the same per verify step).
         spec_tokens: override the speculative run's tokens (to simulate a divergence).
         fail_load: raise from load_pair.
+        frame_s: seconds per frame while reading the video (polls ``should_stop`` between frames,
+            like the real reader; a stop raises :class:`FakeStopped`).
+        prefill_s: seconds of prefill, in 10 "layers" that poll ``should_stop`` (a stop ends the
+            stream before its PrefillInfo, like the real engine).
+        eos_at: the token count at which the runs emit EOS unless ``config.stop_at_eos`` is False.
     """
 
-    def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False):
+    def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False,
+                 frame_s: float = 0.0, prefill_s: float = 0.0, eos_at: int | None = None):
         self.step_s = step_s
         self.spec_tokens = spec_tokens
         self.fail_load = fail_load
+        self.frame_s, self.prefill_s, self.eos_at = frame_s, prefill_s, eos_at
+        self.frames_read = 0
+        self.prefill_layers = 0
         self.loads = 0
         self.stop_polls = 0
         self.streams: list[str] = []
@@ -74,10 +87,16 @@ class FakeEngine:
         return SimpleNamespace(name=target, processor=SimpleNamespace(tokenizer=FakeTokenizer()),
                                frames_per_token=2, family="qwen2_5_vl", self_sd=draft is None)
 
-    def load_video(self, path, config):
+    def load_video(self, path, config, should_stop=None):
         if str(path).endswith(".bad"):
             raise FakeVideoError(f"{path}: no video stream found")
         t = max(4, config.num_frames)
+        frame_s = self.frame_s  # this call's timing, even if a test changes it meanwhile
+        for _ in range(t if frame_s else 0):
+            if should_stop is not None and should_stop():
+                raise FakeStopped("video reading stopped")
+            time.sleep(frame_s)
+            self.frames_read += 1
         frames = np.full((t, 32, 32, 3), 128, np.uint8)
         return VideoClip(frames=frames, timestamps=np.arange(t) * 0.5, path=str(path), native_fps=2.0,
                          total_frames=t, duration=t / 2)
@@ -97,8 +116,16 @@ class FakeEngine:
         self.streams.append(config.method)
         self.stream_kwargs.append(dict(kw))
         n = config.max_new_tokens
+        if self.eos_at is not None and getattr(config, "stop_at_eos", True):
+            n = min(n, self.eos_at)
         spec = config.method != "vanilla"
         ids = list(self.spec_tokens) if (spec and self.spec_tokens is not None) else self.tokens(n)
+        prefill_s, step_s = self.prefill_s, self.step_s  # this call's timings
+        for _ in range(10 if prefill_s else 0):  # prefill "layers"
+            if should_stop():
+                return
+            time.sleep(prefill_s / 10)
+            self.prefill_layers += 1
         yield prefill_info(spec, forced=FORCED if (spec and kw.get("truth")) else None)
         tok = FakeTokenizer()
         t0, i, step = time.perf_counter(), 0, 0
@@ -108,7 +135,7 @@ class FakeEngine:
                 self.stop_polls += 1
                 if should_stop():
                     return
-                time.sleep(self.step_s)
+                time.sleep(step_s)
             k = 1 if (not spec or step == 0) else pattern[step % len(pattern)] + 1
             chunk = ids[i:i + k]
             flags = [j < len(chunk) - 1 for j in range(len(chunk))] if spec and step > 0 else [False] * len(chunk)

@@ -54,8 +54,8 @@ class RecordingEngine(Engine):
     def load_pair(self, target, draft, device, dtype):
         return self.pair
 
-    def load_video(self, path, config):
-        clip = super().load_video(path, config)
+    def load_video(self, path, config, **kw):
+        clip = super().load_video(path, config, **kw)
         self.clips.append(clip)
         return clip
 

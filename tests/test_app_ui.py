@@ -279,7 +279,9 @@ def test_build_demo_wires_components(tmp_path):
     compare = fns["compare"]
     assert compare.concurrency_id == GPU_QUEUE and compare.concurrency_limit == 1
     assert [c.elem_id for c in compare.inputs][:3] == ["video", "prompt", "preset"]
-    assert len(compare.outputs) == len(OUTPUT_KEYS)
+    assert [o.elem_id for o in compare.outputs[len(OUTPUT_KEYS):]] == ["run", "stop", "repeat-timing"]
+    assert compare.trigger_mode == "always_last"  # a Run clicked while the last one stops is held, not dropped
+    assert not any(fn.cancels for fn in demo.fns.values())  # Stop asks the run to stop; nothing is cancelled
     assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
     on_preset = next(fn.fn for fn in demo.fns.values() if fn.name == "on_preset")
     md, frames, max_new, *tree = on_preset("Fake big (GPU)")
@@ -333,10 +335,10 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
              "Pruning stages", 0.0, 1.0, 0)
 
 
-def test_compare_inputs_end_with_subtitles_truth_and_early_stop():
+def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_timing():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-5:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob"]
+    assert ids[-7:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs"]
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]

@@ -1,0 +1,123 @@
+"""How much a Run's speedup means: repeated, interleaved timing runs and the machine's load.
+
+One short run on a shared CPU says little: a decode of 0.2 s is a handful of steps, and other
+processes that keep the cores busy slow the many small ops of a draft step far more than plain
+decoding (docs/design.md §7). The worker can repeat the vanilla / speculative pair of runs
+(interleaved: vanilla, speculative, vanilla, speculative, ...) and the summary then reports the
+median of the per-pair speedups; it also measures how much CPU other processes used while the
+runs decoded (``/proc/stat``, through :mod:`specvlm.engine.cpus`). :func:`speed_note` turns both into
+one sentence for the summary when the speedup should not be trusted as it stands.
+
+Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (speedup = vanilla decode time / method decode time
+on the same input); docs/design.md §7 (shared CPUs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from specvlm.engine.cpus import cpu_sample, foreign_cores
+
+MIN_DECODE_S = 0.5
+"""A decode shorter than this (seconds, either run) is too short for its speedup to mean much."""
+BUSY_CORES = 0.5
+"""Other processes' CPU use (cores, averaged over the runs) from which the machine counts as busy."""
+SUGGESTED_REPEATS = 5
+"""Runs the page offers to repeat when a speedup is noisy (the median of this many pairs)."""
+MAX_REPEATS = 9
+"""Most interleaved pairs of runs one request may ask for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PairTiming:
+    """One more interleaved pair of runs, timed only (their text is the first pair's, greedy).
+
+    Attributes:
+        index: 2 for the second pair, ... (the first pair is the streamed one).
+        total: pairs asked for.
+        vanilla_s, spec_s: decode seconds (prefill excluded), per run.
+        vanilla_tokens, spec_tokens: tokens generated, per run.
+    """
+
+    index: int
+    total: int
+    vanilla_s: float
+    vanilla_tokens: int
+    spec_s: float
+    spec_tokens: int
+
+    @property
+    def speedup(self) -> float | None:
+        """Speculative over vanilla tokens/s (None when a run produced nothing)."""
+        return speedup(self.vanilla_tokens, self.vanilla_s, self.spec_tokens, self.spec_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineLoad:
+    """Other processes' CPU use while the runs decoded: cores (None when unknown or on a GPU)."""
+
+    other_cores: float | None
+
+
+def speedup(van_tokens: int, van_s: float, spec_tokens: int, spec_s: float) -> float | None:
+    """Tokens/s of the speculative run over tokens/s of the vanilla run (None if either is 0)."""
+    if van_tokens <= 0 or spec_tokens <= 0 or van_s <= 0 or spec_s <= 0:
+        return None
+    return (spec_tokens / spec_s) / (van_tokens / van_s)
+
+
+def median_speedup(speedups: Sequence[float | None]) -> float | None:
+    """The median of the known per-pair speedups (None when none is known)."""
+    known = [s for s in speedups if s is not None]
+    return statistics.median(known) if known else None
+
+
+def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int) -> str:
+    """One sentence on why a speedup should not be trusted as it stands ("" when nothing says so).
+
+    Args:
+        decode_s: decode seconds of the runs of the first pair (vanilla, speculative).
+        other_cores: other processes' CPU use during the runs (cores), or None.
+        pairs: interleaved pairs the speedup is the median of (1 = a single pair).
+    """
+    reasons = []
+    short = min(decode_s) if decode_s else 0.0
+    if short < MIN_DECODE_S:
+        reasons.append(f"a decode took only {short:.2f} s (a handful of steps, so timer and scheduling noise "
+                       "weigh heavily)")
+    if other_cores is not None and other_cores >= BUSY_CORES:
+        reasons.append(f"other processes kept {other_cores:.1f} CPU cores busy while it ran")
+    if not reasons:
+        return ""
+    if pairs > 1:
+        return f"Timing caveat: {'; '.join(reasons)}. The speedup is the median of {pairs} interleaved pairs of runs."
+    return (f"Timing caveat: {'; '.join(reasons)}, so this single run's speedup may be far off. Repeat the "
+            f"measurement (the median of {SUGGESTED_REPEATS} interleaved runs), or tick **Fixed length** for a "
+            "longer decode.")
+
+
+class LoadMeter:
+    """Measures other processes' CPU use on this process's CPUs between :meth:`start` and :meth:`stop`
+    (``specvlm.engine.cpus.cpu_sample``); every method is a no-op where ``/proc/stat`` is unreadable."""
+
+    def __init__(self) -> None:
+        self._first: Any = None
+
+    @staticmethod
+    def _sample() -> Any:
+        cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return cpu_sample(cpus)
+
+    def start(self) -> None:
+        """Take the first sample."""
+        self._first = self._sample()
+
+    def stop(self) -> MachineLoad:
+        """Other processes' average CPU use (cores) since :meth:`start`."""
+        last = self._sample()
+        if self._first is None or last is None:
+            return MachineLoad(None)
+        return MachineLoad(round(foreign_cores(self._first, last), 2))

@@ -1,0 +1,132 @@
+"""Real browser (Debian ``chromium`` via the ``playwright`` package): Stop ends the work in every phase,
+and a Run clicked right after it starts on its own and ends Done, with no second click.
+
+The engine is the test fake, with a slow video reader and a slow prefill that poll ``should_stop``
+between frames and between "layers" as the real engine does (``tests/test_stop_engine.py`` checks
+the real reader and prefill). Each phase: Run, wait until the page shows the phase, Stop, Run at once
+(while the stopped run is still winding down: the page holds that click), then wait for Done.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from test_app_browser import CHROMIUM_ARGS, _browser_or_skip, _set_slider
+from test_app_fakes import FakeEngine, free_port, sample_video
+
+STATUS_LOG_JS = """() => {
+  window.__statuses = [];
+  new MutationObserver(() => {
+    const s = document.querySelector('#status .prose') || document.getElementById('status');
+    const t = s ? s.innerText.trim() : '';  // the Markdown's text, not the progress timer beside it
+    if (t && window.__statuses[window.__statuses.length - 1] !== t) window.__statuses.push(t);
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+"""Records every distinct status line the page shows, in order."""
+
+
+@pytest.fixture(scope="module")
+def page_and_engine():
+    exe = _browser_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from app.backend import Backend
+    from app.ui import build_demo
+    if sample_video() is None:
+        pytest.skip("no sample video")
+    eng = FakeEngine(step_s=0.0)
+    demo = build_demo(Backend(eng, update_interval_s=0.05), examples=[])
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+                page.locator("#run").wait_for(timeout=60_000)
+                page.locator("#video input[type=file]").set_input_files(str(sample_video()))
+                page.locator("#video video").wait_for(state="attached", timeout=60_000)
+                _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))  # page shows it
+                _set_slider(page, "frames", 40)
+                _set_slider(page, "max-new-tokens", 1000)
+                page.evaluate(STATUS_LOG_JS)
+                yield page, eng
+            finally:
+                browser.close()
+    finally:
+        demo.close()
+
+
+def _wait_until(cond, timeout_s: float = 30.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def _stop_then_run(page, eng, phase_text: str, slow: dict, fast: dict) -> list[str]:
+    """Run with ``slow`` engine timings, Stop once the status shows ``phase_text``, click Run at once
+    with ``fast`` timings; returns the status lines seen from the first Run to the second Done."""
+    for k, v in slow.items():
+        setattr(eng, k, v)
+    page.evaluate("() => { window.__statuses = []; }")
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#run').disabled", timeout=30_000)
+    assert page.locator("#run").inner_text().strip() == "Running…"
+    page.wait_for_function("t => (window.__statuses || []).some(s => s.includes(t))", arg=phase_text,
+                           timeout=60_000)
+    page.locator("#stop").click()
+    for k, v in fast.items():
+        setattr(eng, k, v)
+    page.locator("#run").click()  # at once: the stopped run is still winding down
+    try:
+        page.wait_for_function("() => { const s = window.__statuses || [];"
+                               " const i = s.findIndex(t => t.startsWith('Stopped.'));"
+                               " return i >= 0 && s.slice(i).some(t => t.startsWith('Done.')); }", timeout=60_000)
+    except Exception as e:
+        raise AssertionError(f"no Done after the Stop; the page showed {page.evaluate('() => window.__statuses')}, "
+                             f"Run: {page.locator('#run').inner_text()!r}") from e
+    seen = page.evaluate("() => window.__statuses")
+    page.wait_for_function("() => !document.querySelector('#run').disabled", timeout=30_000)
+    assert page.locator("#run").inner_text().strip() == "Run"
+    assert "Outputs identical" in page.locator("#summary").inner_text()
+    return seen
+
+
+def _order(seen: list[str], *prefixes: str) -> None:
+    """Each prefix is seen, in this order."""
+    at = 0
+    for p in prefixes:
+        hits = [i for i, s in enumerate(seen) if i >= at and s.startswith(p)]
+        assert hits, (p, seen)
+        at = hits[0]
+
+
+def test_stop_while_reading_the_video_then_run(page_and_engine):
+    page, eng = page_and_engine
+    before = eng.frames_read
+    seen = _stop_then_run(page, eng, "Decoding video frames", dict(frame_s=0.2), dict(frame_s=0.0))
+    assert eng.frames_read - before < 40   # the reader stopped between frames, it did not read all 40
+    _order(seen, "Decoding video frames", "Stopping", "Stopped.", "Done.")
+    assert eng.streams[-2:] == ["vanilla", "specvlm"]  # only the second run decoded
+
+
+def test_stop_during_prefill_then_run(page_and_engine):
+    page, eng = page_and_engine
+    before, streams = eng.prefill_layers, len(eng.streams)
+    seen = _stop_then_run(page, eng, "Prefill (vanilla)", dict(prefill_s=20.0), dict(prefill_s=0.0))
+    assert eng.prefill_layers - before < 10  # the prefill stopped between layers
+    # a "layer" lasts 2 s, so the Run click lands while the stopped run winds down: it waits, visibly
+    _order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop", "Stopped. The next run starts now",
+           "Done.")
+    assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]  # the stopped one never reached SpecVLM
+
+
+def test_stop_while_decoding_then_run(page_and_engine):
+    page, eng = page_and_engine
+    streams = len(eng.streams)
+    seen = _stop_then_run(page, eng, "Vanilla decoding", dict(step_s=0.02), dict(step_s=0.0))
+    _order(seen, "Vanilla decoding", "Stopping", "Stopped.", "Done.")
+    assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]
