@@ -116,9 +116,10 @@ def test_stop_while_reading_the_video_then_run(page_and_engine):
 def test_stop_during_prefill_then_run(page_and_engine):
     page, eng = page_and_engine
     before, streams = eng.prefill_layers, len(eng.streams)
-    seen = _stop_then_run(page, eng, "Prefill (vanilla)", dict(prefill_s=20.0), dict(prefill_s=0.0))
+    seen = _stop_then_run(page, eng, "Prefill (vanilla)", dict(prefill_s=8.0, stop_lag_s=2.0),
+                          dict(prefill_s=0.0, stop_lag_s=0.0))
     assert eng.prefill_layers - before < 10  # the prefill stopped between layers
-    # a "layer" lasts 2 s, so the Run click lands while the stopped run winds down: it waits, visibly
+    # the stopped prefill takes 2 s more to end, so the Run click lands while it winds down: it waits, visibly
     _order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop", "Stopped. The next run starts now",
            "Done.")
     assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]  # the stopped one never reached SpecVLM

@@ -51,14 +51,15 @@ class FakeEngine:
         prefill_s: seconds of prefill, in 10 "layers" that poll ``should_stop`` (a stop ends the
             stream before its PrefillInfo, like the real engine).
         eos_at: the token count at which the runs emit EOS unless ``config.stop_at_eos`` is False.
+        stop_lag_s: seconds the prefill still takes once told to stop (a slow layer finishing).
     """
 
     def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False,
-                 frame_s: float = 0.0, prefill_s: float = 0.0, eos_at: int | None = None):
+                 frame_s: float = 0.0, prefill_s: float = 0.0, eos_at: int | None = None, stop_lag_s: float = 0.0):
         self.step_s = step_s
         self.spec_tokens = spec_tokens
         self.fail_load = fail_load
-        self.frame_s, self.prefill_s, self.eos_at = frame_s, prefill_s, eos_at
+        self.frame_s, self.prefill_s, self.eos_at, self.stop_lag_s = frame_s, prefill_s, eos_at, stop_lag_s
         self.frames_read = 0
         self.prefill_layers = 0
         self.loads = 0
@@ -120,9 +121,10 @@ class FakeEngine:
             n = min(n, self.eos_at)
         spec = config.method != "vanilla"
         ids = list(self.spec_tokens) if (spec and self.spec_tokens is not None) else self.tokens(n)
-        prefill_s, step_s = self.prefill_s, self.step_s  # this call's timings
+        prefill_s, step_s, lag_s = self.prefill_s, self.step_s, self.stop_lag_s  # this call's timings
         for _ in range(10 if prefill_s else 0):  # prefill "layers"
             if should_stop():
+                time.sleep(lag_s)
                 return
             time.sleep(prefill_s / 10)
             self.prefill_layers += 1
