@@ -210,3 +210,24 @@ def test_draft_cost_measures_both_runners(pairs):
         assert (c.target_tokens, c.draft_tokens, c.width, c.rounds) == (64, 16, 3, 1)
     with pytest.raises(ValueError, match="width"):
         draft_cost(pair, 64, 16, width=0)
+
+
+@pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_precision_draft_gets_the_fast_runner(dtype):
+    """GPUs load in bf16 (fp16 without it): the norm check runs in float32, so the module's own rounding does
+    not send every half-precision draft to DraftRunner, while a norm that is not an RMS norm is still refused."""
+    from specvlm.models.loading import load_pair
+
+    pair = load_pair(str(BUNDLED / "target"), str(BUNDLED / "draft"), device="cpu", dtype=dtype)
+    with torch.inference_mode():
+        inputs, tp, d_cache = _prefilled(pair)
+        assert type(make_draft_runner(pair, d_cache, inputs.positions.shape[0])) is FastDraftRunner
+    norm = pair.draft_adapter.language_model(pair.draft).layers[0].input_layernorm
+    assert fd._norm_weight(norm) is norm.weight
+    layer_norm = torch.nn.LayerNorm(norm.weight.shape[0]).to(norm.weight.dtype)
+    layer_norm.variance_epsilon = 1e-6    # the attribute an RMS norm has, on a norm that subtracts the mean
+    with torch.no_grad():
+        layer_norm.bias.fill_(0.5)
+    with pytest.raises(FastDraftUnsupported, match="not weight"):
+        fd._norm_weight(layer_norm)

@@ -29,6 +29,7 @@ fixed cost on a CPU); grouped-query attention (Ainslie et al. 2023); RoPE (Su et
 """
 from __future__ import annotations
 
+import copy
 import logging
 import weakref
 from dataclasses import dataclass
@@ -92,8 +93,12 @@ def _norm_weight(norm: Any) -> torch.Tensor:
     w = getattr(norm, "weight", None)
     if w is None or getattr(norm, "variance_epsilon", None) is None:
         raise FastDraftUnsupported("the draft's norm is not an RMS norm with a weight: use DraftRunner.")
-    x = torch.randn(1, w.shape[0], generator=torch.Generator().manual_seed(0)).to(device=w.device, dtype=w.dtype)
-    if not torch.allclose(norm(x), F.rms_norm(x, (w.shape[0],), w, norm.variance_epsilon), rtol=1e-3, atol=1e-4):
+    # what the norm computes, checked in float32 on a copy: in bf16 or fp16 the module's own rounding (float32
+    # inside, cast back) differs from F.rms_norm's by more than any tolerance that still tells norms apart
+    probe = copy.deepcopy(norm).to(torch.float32)
+    x = torch.randn(1, w.shape[0], generator=torch.Generator().manual_seed(0)).to(device=w.device)
+    want = F.rms_norm(x, (w.shape[0],), w.to(torch.float32), norm.variance_epsilon)
+    if not torch.allclose(probe(x), want, rtol=1e-3, atol=1e-4):
         raise FastDraftUnsupported("the draft's norm is not weight * x / rms(x): use DraftRunner.")
     return w
 
