@@ -28,10 +28,11 @@ import hashlib
 import json
 import logging
 import os
+import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from specvlm.bench.inputs import PlannedInput
@@ -255,6 +256,10 @@ def _gather(obj: Any, info: RankInfo) -> list[Any] | None:
 
     if not info.distributed:
         return [obj]
+    done = dist.barrier(async_op=True)   # wait for the slowest rank in Python, where signals are handled:
+    while not done.is_completed():       # a launcher's SIGTERM (another rank died) ends this rank at once
+        time.sleep(0.2)
+    done.wait()
     out: list[Any] | None = [None] * info.world_size if info.rank == 0 else None
     dist.gather_object(obj, out, dst=0)
     return out
