@@ -5,8 +5,8 @@
   ``image/gif``, so such files are handed to it re-typed as ``video/<ext>`` (same bytes).
 * The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
   preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
-* Run brings the live panels into view; Stop is red (class ``specvlm-running``) only while a run is
-  active, i.e. from Run until the status line says the run is stopping, done, stopped or failed.
+* Run brings the live panels into view and turns Stop red at once (class ``specvlm-running``); the
+  run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.ui``).
 * A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is ignored (the server disables
   Run while a run decodes, but its first update takes a moment; Run holds clicks made while the
   previous run stops, so a double-click would otherwise run twice).
@@ -99,12 +99,6 @@ _JS = """
     if (Date.now() - lastRun < __DOUBLE_CLICK_MS__) { ev.stopImmediatePropagation(); ev.preventDefault(); return; }
     lastRun = Date.now();
   }, true);
-  const ENDED = /^(Done\\.|Stopped\\.|Stopping|Error:|Ready\\.)/;
-  new MutationObserver(() => {  // Stop back to a plain button once the status says the run ended
-    const status = document.getElementById('status');
-    const stop = document.getElementById('stop');
-    if (status && stop && ENDED.test(status.innerText.trim())) stop.classList.remove('specvlm-running');
-  }).observe(document.body, {childList: true, subtree: true, characterData: true});
   document.addEventListener('error', (ev) => {
     const v = ev.target;
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;

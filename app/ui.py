@@ -297,7 +297,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     with gr.Row():
         c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
-        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active (app.page_js)
+        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     return c
 
@@ -429,10 +429,10 @@ def _button_updates(c: dict[str, Any], state: str | None, speed_note: str | None
     if state is not None:
         busy = state in ("running", "queued")
         out[c["run"]] = gr.update(value=RUN_LABELS[state], interactive=not busy)
+        out[c["stop"]] = gr.update(variant="stop" if state == "running" else "secondary",  # red while it runs
+                                   interactive=state != "stopping")
         if state == "running":
             out[c["repeat"]] = gr.update(visible=False)
-        else:  # running: Stop as it is (red, app.page_js)
-            out[c["stop"]] = gr.update(interactive=state != "stopping")
     if speed_note is not None:
         out[c["repeat"]] = gr.update(visible=bool(speed_note) and int(pairs or 1) < SUGGESTED_REPEATS)
     return out

@@ -99,9 +99,9 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
                 idle = page.evaluate(bg)
                 page.locator("#run").click()
                 red = page.wait_for_function(     # red while the run is active (read in the same frame as the class)
-                    f"idle => document.querySelector('#stop').classList.contains('specvlm-running') "
-                    f"&& ({bg})() !== idle ? ({bg})() : null", arg=idle, timeout=30_000).json_value()
-                page.locator("#vanilla-stats").get_by_text("Vanilla").wait_for(timeout=60_000)
+                    f"idle => ({bg})() !== idle ? ({bg})() : null", arg=idle, timeout=30_000).json_value()
+                page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=60_000)
+                assert page.evaluate(bg) == red                 # still red once the run's own updates arrive
                 assert "Error" not in page.locator("#status").inner_text(), page.locator("#status").inner_text()
                 top = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
                 assert 0 <= top < 300, top                      # the live panels are in view, near the top
