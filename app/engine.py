@@ -62,10 +62,10 @@ class Engine:
     def load_video(self, path: str, config: Any, should_stop: Callable[[], bool] | None = None) -> Any:
         """Decode and sample frames into a VideoClip (load_video upscales sides under 28 px).
 
-        ``should_stop`` is polled between frames; True ends the reading early (it then raises).
+        ``should_stop`` is polled between frames; True ends the reading early (``specvlm.types.Stopped``).
         """
         from specvlm.video import load_video
-        return load_video(path, config, timeout_s=self.video_timeout_s)
+        return load_video(path, config, timeout_s=self.video_timeout_s, should_stop=should_stop)
 
     def load_srt(self, path: str) -> list[Any]:
         """Read and parse a subtitle file into cues (``start_s``, ``end_s``, ``text``)."""

@@ -300,3 +300,10 @@ class ModelInputs:
         video exceed the text positions after it); not max + 1 (docs/design.md §7).
         """
         return int(self.positions[0, -1]) + 1
+
+
+class Stopped(Exception):
+    """A ``should_stop`` callback returned True while work could not simply end early: video reading
+    (:func:`specvlm.video.load_video` raises it between frames) or a prefill (the engine raises it
+    between layers; :func:`specvlm.engine.stream.stream` catches it and ends the stream). Not a user
+    error, so not a ValueError."""

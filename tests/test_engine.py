@@ -164,14 +164,11 @@ def test_stream_events(pairs):
 
 
 def test_should_stop_ends_the_loop(pairs):
-    calls = []
-
-    def stop():
-        calls.append(1)
-        return len(calls) > 3
-
-    events = list(stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=64), should_stop=stop))
-    assert len(events) == 1 + 1 + 3
+    events = []
+    stop = lambda: len(events) >= 5  # noqa: E731  polled before every step (and prefill layer)
+    for ev in stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=64), should_stop=stop):
+        events.append(ev)
+    assert len(events) == 5 and isinstance(events[0], PrefillInfo)  # the prefill, step 0, then 3 verify steps
 
 
 def test_std_sd_padded_vocab_and_tokenizer_check(pairs, qwen_tiny, llava_tiny):

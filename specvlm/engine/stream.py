@@ -29,6 +29,7 @@ from specvlm.engine.draft import make_draft_runner
 from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
 from specvlm.engine.prepare import VideoInput, as_clip, resolve_call
+from specvlm.engine.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
@@ -37,7 +38,7 @@ from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator, process_logits, sample
 from specvlm.spec.tree import verify_mask
-from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent
+from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,9 @@ def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: Dec
         prefill: a target prefill to reuse (:func:`prefill_target` on ``inputs.for_target()``,
             with scores for the ``specvlm`` and ``attention`` methods); its KV cache is copied, so
             one prefill serves any number of requests on the same inputs.
-        should_stop: polled before every step; True ends the stream early.
+        should_stop: polled before every step and, during the prefills, before every layer of the
+            models (:func:`specvlm.engine.stopping.stop_between_layers`); True ends the stream early,
+            before its PrefillInfo when the prefill was running.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
         **clip_form: ``subtitles``, ``subtitle_mode``, ``force_keep`` (see
             :func:`specvlm.engine.prepare.prepare`), ``inputs``, ``prompt``: clip form only.
@@ -143,10 +146,13 @@ def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: Dec
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
     with torch.inference_mode():
         inputs, config = resolve_call(pair, inputs, config, more, clip_form)
-        if config.speculative:
-            yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
-        else:
-            yield from _stream_vanilla(pair, inputs, config, prefill, should_stop)
+        try:
+            if config.speculative:
+                yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+            else:
+                yield from _stream_vanilla(pair, inputs, config, prefill, should_stop)
+        except Stopped:  # raised between prefill layers: the stream just ends
+            return
 
 
 def _prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
@@ -184,7 +190,7 @@ def _stream_vanilla(pair, inputs, config, reuse, should_stop):
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
     inputs = inputs.for_target()
-    with Timer(dev) as t_pre:
+    with Timer(dev) as t_pre, stop_between_layers(should_stop, pair.target):
         tp = _prefill(pair, inputs, False, reuse)
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
@@ -210,7 +216,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     method = config.prune.method
     t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
-    with Timer(dev) as t_pre:
+    with Timer(dev) as t_pre, stop_between_layers(should_stop, pair.target):
         tp = _prefill(pair, t_in, method in SCORE_METHODS, reuse)
     # 4.3-4.6 pruning (pure)
     with Timer() as t_prune:
@@ -219,7 +225,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
     # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
     d_in = inputs.draft_inputs or inputs
-    with Timer(pair.draft.device) as t_dpre:
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop, pair.draft):
         keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
         d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
     yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,

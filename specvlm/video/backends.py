@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 _MAX_BAD_PACKETS = 1000
 
 
+DECORD_CHUNK = 16
+"""Frames decord decodes per call: a time limit or a Stop is seen between chunks."""
 _SEEK_MIN_GAP = 250
 """PyAV fallback: seek over gaps of more frames than this between sampled frames (else decode through)."""
 
@@ -96,7 +98,9 @@ def decode(
     notes: list[str] = []
     if info.rotation == 0:
         try:
-            return decode_decord(info, size, config), notes
+            return decode_decord(info, size, config, cancel), notes
+        except VideoTimeoutError:  # cancelled between chunks: no fallback
+            raise
         except ImportError:
             logger.info("decord is not installed; decoding %s with PyAV", info.path)
         except Exception as e:  # decord raises its own DECORDError / RuntimeError types
@@ -116,8 +120,10 @@ def decode(
         ) from e
 
 
-def decode_decord(info: VideoInfo, size: tuple[int, int], config: VideoConfig) -> Decoded:
-    """Decode the sampled frames with decord (raises anything decord raises).
+def decode_decord(info: VideoInfo, size: tuple[int, int], config: VideoConfig,
+                  cancel: threading.Event | None = None) -> Decoded:
+    """Decode the sampled frames with decord (raises anything decord raises), :data:`DECORD_CHUNK`
+    frames per call so that ``cancel`` (a time limit, a Stop) is seen between chunks.
 
     decord reports AV_NOPTS garbage (about -9.2e17 s) as frame times for some files (H.264 in
     AVI); then the times come from the packets (PyAV demux, no decoding), else from the frame rate.
@@ -144,12 +150,20 @@ def decode_decord(info: VideoInfo, size: tuple[int, int], config: VideoConfig) -
             ts, last_end = np.arange(total, dtype=np.float64) / rate, total / rate
             notes.append(f"the stream has no usable frame times; assumed a constant {rate:g} fps")
     indices = plan_indices(total, ts, native_fps, config)
-    frames = vr.get_batch(indices.tolist()).asnumpy()
+    frames = np.concatenate([_decord_chunk(vr, chunk, cancel, info.path)
+                             for chunk in np.array_split(indices, max(1, -(-len(indices) // DECORD_CHUNK)))])
     if frames.shape != (len(indices), h, w, 3) or frames.dtype != np.uint8:
         raise RuntimeError(
             f"decord returned frames of shape {frames.shape} {frames.dtype}, expected {(len(indices), h, w, 3)} uint8"
         )
     return Decoded(frames, ts[indices], indices, total, last_end, "decord", notes, decoded=len(indices))
+
+
+def _decord_chunk(vr: Any, chunk: np.ndarray, cancel: threading.Event | None, path: str) -> np.ndarray:
+    """Frames uint8 (n, H, W, 3) of one chunk of sorted indices (after checking ``cancel``)."""
+    if cancel is not None and cancel.is_set():
+        raise VideoTimeoutError(f"{path}: decoding was cancelled.")
+    return vr.get_batch(chunk.tolist()).asnumpy()
 
 
 def decode_pyav(info: VideoInfo, size: tuple[int, int], config: VideoConfig, cancel: threading.Event) -> Decoded:

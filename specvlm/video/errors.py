@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from specvlm.types import Stopped
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +46,27 @@ def short_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[:160]}"
 
 
-def run_with_timeout(fn: Callable[[threading.Event], _T], timeout_s: float | None, path: str) -> _T:
+def run_with_timeout(fn: Callable[[threading.Event], _T], timeout_s: float | None, path: str,
+                     should_stop: Callable[[], bool] | None = None, poll_s: float = 0.05) -> _T:
     """Run fn(cancel_event) in a daemon thread; raise VideoTimeoutError after timeout_s.
 
-    A timed-out thread cannot be killed: it is told to stop (the PyAV loop checks
-    the event between frames) and abandoned; a hung decord call keeps running in
-    the background until it returns.
+    A timed-out thread cannot be killed: it is told to stop (the PyAV loop checks the event
+    between frames, the decord path between chunks of frames) and abandoned; a hung decord call
+    keeps running in the background until it returns.
+
+    Args:
+        fn: the work; it polls the event it is given.
+        timeout_s: seconds before giving up (None = no limit; runs inline unless ``should_stop``).
+        path: the file, for messages.
+        should_stop: polled every ``poll_s`` seconds; True sets the event, waits for the thread to
+            reach its next check (up to 5 s) and raises :class:`specvlm.types.Stopped`.
+
+    Raises:
+        VideoTimeoutError: the time limit passed.
+        Stopped: ``should_stop()`` returned True.
     """
     cancel = threading.Event()
-    if timeout_s is None:
+    if timeout_s is None and should_stop is None:
         return fn(cancel)
     box: dict[str, Any] = {}
 
@@ -63,7 +78,16 @@ def run_with_timeout(fn: Callable[[threading.Event], _T], timeout_s: float | Non
 
     worker = threading.Thread(target=target, name="specvlm-video-decode", daemon=True)
     worker.start()
-    worker.join(timeout_s)
+    end = None if timeout_s is None else time.monotonic() + timeout_s
+    while worker.is_alive():
+        left = poll_s if end is None else min(poll_s, end - time.monotonic())
+        if left <= 0:
+            break
+        worker.join(left if should_stop is not None else (end - time.monotonic()))
+        if should_stop is not None and worker.is_alive() and should_stop():
+            cancel.set()
+            worker.join(5.0)  # the decoder checks the event between frames / chunks
+            raise Stopped(f"{path}: reading the video was stopped.")
     if worker.is_alive():
         cancel.set()
         logger.warning("decoding %s exceeded %.1f s; abandoning the worker thread", path, timeout_s)

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 def load_video(
     path: str | os.PathLike[str], config: VideoConfig = VideoConfig(), *, timeout_s: float | None = 60.0,
-    min_side: int | None = MIN_SIDE,
+    min_side: int | None = MIN_SIDE, should_stop: Callable[[], bool] | None = None,
 ) -> VideoClip:
     """Probe a video, then decode only the sampled frames, upright, size-capped and model-ready.
 
@@ -54,6 +55,9 @@ def load_video(
         min_side: smallest frame side (px) after loading, default :data:`MIN_SIDE`
             (what Qwen2.5-VL accepts); None = frames as decoded, only ``max_pixels``
             applied (sides may be under 28 px and any aspect ratio).
+        should_stop: polled while decoding; True ends the decoding between frames (PyAV) or
+            chunks of :data:`specvlm.video.backends.DECORD_CHUNK` frames (decord) and raises
+            :class:`specvlm.types.Stopped` (e.g. the app's Stop button).
 
     Returns:
         VideoClip with frames uint8 (T, H, W, 3) RGB C-contiguous, timestamps
@@ -66,6 +70,7 @@ def load_video(
         VideoDecodeError: no backend could decode the frames.
         VideoTimeoutError: took longer than ``timeout_s``.
         VideoError: missing or unreadable file.
+        Stopped: ``should_stop()`` returned True.
         ValueError: ``min_side`` is not None or an int >= 1.
 
     Source: docs/design.md §8 (probe first, fall back, cap at the real count).
@@ -73,7 +78,7 @@ def load_video(
     if min_side is not None and (isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1):
         raise ValueError(f"min_side={min_side!r} must be a whole number of pixels >= 1, or None (off).")
     p = os.fspath(path)
-    return run_with_timeout(lambda cancel: _load(p, config, cancel, min_side), timeout_s, p)
+    return run_with_timeout(lambda cancel: _load(p, config, cancel, min_side), timeout_s, p, should_stop)
 
 
 def _load(path: str, config: VideoConfig, cancel: threading.Event, min_side: int | None) -> VideoClip:

@@ -1,0 +1,101 @@
+"""Stop inside the long phases: the video reader stops between chunks of frames and the prefill between
+layers (``should_stop``), so a Stop ends the work itself, not only the page's view of it."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from conftest import make_clip
+from specvlm.config import DecodeConfig, VideoConfig
+from specvlm.engine.stopping import stop_between_layers
+from specvlm.engine.stream import generate, stream
+from specvlm.types import PrefillInfo, Stopped
+from specvlm.video import backends, load_video
+
+PROMPT = "describe this video in detail"
+
+
+def _layer_calls(model) -> list[int]:
+    """Counts forwards of the layers held in the model's ModuleLists (a forward pre-hook each)."""
+    count = [0]
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.ModuleList):
+            for layer in mod:
+                layer.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+    return count
+
+
+@pytest.mark.parametrize("method", ["vanilla", "specvlm"])
+def test_a_stop_during_the_prefill_ends_it_between_layers(method):
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
+    pair = pair_from_models(*tiny_qwen2_5_vl(layers=4))
+    clip, cfg = make_clip(16), DecodeConfig(method=method, max_new_tokens=8)
+    full = _layer_calls(pair.target)
+    list(stream(pair, clip, PROMPT, cfg))  # a whole run: prefill + 8 steps
+    per_run = full[0]
+    full[0] = 0
+    checks = []
+    stop = lambda: checks.append(1) or len(checks) > 3  # noqa: E731  True at the 4th check: inside the prefill
+    assert list(stream(pair, clip, PROMPT, cfg, should_stop=stop)) == []  # no PrefillInfo: it never finished
+    assert 0 < full[0] < per_run // 2    # a few layers ran, then the prefill ended
+    layers = [m for mod in pair.target.modules() if isinstance(mod, torch.nn.ModuleList) for m in mod]
+    assert all(len(m._forward_pre_hooks) == 1 for m in layers)  # the stop checks are gone; the counter stays
+
+
+def test_stop_checks_leave_the_output_unchanged():
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
+    pair = pair_from_models(*tiny_qwen2_5_vl())
+    clip, cfg = make_clip(8), DecodeConfig(method="specvlm", max_new_tokens=16, stop_at_eos=False)
+    plain = generate(pair, clip, PROMPT, cfg).token_ids
+    checked = [ev for ev in stream(pair, clip, PROMPT, cfg, should_stop=lambda: False)]
+    assert isinstance(checked[0], PrefillInfo)
+    assert [t for ev in checked[1:] for t in ev.token_ids] == plain
+
+
+def test_stop_checks_act_only_in_the_thread_that_asked():
+    layer = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    model = torch.nn.Sequential(*layer)
+    flag = threading.Event()
+    with pytest.raises(Stopped):
+        with stop_between_layers(flag.is_set, layer):
+            model(torch.zeros(1, 2))  # not stopped yet
+            other: list[BaseException] = []
+            flag.set()
+            t = threading.Thread(target=lambda: _run_catching(model, other))
+            t.start()
+            t.join()
+            assert other == []   # another thread's forward on the same model is not stopped
+            model(torch.zeros(1, 2))  # this thread's is
+    model(torch.zeros(1, 2))  # and the hooks are gone after the block
+
+
+def _run_catching(model, errors):
+    try:
+        model(torch.zeros(1, 2))
+    except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+        errors.append(e)
+
+
+def test_a_stop_while_reading_the_video_ends_the_decoder_between_chunks(monkeypatch, tmp_path):
+    from gradio.media import get_video
+    path = get_video("world.mp4")  # 30 s, 480x270
+    chunks, real = [], backends._decord_chunk
+    first_chunk = threading.Event()
+
+    def counting(vr, chunk, cancel, p):
+        out = real(vr, chunk, cancel, p)
+        chunks.append(len(chunk))
+        first_chunk.set()
+        return out
+
+    monkeypatch.setattr(backends, "_decord_chunk", counting)
+    with pytest.raises(Stopped):
+        load_video(path, VideoConfig(num_frames=128, max_frames=128), should_stop=first_chunk.is_set)
+    assert 1 <= len(chunks) < 128 // backends.DECORD_CHUNK   # it stopped after a chunk, not at the end
+    assert not [t for t in threading.enumerate() if t.name == "specvlm-video-decode" and t.is_alive()]
+    clip = load_video(path, VideoConfig(num_frames=128, max_frames=128), should_stop=lambda: False)
+    assert len(clip.frames) == 128 and sum(chunks[-(128 // backends.DECORD_CHUNK):]) == 128  # whole, in chunks
