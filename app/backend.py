@@ -145,7 +145,8 @@ class Backend:
             return False
 
     def preset_info(self, name: str) -> tuple[str, int, int]:
-        """(Markdown description, suggested frames, suggested max new tokens) of a preset."""
+        """(Markdown description, suggested frames, suggested max new tokens) of a preset (on ZeroGPU capped by
+        :func:`app.zerogpu.default_budget`)."""
         from specvlm.config import DecodeConfig
         d = RunSettings()
         fallback_tokens = DecodeConfig().max_new_tokens if self._cuda() else d.max_new_tokens
@@ -156,8 +157,8 @@ class Backend:
         kind = ("Self-SD (draft = target weights)" if p.draft is None
                 else f"Std-SD, draft `{shown_name(p.draft)}`")
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        frames = int(getattr(p, "num_frames", d.num_frames))
-        tokens = int(getattr(p, "max_new_tokens", fallback_tokens))
+        frames, tokens = zerogpu.default_budget(int(getattr(p, "num_frames", d.num_frames)),
+                                                int(getattr(p, "max_new_tokens", fallback_tokens)))
         reserve = zerogpu.settings_note(p.target, p.draft, frames, tokens)
         reserve = f"  \nOn ZeroGPU a Run with these frames and new tokens {reserve}." if reserve else ""
         return f"{p.description}  \ntarget `{shown_name(p.target)}` · {kind}{gpu}{reserve}", frames, tokens

@@ -34,6 +34,12 @@ SEVEN_B_WEIGHT_BYTES = 16.6e9
 """bf16 weights of a 7B-class target (Qwen2.5-VL-7B): the model the per-token cost is stated for."""
 
 
+DEFAULT_FRAMES = 64
+"""Most frames a preset suggests on ZeroGPU (the paper's 128 would reserve more than a minute: :class:`GpuTime`)."""
+DEFAULT_NEW_TOKENS = 128
+"""Most new tokens a preset suggests on ZeroGPU."""
+
+
 def active() -> bool:
     """True on a ZeroGPU Space (``SPACES_ZERO_GPU`` set to true, as the platform does, and ``spaces``
     importable)."""
@@ -69,6 +75,14 @@ def sync_loading() -> Iterator[None]:
 
 
 # ---- size and duration -------------------------------------------------------------------------
+
+def default_budget(frames: int, tokens: int) -> tuple[int, int]:
+    """A preset's suggested (frames, new tokens); on ZeroGPU at most :data:`DEFAULT_FRAMES` and
+    :data:`DEFAULT_NEW_TOKENS`, so that its default Run reserves less than a minute of the visitor's quota."""
+    if not active():
+        return frames, tokens
+    return min(frames, DEFAULT_FRAMES), min(tokens, DEFAULT_NEW_TOKENS)
+
 
 def job_estimate(job: Any) -> Any:
     """The pair's memory estimate (:class:`specvlm.models.fit.MemoryEstimate`, bf16) at the job's frames and
@@ -113,17 +127,20 @@ class GpuTime:
     """How long a Run may hold a ZeroGPU device, in seconds of the GPU it runs on.
 
     ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor``, rounded up
-    and clamped to ``[min_s, max_s]``. The costs are a 7B-class bf16 target on the ``large`` half of an
-    RTX Pro 6000 (about 0.9 TB/s): the worker's start and the weights' move to the device (``base_s``);
-    per frame, decoding it on the CPU plus its share of the vision tower and of three prefills (vanilla,
-    speculative target, draft); per token, one bandwidth-bound step over ~17 GB of weights (~20 ms) with
-    eager-mode overhead. Each is about twice that, for margin (none is measured on a GPU yet). The default
-    ZeroGPU Run (Qwen2.5-VL-7B Self-SD, 128 frames, 256 new tokens) comes to 44 s.
+    and clamped to ``[min_s, max_s]``, for a 7B-class bf16 target on the ``large`` half of an RTX Pro 6000.
+    From ``scripts/gpu_check.py`` on an H200 (torch 2.11, Qwen2.5-VL-7B Self-SD at 16,384 video tokens =
+    128 frames, two hosts): prefill 3.9-6.0 s vanilla + 1.8-2.5 s SpecVLM, 42-64 ms per vanilla step of the
+    engine's loop (launch-bound). The half RTX Pro has about a third of the H200's bf16 compute and a fifth of
+    its memory bandwidth (+18 ms to read 17 GB of weights per step), so: ``per_frame_s`` 0.22 (prefills and
+    CPU decoding; 0.14-0.2 scaled), ``per_token_s`` 0.075 (the mean of a vanilla and a speculative token;
+    0.05-0.07 scaled), ``base_s`` 10 (the worker's start and the weights' move to the GPU). Not measured on
+    ZeroGPU itself. The default ZeroGPU Run (Qwen2.5-VL-7B Self-SD, :data:`DEFAULT_FRAMES` frames,
+    :data:`DEFAULT_NEW_TOKENS` new tokens) comes to 44 s; the paper's 128 frames and 256 tokens to 77 s.
     """
 
     base_s: float = 10.0
-    per_frame_s: float = 0.08
-    per_token_s: float = 0.045
+    per_frame_s: float = 0.22
+    per_token_s: float = 0.075
     min_s: int = 20
     max_s: int = 300
 

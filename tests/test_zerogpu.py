@@ -76,34 +76,54 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
     assert {"Phase", "ClipReady", "Prefill", "Step", "RunEnd", "Outcome"} <= kinds
 
 
-def test_the_default_zerogpu_run_asks_for_at_most_60_s_and_the_duration_grows_with_the_work():
+def _zerogpu_default_job(monkeypatch) -> RunJob:
+    """The default ZeroGPU Run: the default preset with the frames and new tokens the page suggests there."""
+    from specvlm.models.presets import PRESETS, QWEN7_SELF
+
+    class Engine(FakeEngine):
+        def presets(self):
+            return dict(PRESETS)
+
+        def default_preset(self):
+            return QWEN7_SELF     # with CUDA (ZeroGPU's emulation says so) and the 7B cached or the Hub reachable
+
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    d = Backend(Engine()).default_settings()
+    assert d.preset == QWEN7_SELF
+    assert (d.num_frames, d.max_new_tokens) == (zerogpu.DEFAULT_FRAMES, zerogpu.DEFAULT_NEW_TOKENS) == (64, 128)
+    return _job(d.num_frames, d.max_new_tokens, PRESETS[QWEN7_SELF].target)
+
+
+@pytest.mark.filterwarnings("ignore:Error while reading infos from Nvidia driver FS")  # spaces, without a GPU
+def test_the_default_zerogpu_run_needs_under_a_minute_and_the_duration_grows_with_the_work(monkeypatch):
     from specvlm.models.presets import PRESETS, QWEN7_SELF
 
     t, p = zerogpu.GpuTime(), PRESETS[QWEN7_SELF]
-    default = t.seconds(_job(p.num_frames, p.max_new_tokens, p.target, p.draft))
-    # 10 s start + 128 frames * 0.08 s + 2 runs * 256 tokens * 0.045 s (7B-class weights) = 43.3 s
-    assert default == 44
+    default = _zerogpu_default_job(monkeypatch)
+    # 10 s start + 64 frames * 0.22 s + 2 runs * 128 tokens * 0.075 s (7B-class weights) = 43.3 s
+    assert t.seconds(default) == 44 and zerogpu.reserved_seconds(default) <= 60
+    paper = _job(p.num_frames, p.max_new_tokens, p.target)    # 128 frames, 256 tokens: over a minute
+    assert t.seconds(paper) == 77
     assert t.seconds(_job(8, 24, "assets/model/target")) == t.min_s
-    assert t.seconds(_job(64, 256, p.target)) < default < t.seconds(_job(128, 512, p.target))
-    big = t.seconds(_job(128, 256, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"))
-    assert default < big < t.max_s    # ~80 GB of weights read per step: slower per token
+    assert t.seconds(_job(32, 128, p.target)) < t.seconds(default) < t.seconds(_job(64, 256, p.target))
+    assert t.seconds(_job(64, 256, p.target)) < t.seconds(paper)
+    big = t.seconds(_job(64, 128, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"))
+    assert t.seconds(default) < big < t.max_s    # ~80 GB of weights read per step: slower per token
     assert t.seconds(_job(256, 1024, "llava-hf/llava-onevision-qwen2-72b-ov-hf")) == t.max_s
     assert zerogpu.weight_factor(_job(16, 16, "someone/Custom-VL-72B")) == pytest.approx(72 * 2e9 / 16.6e9)
     assert zerogpu.weight_factor(_job(16, 16, "someone/custom-vl")) == 1.0
+    monkeypatch.setattr(zerogpu, "active", lambda: False)
+    assert zerogpu.default_budget(128, 256) == (128, 256)    # elsewhere the presets' own settings
 
 
 def test_what_spaces_is_asked_for_and_what_it_reserves_on_the_rtx_pro_6000(monkeypatch):
     """spaces stretches a ``large`` request by the hardware's duration factor (1.5 on the RTX Pro 6000): the app
     asks for the estimate over it, so what is reserved (and counted against the quota) is the estimate."""
-    from specvlm.models.presets import PRESETS, QWEN7_SELF
-
+    default = _zerogpu_default_job(monkeypatch)
     monkeypatch.setattr(zerogpu, "duration_factor", lambda size: 1.5 if size == "large" else 1.0)
-    p = PRESETS[QWEN7_SELF]
-    default = _job(p.num_frames, p.max_new_tokens, p.target, p.draft)
     assert zerogpu.requested_seconds(default) == 30 and zerogpu.reserved_seconds(default) == 45   # 44 s needed
     moe = _job(128, 256, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")   # xlarge: not stretched
     assert zerogpu.requested_seconds(moe) == zerogpu.reserved_seconds(moe) == zerogpu.GpuTime().seconds(moe)
-    monkeypatch.setattr(zerogpu, "active", lambda: True)
     assert zerogpu.reserve_note(default) == "reserves up to 45 s of GPU time"
     assert zerogpu.reserve_note(moe) == (f"reserves up to {zerogpu.reserved_seconds(moe)} s of GPU time on a whole "
                                          "GPU (xlarge: it counts twice against the daily quota)")
@@ -142,11 +162,13 @@ def test_the_dropdown_and_the_page_on_zerogpu(monkeypatch):
     b = Backend(Engine())
     names = b.preset_names()
     assert QWEN7_SELF in names and "LLaVA-OneVision-72B + 7B draft" not in names
-    assert "On ZeroGPU a Run with these frames and new tokens reserves up to 44 s of GPU time." in \
-        b.preset_info(QWEN7_SELF)[0]
+    text, frames, tokens = b.preset_info(QWEN7_SELF)
+    assert "On ZeroGPU a Run with these frames and new tokens reserves up to 44 s of GPU time." in text
+    assert (frames, tokens) == (64, 128)
     assert "whole GPU (xlarge" in b.preset_info("Qwen3-VL-30B-A3B + 8B draft")[0]
     monkeypatch.setattr(zerogpu, "active", lambda: False)
     assert len(b.preset_names()) == len(PRESETS) and "reserves" not in b.preset_info(QWEN7_SELF)[0]
+    assert b.preset_info(QWEN7_SELF)[1] == PRESETS[QWEN7_SELF].num_frames
 
 
 def test_off_zerogpu_the_gpu_function_is_the_worker_itself(monkeypatch):

@@ -3,9 +3,10 @@
 The real ``spaces`` package in ZeroGPU mode (``SPACES_ZERO_GPU=true``) talks to a stand-in for its
 device API (a loopback HTTP server answering ``/schedule``, ``/allow``, ``/release``,
 ``/startup-report``; it can refuse a Run for quota, and the driver kills a Run's worker process, whose
-pid ``/allow`` announced, as ZeroGPU does when a Run's time is up). Then ``app.py`` runs as ``__main__`` (``runpy``): it picks its device
-and dtype itself, loads the default pair at start, in this process, to ``cuda`` under the ``spaces``
-CUDA emulation, and ``spaces`` packs the weights to disk when the server launches.
+pid ``/allow`` announced, as ZeroGPU does when a Run's time is up). Then ``app.py`` runs as ``__main__``
+(``runpy``): it picks its device and dtype itself, loads the default pair at start, in this process, to
+``cuda`` under the ``spaces`` CUDA emulation, and ``spaces`` packs the weights to disk when the server
+launches.
 
 Only what needs the NVIDIA driver is stood in, in the worker process ``spaces`` forks for each Run:
 ``init`` (CUDA start-up) does nothing, ``unpatch`` keeps the emulation on, and ``move`` reads the
