@@ -317,6 +317,10 @@ def _empty_figure(title: str, message: str) -> go.Figure:
     return fig
 
 
+ZERO_STUB = 0.12
+"""Height of the red stub drawn for a verify step that accepted no draft token (y-axis units)."""
+
+
 def accept_length_figure(
     accept_lengths: Sequence[int],
     step_texts: Sequence[str] | None = None,
@@ -333,7 +337,9 @@ def accept_length_figure(
         title: figure title.
 
     Returns:
-        A plotly Figure with traces "accepted length" (Bar) and "running τ" (Scatter).
+        A plotly Figure with traces "accepted length" (Bar), "0 accepted (bonus token only)" (Bar,
+        red stubs of height :data:`ZERO_STUB` at the steps that accepted nothing; only when there are
+        such steps) and "running τ" (Scatter).
     """
     n = len(accept_lengths)
     if n == 0:
@@ -346,11 +352,17 @@ def accept_length_figure(
     fig.add_trace(go.Bar(
         x=x, y=a, name="accepted length", customdata=texts, marker_color="rgb(34,197,94)",
         hovertemplate="step %{x}<br>accepted %{y}<br>tokens: %{customdata}<extra></extra>"))
+    zero = a == 0
+    if zero.any():  # a bar of height 0 is invisible: mark those steps with a short red stub
+        fig.add_trace(go.Bar(
+            x=x[zero], y=np.full(int(zero.sum()), ZERO_STUB), name="0 accepted (bonus token only)",
+            customdata=[t for t, z in zip(texts, zero) if z], marker_color="rgb(239,68,68)",
+            hovertemplate="step %{x}<br>accepted 0<br>tokens: %{customdata}<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=x, y=running, name="running τ", mode="lines", line=dict(color="rgb(249,115,22)", width=2),
         hovertemplate="step %{x}<br>τ so far %{y:.2f}<extra></extra>"))
     ymax = max(float(a.max()), float(max_depth or 0)) + 0.5
-    fig.update_layout(title=f"{title} (τ = {running[-1]:.2f})", height=300, bargap=0.1,
+    fig.update_layout(title=f"{title} (τ = {running[-1]:.2f})", height=300, bargap=0.1, barmode="overlay",
                       margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step",
                       yaxis_title="accepted tokens", yaxis_range=[0, ymax],
                       xaxis=dict(tickformat="d", dtick=max(1, int(np.ceil(n / 12)))),   # whole steps only

@@ -19,6 +19,7 @@ import numpy as np
 
 from app import plots, preview
 from app.backend import Backend
+from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
@@ -26,11 +27,9 @@ from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_M
 from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
-from specvlm import assets
 
 log = logging.getLogger(__name__)
 
-EXAMPLES_DIR = assets.path("videos")
 MAX_PREVIEWS = 1000
 """Preview -> upload entries remembered (the oldest are forgotten first)."""
 GPU_QUEUE = "gpu"
@@ -47,53 +46,14 @@ most useful video tokens (**SpecVLM**) run one after the other on the same devic
 Greedy speculative decoding must give the *same* text, only faster."""
 
 
-EXAMPLE_COLUMNS = ("video", "prompt", "srt", "truth")
-"""Components an example row fills, in order."""
-
-
-def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
-    """Example rows ``[video, prompt, subtitles or None, ground truth or None]`` from ``folder/*.mp4``.
-
-    A ``.srt`` with the same stem next to a video is used as its subtitles, a ``.json`` with the
-    same stem as its ground truth (written by ``specvlm.bench.synth.write_truth`` for generated clips).
-    """
-    if not folder.is_dir():
-        return []
-    rows = []
-    for mp4 in sorted(folder.glob("*.mp4")):
-        srt, truth = mp4.with_suffix(".srt"), mp4.with_suffix(".json")
-        rows.append([str(mp4), DEFAULT_PROMPT, str(srt) if srt.exists() else None,
-                     str(truth) if truth.exists() else None])
-    return rows
-
-
-def real_world_examples() -> list[list[Any]]:
-    """A real-world example row: gradio's bundled ``world.mp4`` (30 s, 480x270, shipped inside the
-    gradio package and found through its public ``gradio.media.get_video``), or none if this gradio
-    has no such file. The bundled shapes model gives a shapes-style caption on it (see the model
-    card); with a real preset on a GPU it is a real description."""
-    try:
-        from gradio.media import get_video
-
-        return [[get_video("world.mp4"), DEFAULT_PROMPT, None, None]]
-    except (ImportError, ValueError, OSError):
-        return []
-
-
-def _example_rows(examples: list[list[Any]]) -> list[list[Any]]:
-    """Rows padded with None to :data:`EXAMPLE_COLUMNS` (older 3-column rows have no ground truth)."""
-    n = len(EXAMPLE_COLUMNS)
-    return [list(row)[:n] + [None] * (n - len(row)) for row in examples]
-
-
 def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                cache_ttl_s: int | None = 3600, scratch_dir: str | None = None, footer: str = "") -> gr.Blocks:
     """Build the page over ``backend`` (nothing runs until a button is pressed).
 
     Args:
         backend: a :class:`Backend` (or an object with the same methods).
-        examples: example rows ``[video, prompt, srt, truth]`` (``truth`` may be left out);
-            default :func:`find_examples` plus :func:`real_world_examples`.
+        examples: example rows ``[video, prompt, srt, truth, fixed_length, max_new]`` (the last ones
+            may be left out); default :func:`app.examples.default_examples`.
         cache_ttl_s: Gradio deletes files it cached (gallery images, leftovers) older than this,
             checking every quarter of it (None: never). Uploads are removed earlier, as soon as no
             page shows them and no request uses them (:class:`app.backend.UploadJanitor`).
@@ -108,7 +68,12 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
         ``demo.specvlm_janitor`` is the upload janitor.
     """
-    examples = _example_rows(find_examples() + real_world_examples() if examples is None else examples)
+    d = backend.default_settings()
+    labels = None
+    if examples is None:
+        limits = getattr(backend, "limits", None)
+        examples, labels = default_examples(limits.max_new_tokens if limits else STREAMING_TOKENS)
+    examples = example_rows(examples, d.max_new_tokens)
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
@@ -121,7 +86,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                     c.update(_model_column(backend))
             if examples:
                 gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
-                            cache_examples=False, elem_id="examples")
+                            example_labels=labels, cache_examples=False, elem_id="examples")
             c.update(_output_section())
         with gr.Tab("Inspect", elem_id="tab-inspect"):
             gr.Markdown("Where speculation breaks: click a bar (a verify step) to see its draft tree, the path "

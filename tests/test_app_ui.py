@@ -86,8 +86,11 @@ def test_gallery_downscales_and_caps_images():
 def test_accept_length_figure_traces():
     fig = plots.accept_length_figure([3, 1, 0, 4], ["a b c d", "e f", "g", "<h>"], max_depth=5)
     assert isinstance(fig, go.Figure)
-    bar, line = fig.data
+    bar, zero, line = fig.data
     assert bar.type == "bar" and bar.name == "accepted length" and list(bar.y) == [3, 1, 0, 4]
+    assert zero.type == "bar" and list(zero.x) == [3] and list(zero.y) == [plots.ZERO_STUB]   # step 3 is drawn
+    assert zero.marker.color != bar.marker.color and list(zero.customdata) == ["g"] and fig.layout.barmode == "overlay"
+    assert [t.name for t in plots.accept_length_figure([1, 2]).data] == ["accepted length", "running τ"]
     assert line.type == "scatter" and line.name == "running τ"
     assert np.allclose(line.y, [3, 2, 4 / 3, 2])
     assert list(bar.customdata)[3] == "&lt;h&gt;" and "customdata" in bar.hovertemplate
@@ -449,7 +452,7 @@ def test_bad_subtitle_mode_is_refused():
 
 
 def test_examples_carry_the_ground_truth_sidecar(tmp_path):
-    from app.ui import _example_rows, find_examples
+    from app.examples import example_rows, find_examples
     folder = tmp_path / "examples"
     folder.mkdir()
     for stem in ("a", "b"):
@@ -458,14 +461,24 @@ def test_examples_carry_the_ground_truth_sidecar(tmp_path):
     (folder / "b.srt").write_text("")
     rows = find_examples(folder)
     assert [r[2:] for r in rows] == [[None, str(folder / "a.json")], [str(folder / "b.srt"), None]]
-    assert _example_rows([["v.mp4", "p", None]]) == [["v.mp4", "p", None, None]]
+    assert example_rows([["v.mp4", "p", None]], 128) == [["v.mp4", "p", None, None, False, 128]]
     bundled = {Path(r[0]).stem: r for r in find_examples()}
     if "shapes_text" in bundled:
         assert bundled["shapes_text"][3].endswith("shapes_text.json")
 
 
+def test_the_first_example_streams_long_enough_to_watch():
+    from app.examples import STREAMING_CLIP, default_examples
+    rows, labels = default_examples(max_new_tokens=300)
+    first = rows[0]
+    assert Path(first[0]).name == STREAMING_CLIP and first[4] is True and first[5] == 300  # capped by the limit
+    assert labels[0] == "Watch it stream: 300 tokens, fixed length" and labels[1:] == [Path(r[0]).name for r in rows[1:]]
+    compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0), limits=Limits(max_new_tokens=300)))
+    assert comps["fixed_length"].value is False  # the checkbox itself starts off
+
+
 def test_a_real_world_example_is_offered():
-    from app.ui import real_world_examples
+    from app.examples import real_world_examples
     from specvlm.video import probe_video
 
     rows = real_world_examples()

@@ -1,0 +1,77 @@
+"""The page's example rows: the bundled clips, a real-world clip, and one that streams long enough
+to watch and stop.
+
+Each row fills :data:`EXAMPLE_COLUMNS`. The first row is the streaming example: a bundled clip
+with **Fixed length** on and :data:`STREAMING_TOKENS` new tokens, because the bundled model stops
+after about 20 tokens (a decode of ~0.2 s on a CPU, over before anyone sees it stream).
+
+Source: docs/design.md §1 (the app).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.settings import DEFAULT_PROMPT
+from specvlm import assets
+
+EXAMPLES_DIR = assets.path("videos")
+EXAMPLE_COLUMNS = ("video", "prompt", "srt", "truth", "fixed_length", "max_new")
+"""Components an example row fills, in order."""
+STREAMING_TOKENS = 512
+"""New tokens of the streaming example (fixed length): several seconds of decoding on a CPU."""
+STREAMING_CLIP = "shapes_short.mp4"
+"""The bundled clip of the streaming example (a short prefill, so decoding starts at once)."""
+
+
+def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
+    """Example rows ``[video, prompt, subtitles or None, ground truth or None]`` from ``folder/*.mp4``.
+
+    A ``.srt`` with the same stem next to a video is used as its subtitles, a ``.json`` with the
+    same stem as its ground truth (written by ``specvlm.bench.synth.write_truth`` for generated clips).
+    """
+    if not folder.is_dir():
+        return []
+    rows = []
+    for mp4 in sorted(folder.glob("*.mp4")):
+        srt, truth = mp4.with_suffix(".srt"), mp4.with_suffix(".json")
+        rows.append([str(mp4), DEFAULT_PROMPT, str(srt) if srt.exists() else None,
+                     str(truth) if truth.exists() else None])
+    return rows
+
+
+def real_world_examples() -> list[list[Any]]:
+    """A real-world example row: gradio's bundled ``world.mp4`` (30 s, 480x270, shipped inside the
+    gradio package and found through its public ``gradio.media.get_video``), or none if this gradio
+    has no such file. The bundled shapes model gives a shapes-style caption on it (see the model
+    card); with a real preset on a GPU it is a real description."""
+    try:
+        from gradio.media import get_video
+
+        return [[get_video("world.mp4"), DEFAULT_PROMPT, None, None]]
+    except (ImportError, ValueError, OSError):
+        return []
+
+
+def streaming_example(max_new_tokens: int, folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
+    """The streaming example row (fixed length, ``min(STREAMING_TOKENS, max_new_tokens)`` new tokens),
+    or none when :data:`STREAMING_CLIP` is not in ``folder``."""
+    clip = folder / STREAMING_CLIP
+    if not clip.is_file():
+        return []
+    return [[str(clip), DEFAULT_PROMPT, None, None, True, min(STREAMING_TOKENS, max_new_tokens)]]
+
+
+def default_examples(max_new_tokens: int) -> tuple[list[list[Any]], list[str]]:
+    """(rows, labels): the streaming example, the bundled clips, then the real-world clip."""
+    rows = streaming_example(max_new_tokens) + find_examples() + real_world_examples()
+    labels = [f"Watch it stream: {row[5]} tokens, fixed length" if len(row) > 4 and row[4]
+              else Path(row[0]).name for row in rows]
+    return rows, labels
+
+
+def example_rows(examples: list[list[Any]], max_new_tokens: int) -> list[list[Any]]:
+    """Rows completed to :data:`EXAMPLE_COLUMNS`: no subtitles or ground truth, EOS honoured and the
+    page's default token budget where a row says nothing."""
+    fill = [None, None, None, None, False, max_new_tokens]
+    return [list(row)[:len(fill)] + fill[len(row):] for row in examples]
