@@ -164,15 +164,15 @@ def drive(captured: dict, out: dict) -> None:
     out.update(export_steps=len(again.steps), inspect_summary=inspect_view._refresh(again)[0],
                export_bytes=os.path.getsize(path))
 
-    # 3. Stop by cancelling the Run event (Gradio closes the handler's generator).
+    # 3. The page is closed mid-run (Gradio closes the handler's generator).
     gen = run(400)
     for u in gen:
         if decoding(u):
             break
     t0 = time.perf_counter()
     gen.close()
-    out["cancel_close_s"] = time.perf_counter() - t0
-    out["cancel_release_s"], out["cancel_fail"] = releases_after(t0)
+    out["closed_close_s"] = time.perf_counter() - t0
+    out["closed_release_s"], out["closed_fail"] = releases_after(t0)
 
     # 4. Stop through /stop (the session's flag closes the worker's generator).
     ups, t0 = [], None
