@@ -171,6 +171,18 @@ def test_the_dropdown_and_the_page_on_zerogpu(monkeypatch):
     assert b.preset_info(QWEN7_SELF)[1] == PRESETS[QWEN7_SELF].num_frames
 
 
+def test_on_zerogpu_weights_load_in_the_calling_thread_for_the_load_only(monkeypatch):
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    monkeypatch.delenv("HF_DEACTIVATE_ASYNC_LOAD", raising=False)
+    with zerogpu.sync_loading():
+        assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "1"   # what transformers' loader reads
+    assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
+    monkeypatch.setenv("HF_DEACTIVATE_ASYNC_LOAD", "0")
+    with zerogpu.sync_loading():
+        assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "1"
+    assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "0"
+
+
 def test_off_zerogpu_the_gpu_function_is_the_worker_itself(monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     fn = Backend(FakeEngine()).worker.run
