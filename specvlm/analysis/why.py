@@ -50,6 +50,8 @@ class StepWhy:
         cue: ``(start_s, end_s, text)`` of a subtitle cue holding the step's word that the draft did
             not get, or None.
         word: the output word the token belongs to.
+
+    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance); computed by :func:`explain_rejections`.
     """
 
     step: int
@@ -70,8 +72,13 @@ def rejections(steps: Sequence[Any]) -> list[tuple[int, int, int]]:
     draft tokens than it emitted minus one. Step 0 (the prefill token) is skipped.
 
     Args:
-        steps: :class:`specvlm.types.StepEvent` or :class:`specvlm.analysis.records.StepRecord` items in order
-            (``tree`` a DraftTreeRecord, a dict of one, or None).
+        steps: :class:`specvlm.types.StepEvent` or :class:`specvlm.analysis.records.StepRecord` items in
+            order (``tree`` a DraftTreeRecord, a dict of one, or None).
+
+    Returns:
+        list of (step number, output position of the target's token, that token id), in step order.
+
+    Source: docs/design.md §4.8-4.9 (tree verification, accepted path).
     """
     out, pos = [], 0
     for s in steps:
@@ -107,6 +114,9 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
 
     Raises:
         WhyError: a position < 1 or beyond the output.
+        RuntimeError: the attention modules returned no weights under eager attention.
+
+    Source: docs/design.md §4.2 (pass B's head-averaged attention, mean over layers).
     """
 
     pos = [int(p) for p in positions]
@@ -148,7 +158,13 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
 
 
 def word_at(text_pieces: Sequence[str], position: int) -> str:
-    """The whitespace-delimited word of the output that token ``position`` belongs to (punctuation stripped)."""
+    """The whitespace-delimited word of the output that token ``position`` belongs to (punctuation stripped).
+
+    Args:
+        text_pieces: decoded text of each output token; position: index into them.
+
+    Source: this module (no external reference).
+    """
     start = sum(len(t) for t in text_pieces[:position])
     text = "".join(text_pieces)
     a = start
@@ -165,7 +181,10 @@ def word_at(text_pieces: Sequence[str], position: int) -> str:
 
 def cue_with(word: str, cues: Sequence[Any]) -> tuple[float, float, str] | None:
     """The first cue (``Cue`` or ``(start_s, end_s, text)``) whose words include ``word`` (case-insensitive),
-    or None (also for :data:`STOPWORDS` and words shorter than 2 characters)."""
+    or None (also for :data:`STOPWORDS` and words shorter than 2 characters).
+
+    Source: this module (no external reference).
+    """
     w = word.lower()
     if len(w) < 2 or w in STOPWORDS:
         return None
@@ -192,7 +211,9 @@ def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Seque
         top: keep this many most-attended video tokens per step.
 
     Returns:
-        list of StepWhy in step order.
+        list of StepWhy in step order; [] when no step refused the draft.
+
+    Source: SpecVLM's failure analysis on long subtitled videos; docs/design.md §4.7 (who sees what).
     """
     rej = [r for r in rejections(steps) if r[1] >= 1]
     acc = {int(s.step): int(s.accept_length) for s in steps}
