@@ -5,7 +5,7 @@ extra target forward) holds, for the lowest-acceptance steps where the target re
 target's attention over the video tokens from the query that chose its own token, the share of that
 attention on tokens the draft did not see, and the subtitle cue holding the step's word when the draft
 did not get the transcript. :func:`why_html` says it in words, :func:`why_maps` draws it: the frames
-where the target looked, attention as a heat map, the cells the draft did not see outlined in red.
+where the target looked, attention as a heat map, the cells the draft saw (its kept set) outlined in green.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 3.2 (verifier attention); docs/design.md §4.7.
 """
@@ -18,8 +18,8 @@ import numpy as np
 
 from app import plots
 
-UNSEEN_RGB = (239, 68, 68)
-"""Outline of cells the draft did not see."""
+SEEN_RGB = (34, 197, 94)
+"""Outline of the cells the draft saw (its kept set)."""
 
 
 def step_why(record: Any, step: int | float | None) -> dict | None:
@@ -61,7 +61,7 @@ def why_html(record: Any, step: int | float | None) -> str:
 
 
 def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list[tuple[np.ndarray, str]]:
-    """The frame groups holding most of the step's target attention: heat map, unseen cells outlined.
+    """The frame groups holding most of the step's target attention: heat map, the draft's kept cells outlined.
 
     Returns:
         list of (uint8 (h, w, 3) image, caption), groups in time order; [] without an explanation,
@@ -90,7 +90,7 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
         sel = grid[:, 0] == g
         t0 = min(int(g) * fpt, len(frames) - 1)
         img = plots.score_overlay(frames[t0], grid[sel, 1], grid[sel, 2], att[sel] / vmax, (gh, gw))
-        img = _outline(img, grid[sel & ~seen, 1], grid[sel & ~seen, 2], (gh, gw))
+        img = _outline(img, grid[sel & seen, 1], grid[sel & seen, 2], (gh, gw))
         share = float(att[sel].sum())
         unseen = float(att[sel & ~seen].sum())
         ts = record.timestamps
@@ -100,11 +100,11 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
 
 
 def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple[int, int]) -> np.ndarray:
-    """Draw a 1-px red border around the given grid cells."""
+    """Draw a 1-px green border around the given grid cells."""
     out = img.copy()
     h, w = out.shape[:2]
     ch, cw = h / grid_hw[0], w / grid_hw[1]
-    col = np.array(UNSEEN_RGB, np.uint8)
+    col = np.array(SEEN_RGB, np.uint8)
     for r, c in zip(rows.tolist(), cols.tolist()):
         y0, y1 = int(round(r * ch)), min(h, int(round((r + 1) * ch))) - 1
         x0, x1 = int(round(c * cw)), min(w, int(round((c + 1) * cw))) - 1
@@ -116,4 +116,5 @@ def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple
 
 
 WHY_LEGEND = ("Heat: the target's attention over the video from the position where the draft diverged "
-              "(bright = more). Red outline: video tokens the draft did not see.")
+              "(bright = more). Green outline: the video tokens the draft saw; attention elsewhere was on tokens "
+              "it did not see.")

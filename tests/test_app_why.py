@@ -46,9 +46,11 @@ def test_why_words_and_maps_of_an_explained_step(explained):
     assert f"kept {rec.prefill.num_kept} of {rec.prefill.num_video_tokens}" in text
     maps = wv.why_maps(rec, w["step"], max_images=3)
     assert 1 <= len(maps) <= 3 and all(img.dtype == np.uint8 for img, _ in maps)
-    unseen = set(range(rec.prefill.num_video_tokens)) - set(rec.prefill.keep)
-    red = [(img == np.array(wv.UNSEEN_RGB, np.uint8)).all(-1).any() for img, _ in maps]
-    assert any(red) == bool(unseen)                                       # unseen cells are outlined
+    grid = np.asarray(rec.prefill.token_grid).reshape(-1, 3)
+    shown = {int(c.split()[1]) // rec.prefill.frames_per_token for _, c in maps}   # "frame <t> ..." captions
+    kept_here = [g for g in shown if np.isin(np.nonzero(grid[:, 0] == g)[0], rec.prefill.keep).any()]
+    green = [(img == np.array(wv.SEEN_RGB, np.uint8)).all(-1).any() for img, _ in maps]
+    assert sum(green) == len(kept_here)                                   # the draft's kept cells are outlined
     assert "of the attention" in maps[0][1]
 
 
