@@ -276,11 +276,12 @@ class Backend:
         """The cues of an uploaded .srt (empty without a file).
 
         Raises:
-            UserError: missing, too large or unparsable (message names the file).
+            UserError: not a .srt, missing, too large or unparsable (message names the file).
             ImportError: the subtitle parser is not installed.
         """
         if not path:
             return []
+        uploads.check_box(path, "subtitle")
         uploads.check_upload(path, "subtitle file", MAX_SRT_MB)
         try:
             return list(self.engine.load_srt(path))

@@ -10,6 +10,8 @@
 * A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is ignored (the server disables
   Run while a run decodes, but its first update takes a moment; Run holds clicks made while the
   previous run stops, so a double-click would otherwise run twice).
+* The subtitle and ground-truth boxes accept any file (so a wrong one gets a clear message instead of
+  Gradio's bare "Error"); their file pickers still offer only ``.srt`` / ``.json``.
 * The heatmap captions wrap instead of being cut off.
 
 Source: docs/design.md §1 (the app), §8 (Gradio traps).
@@ -25,7 +27,7 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 PAGE_CSS = """
 #heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
   text-overflow: clip !important; line-height: 1.25; }
-#video-note:empty { display: none; }
+#video-note:empty, #truth-note:empty { display: none; }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
 """
@@ -85,10 +87,11 @@ _JS = """
     again.__specvlm = true;
     ev.target.dispatchEvent(again);
   }, true);
-  const accept = () => document.querySelectorAll('#video input[type=file]').forEach((i) => {
-    const want = 'video/*,' + EXTS.map((e) => '.' + e).join(',');
-    if (i.accept !== want) i.accept = want;
-  });
+  const ACCEPT = {'#video': 'video/*,' + EXTS.map((e) => '.' + e).join(','), '#srt': '.srt', '#truth': '.json'};
+  const accept = () => Object.entries(ACCEPT).forEach(([box, want]) =>  // the file picker's filter only:
+    document.querySelectorAll(box + ' input[type=file]').forEach((i) => {  // a dropped file of another
+      if (i.accept !== want) i.accept = want;                              // type gets the server's message
+    }));
   new MutationObserver(accept).observe(document.body, {childList: true, subtree: true});
   accept();
   let lastRun = 0;

@@ -7,9 +7,11 @@ Source: docs/design.md §8 (video traps).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,48 @@ def describe_codec(info: Any, path: str) -> str:
     names = {"hevc": "HEVC (H.265)", "h265": "HEVC (H.265)", "gif": "GIF", "mpeg4": "MPEG-4 Part 2",
              "prores": "ProRes", "mjpeg": "Motion JPEG"}
     return names.get(codec, codec.upper() or Path(path).suffix.lstrip(".").upper() or "this format")
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadView:
+    """What the page shows for a fresh video upload.
+
+    Attributes:
+        preview: an H.264 preview to put in the player instead of the upload (None: the upload itself).
+        note: the Markdown note under the player ("" when there is nothing to say).
+        problem: a one-line message when the file cannot be used (also shown as a warning), else None.
+    """
+
+    preview: str | None = None
+    note: str = ""
+    problem: str | None = None
+
+
+def upload_view(path: str, probe: Callable[[str], Any] | None, folder: Callable[[], Path],
+                timeout_s: float = 60.0) -> UploadView:
+    """Probe a fresh upload: a problem (not a video, audio only, unreadable) is said at once, in one line; a
+    file the player cannot show (HEVC, GIF, AVI, ...) gets an H.264 preview made in ``folder()``.
+
+    Args:
+        path: the uploaded file.
+        probe: ``probe(path) -> VideoInfo`` (raises ValueError for a file that is no usable video), or None.
+        folder: makes the folder a preview is written to (called only when one is needed).
+        timeout_s: time limit for making the preview.
+    """
+    if probe is None:
+        return UploadView()
+    try:
+        info = probe(path)
+    except ValueError as e:  # VideoError: the same words the run would use, at upload time
+        return UploadView(problem=f"Cannot use this video: {str(e).replace(str(path), Path(path).name)}")
+    except Exception as e:  # an unexpected probe failure: the run will say what it can
+        log.info("could not probe %s for a preview: %s: %s", Path(path).name, type(e).__name__, e)
+        return UploadView()
+    if browser_playable(path, getattr(info, "codec", "")):
+        return UploadView()
+    what = describe_codec(info, path)
+    clip = make_preview(path, folder(), timeout_s=timeout_s)
+    if clip is None:
+        return UploadView(note=f"*The video player cannot show {what}; the run reads the file as uploaded.*")
+    return UploadView(clip, f"*The video player cannot show {what}: it shows a small H.264 preview; the run reads "
+                            "the uploaded file.*")

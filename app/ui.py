@@ -198,14 +198,15 @@ def _input_column(backend: Backend) -> dict[str, Any]:
         limits_md=gr.Markdown(limits.describe() if limits else "", elem_id="limits"),
         prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
                           max_length=limits.max_prompt_chars if limits else None),
-        srt=gr.File(label="Subtitles (.srt, optional)", file_types=[".srt"], type="filepath", elem_id="srt",
+        srt=gr.File(label="Subtitles (.srt, optional)", type="filepath", elem_id="srt",  # any file: we say what is wrong
                     height=120),
         srt_text=gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text"),
         subtitle_mode=gr.Radio(list(SUBTITLE_MODE_CHOICES), value=d.subtitle_mode, label="Subtitles go to",
                                info="vanilla decoding sees them exactly when the target does",
                                elem_id="subtitle-mode"),
-        truth=gr.File(label="Ground truth of a generated clip (.json, optional)", file_types=[".json"],
+        truth=gr.File(label="Ground truth of a generated clip (.json, optional)",
                       type="filepath", elem_id="truth", height=120),
+        truth_note=gr.Markdown("", elem_id="truth-note"),
         keep_text=gr.Checkbox(value=d.keep_text, label="Always keep the video tokens covering on-screen text",
                               info="needs the ground truth (.json) of a generated clip; forced tokens count against the "
                               "draft's budget and replace Stage I/II picks", elem_id="keep-text"),
@@ -429,6 +430,8 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                 backend.load_truth(path)
         except UserError as e:
             gr.Warning(str(e))
+            return f"**{e}**"
+        return ""
 
     def on_video(path, request: gr.Request):
         """The page now shows this video: keep it for re-runs, let the previous upload go. A file the
@@ -439,17 +442,16 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             return gr.skip(), gr.skip()
         janitor.hold(session, "video", path)
         janitor.hold(session, "video-preview", None)
-        made = preview_for(backend, path) if path else None
-        if made is None:
-            return gr.skip(), ""
-        clip, what = made
-        if clip is None:
-            return gr.skip(), f"*Your browser cannot play {what}; the run reads the file as uploaded.*"
-        previews[Path(clip).name] = path
+        seen = upload_view_for(backend, path) if path else preview.UploadView()
+        if seen.problem:
+            gr.Warning(seen.problem)
+            return gr.skip(), f"**{seen.problem}**"
+        if seen.preview is None:
+            return gr.skip(), seen.note
+        previews[Path(seen.preview).name] = path
         while len(previews) > MAX_PREVIEWS:
             previews.popitem(last=False)
-        return clip, f"*Your browser cannot play {what}: the player shows a small H.264 preview; the run reads " \
-                     "the uploaded file.*"
+        return seen.preview, seen.note
 
     def on_unload(request: gr.Request):
         """The page closed: delete what it uploaded (if no one else uses it) and stop its run."""
@@ -474,7 +476,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                 *(gr.update(value=tree[k]) if k in tree else gr.update() for k in tree_keys))
 
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
-    c["truth"].change(on_truth, inputs=[c["truth"]], outputs=None, api_visibility="private",
+    c["truth"].change(on_truth, inputs=[c["truth"]], outputs=[c["truth_note"]], api_visibility="private",
                       show_progress="hidden")
     c["video"].change(on_video, inputs=[c["video"]], outputs=[c["video"], c["video_note"]], api_visibility="private",
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
@@ -493,18 +495,11 @@ def source_of(video: Any, previews: dict[str, str]) -> Any:
     return video
 
 
-def preview_for(backend: Backend, path: str) -> tuple[str | None, str] | None:
-    """None when the browser plays ``path`` as it is (or it cannot be probed), else (an H.264 preview or
-    None when FFmpeg could not make one, the format's name for the page's note)."""
-    probe = getattr(backend.engine, "probe_video", None)
-    try:
-        info = probe(path) if probe is not None else None
-    except Exception:  # unreadable: the run will say so in the user's terms
-        log.info("could not probe %s for a preview", path, exc_info=True)
-        return None
-    if info is None or preview.browser_playable(path, getattr(info, "codec", "")):
-        return None
-    folder = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"  # served as is, deleted with the upload
-    folder.mkdir(parents=True, exist_ok=True)
+def upload_view_for(backend: Backend, path: str) -> preview.UploadView:
+    """:func:`app.preview.upload_view` with the backend's probe, Gradio's upload folder and time limit."""
+    def folder() -> Path:  # served as is, deleted with the upload
+        made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"
+        made.mkdir(parents=True, exist_ok=True)
+        return made
     timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
-    return preview.make_preview(path, folder, timeout_s=timeout), preview.describe_codec(info, path)
+    return preview.upload_view(path, getattr(backend.engine, "probe_video", None), folder, timeout_s=timeout)

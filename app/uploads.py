@@ -88,6 +88,28 @@ def check_video(video: Any, limits: Limits, probe: Callable[[str], Any] | None) 
     return path
 
 
+BOXES = {"subtitle": (".srt", "Subtitles (.srt)"), "ground-truth": (".json", "Ground truth (.json)")}
+"""Upload box -> (the file type it takes, its label on the page)."""
+
+
+def check_box(path: str, box: str) -> None:
+    """Refuse a file dropped on the wrong upload box (the boxes accept any file, so the page can say why).
+
+    Args:
+        path: the uploaded file.  box: a :data:`BOXES` key.
+
+    Raises:
+        UserError: the file's type is not the box's, naming the box it belongs in when it is the other kind.
+    """
+    ext, _ = BOXES[box]
+    name, got = Path(path).name, Path(path).suffix.lower()
+    if got == ext:
+        return
+    other = next((label for b, (e, label) in BOXES.items() if e == got and b != box), None)
+    where = f" It looks like a file for the {other} box: drop it there." if other else ""
+    raise UserError(f"The {box} box takes a {ext} file; {name!r} is not one.{where}")
+
+
 def load_truth(path: str | None) -> dict[str, Any] | None:
     """The ground truth of a generated clip (``specvlm.bench.synth.write_truth``'s JSON), or None without a file.
 
@@ -95,10 +117,11 @@ def load_truth(path: str | None) -> dict[str, Any] | None:
     object with ``start_frame``, ``end_frame`` and a 4-number ``box``).
 
     Raises:
-        UserError: missing, too large, not JSON, or missing / malformed keys (message names the file).
+        UserError: not a .json, missing, too large, not JSON, or missing / malformed keys (message names the file).
     """
     if not path:
         return None
+    check_box(path, "ground-truth")
     name = check_upload(path, "ground-truth file", MAX_TRUTH_MB)
     try:
         d = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
