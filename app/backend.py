@@ -16,7 +16,6 @@ Source: docs/design.md §1-3; §8 (Gradio traps); §9 (ZeroGPU).
 from __future__ import annotations
 
 import dataclasses
-import filecmp
 import logging
 import threading
 import time
@@ -27,6 +26,8 @@ from typing import Any
 
 from app import uploads
 from app.devices import DevicePool, Slot, wait_in_line
+from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
+                               synthetic_caveat)
 from app.runs import RunRegistry
 from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
@@ -161,7 +162,13 @@ class Backend:
                                                 int(getattr(p, "max_new_tokens", fallback_tokens)))
         reserve = zerogpu.settings_note(p.target, p.draft, frames, tokens)
         reserve = f"  \nOn ZeroGPU a Run with these frames and new tokens {reserve}." if reserve else ""
-        return f"{p.description}  \ntarget `{shown_name(p.target)}` · {kind}{gpu}{reserve}", frames, tokens
+        hub = " · **needs the Hugging Face Hub, which this server cannot reach**" if missing_from_hub(
+            self.engine, (p.target, p.draft)) else ""
+        return f"{p.description}  \ntarget `{shown_name(p.target)}` · {kind}{gpu}{hub}{reserve}", frames, tokens
+
+    def hub_note(self) -> str:
+        """The page's line when the Hugging Face Hub cannot be reached ("" when it can)."""
+        return "" if hub_reachable(self.engine) else HUB_UNREACHABLE
 
     # ---- models ----------------------------------------------------------------------------
 
@@ -169,10 +176,14 @@ class Backend:
         """(target, draft, display name) from the custom field or the preset.
 
         Raises:
-            UserError: unknown preset, engine missing, or a GPU-only preset without CUDA.
+            UserError: unknown preset, engine missing, a GPU-only preset without CUDA, or Hub models that
+                are not cached while the Hub cannot be reached.
         """
         if s.custom_model and s.custom_model.strip():
             target, draft = parse_model_spec(s.custom_model)
+            missing = missing_from_hub(self.engine, (target, draft))
+            if missing:
+                raise UserError(needs_hub_error("This custom model", missing))
             return target, draft, s.custom_model.strip()
         try:
             presets = self.engine.presets()
@@ -188,6 +199,9 @@ class Backend:
             if path and Path(path).is_absolute() and not Path(path).exists():
                 raise UserError(f"Preset {s.preset!r} needs the model folder {path}, which is missing: "
                                 "build or fetch the bundled model as the README says, or pick another preset.")
+        missing = missing_from_hub(self.engine, (p.target, p.draft))
+        if missing:
+            raise UserError(needs_hub_error(f"Preset {s.preset!r}", missing))
         return p.target, p.draft, s.preset
 
     def get_pair(self, target: str, draft: str | None, slot: Slot | None = None) -> Any:
@@ -214,7 +228,7 @@ class Backend:
             try:
                 pair = self.engine.load_pair(target, draft, slot.device, self.dtype)
             except Exception as e:
-                msg = _model_error(target, draft, e, self._is_oom(e))
+                msg = model_error(target, draft, e, self._is_oom(e))
                 log.warning("loading %s failed: %s", target, msg)
                 drop_frames(e)
             if msg is not None:
@@ -454,7 +468,7 @@ class Backend:
         label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
         view = RunView(label, dec, mode=request.heatmap_mode, notes=notes, prompt_note=prompt_note,
                        forced_requested=truth is not None, plot_interval_s=self.plot_interval_s,
-                       caveat=synthetic_caveat(target, path))
+                       caveat=synthetic_caveat(target, path, hub_ok=hub_reachable(self.engine)))
         return job, view, name
 
     def _extras(self, request: RunRequest) -> tuple[list[Any], str, dict[str, Any] | None, list[str]]:
@@ -488,65 +502,6 @@ class Backend:
             else:
                 truth = d
         return cues, mode, truth, notes
-
-
-def _model_error(target: str, draft: str | None, e: BaseException, oom: bool) -> str:
-    """One readable sentence for a model that failed to load (a family problem names every supported family)."""
-    what = f"model {target!r}" + (f" with draft {draft!r}" if draft else "")
-    text = str(e)
-    if oom:
-        return f"Could not load {what}: out of memory. Pick a smaller model or free the GPU."
-    if "trust_remote_code" in text or "custom code" in text:
-        return (f"Could not load {what}: it needs custom code from its repository (trust_remote_code), which this "
-                f"app never runs. Use a checkpoint of a supported family ({families_text()}) that transformers "
-                "supports natively.")
-    if type(e).__name__ in ("ModelLoadError", "TokenizerMismatchError"):
-        msg = f"Could not load {what}: " + text.removeprefix(f"could not load model {target!r}: ")
-        if "has type" in text or "not supported" in text:
-            msg = f"{msg.rstrip('.')}. Supported families: {families_text()}."
-        return msg
-    return f"Could not load {what}: {type(e).__name__}: {text}"
-
-
-def families_text() -> str:
-    """'Qwen2.5-VL, LLaVA-OneVision, Qwen3-VL, SmolVLM2': every family with an adapter (from the registry)."""
-    try:
-        from specvlm.models.registry import supported_families
-        return ", ".join(supported_families())
-    except ImportError:
-        return "see the README"
-
-
-SYNTHETIC_CAVEAT = ("**This model only knows synthetic shape videos** (coloured shapes moving on a plain background): "
-                    "on another video its description is a shapes-style caption, not a real one. For a real "
-                    "description pick a real preset (SmolVLM2 runs on a CPU and downloads from the Hub).")
-"""The summary's caveat when the bundled pair describes a video that is not one of its synthetic clips."""
-
-
-def synthetic_caveat(target: str, video: str, clips: Path | None = None) -> str:
-    """:data:`SYNTHETIC_CAVEAT` when ``target`` is the bundled model and ``video`` is not (a copy of) one of the
-    bundled synthetic clips in ``clips`` (default ``assets/videos``), else "".
-
-    Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
-    """
-    try:
-        from specvlm.models.presets import BUNDLED_TARGET
-        if Path(target).resolve() != Path(BUNDLED_TARGET).resolve():
-            return ""
-    except (ImportError, OSError):
-        return ""
-    if clips is None:
-        from specvlm import assets
-        clips = assets.path("videos")
-    folder = Path(clips)
-    try:
-        size = Path(video).stat().st_size
-        known = [p for p in folder.glob("*.mp4") if p.stat().st_size == size]
-        if any(filecmp.cmp(p, video, shallow=False) for p in known):
-            return ""
-    except OSError:
-        return ""
-    return SYNTHETIC_CAVEAT
 
 
 def _mmss(t: float) -> str:

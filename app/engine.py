@@ -54,6 +54,19 @@ class Engine:
         with zerogpu.sync_loading():  # on ZeroGPU: to the emulated cuda, in this thread
             return load_pair(target, draft, device=device, dtype=dtype)
 
+    def hub_reachable(self) -> bool:
+        """Whether the Hugging Face Hub answers (asked once per process; False at once when offline is set)."""
+        from specvlm.models.hub import hub_reachable
+        return hub_reachable()
+
+    def model_available(self, model: str) -> bool:
+        """True when a model loads without the network or the Hub is reachable: a local folder, a Hub id in
+        the local cache, or any Hub id while the Hub answers."""
+        from pathlib import Path
+
+        from specvlm.models.hub import in_local_cache
+        return Path(model).expanduser().is_dir() or in_local_cache(model) or self.hub_reachable()
+
     def probe_video(self, path: str) -> Any:
         """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""
         from specvlm.video import probe_video

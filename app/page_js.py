@@ -27,7 +27,7 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 PAGE_CSS = """
 #heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
   text-overflow: clip !important; line-height: 1.25; }
-#video-note:empty, #truth-note:empty { display: none; }
+#video-note:empty, #truth-note:empty, #hub-note:empty { display: none; }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
 """

@@ -219,6 +219,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
     c: dict[str, Any] = dict(
         preset=gr.Dropdown(backend.preset_names(), value=d.preset, label="Model preset", elem_id="preset"),
         preset_md=gr.Markdown(backend.preset_info(d.preset)[0], elem_id="preset-info"),
+        hub_md=gr.Markdown(f"*{backend.hub_note()}*" if backend.hub_note() else "", elem_id="hub-note"),
         custom=gr.Textbox(value="", label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
                           placeholder="overrides the preset when filled", elem_id="custom-model"),
     )

@@ -10,7 +10,8 @@ import pytest
 
 from test_app_fakes import FakeEngine
 
-from app.backend import Backend, _model_error, families_text, synthetic_caveat
+from app.backend import Backend
+from app.models_notes import families_text, model_error, synthetic_caveat
 from app.settings import RunRequest, RunSettings
 from app.view import RunView, user_note
 from app.worker import ClipReady
@@ -38,12 +39,12 @@ def test_model_errors_name_every_supported_family():
     from specvlm.models.registry import supported_families
     fams = supported_families()
     assert {"Qwen2.5-VL", "LLaVA-OneVision", "Qwen3-VL", "SmolVLM2"} <= set(fams) and len(fams) == len(set(fams))
-    msg = _model_error("some/llama", None, ModelLoadError("model 'some/llama' has type 'llama': only llava_onevision, "
+    msg = model_error("some/llama", None, ModelLoadError("model 'some/llama' has type 'llama': only llava_onevision, "
                                                           "qwen2_5_vl are supported."), False)
     assert msg.endswith(f"Supported families: {families_text()}.")
     for fam in fams:
         assert fam in msg
-    remote = _model_error("x/y", None, ValueError("needs trust_remote_code"), False)
+    remote = model_error("x/y", None, ValueError("needs trust_remote_code"), False)
     assert all(fam in remote for fam in fams)
 
 
@@ -91,7 +92,7 @@ def test_loading_a_model_says_so_once(tmp_path):
     seen: list[str] = []
     ups = list(backend.run(RunRequest(video=str(video), settings=RunSettings(custom_model="org/model")),
                            progress=lambda f, d: seen.append(d)))
-    assert ups[0]["status"].startswith("Downloading (first time only) and loading model **org/model**")
+    assert ups[0]["status"] == "Starting…" and ups[1]["status"].startswith("Downloading (first time only) and loading model **org/model**")
     assert seen[0] == "Downloading (first time only) and loading model org/model"
     ups = list(backend.run(RunRequest(video=str(video), settings=RunSettings(custom_model="org/model"))))
     assert not any("loading model" in str(u.get("status", "")) for u in ups)  # cached: no load step

@@ -51,6 +51,9 @@ class IOEngine(Engine):
     def cuda_available(self):
         return False
 
+    def model_available(self, model):
+        return model.startswith("fake/") or super().model_available(model)
+
     def load_pair(self, target, draft, device, dtype):
         if target.startswith("fake/"):
             return self.fake.load_pair(target, draft, device, dtype)
@@ -312,8 +315,16 @@ def no_remote_code(monkeypatch):
 def test_model_that_does_not_exist(clip, monkeypatch, no_remote_code):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     last = _run(Backend(IOEngine()), clip, custom_model="nonexistent-org/no-such-model-xyz")
+    assert last["error"] == ("This custom model needs 'nonexistent-org/no-such-model-xyz' from the Hugging Face Hub, "
+                             "which this server cannot reach: pick the bundled preset, or run once with network "
+                             "access so the models are cached.")     # refused before any loading, in one line
+
+    class Reachable(IOEngine):   # the Hub answers, the id does not exist: the loader's one-line message
+        def model_available(self, model):
+            return True
+    last = _run(Backend(Reachable()), clip, custom_model="nonexistent-org/no-such-model-xyz")
     assert last["error"].startswith("Could not load model 'nonexistent-org/no-such-model-xyz': ")
-    assert "Qwen2.5-VL / LLaVA-OneVision" in last["error"]
+    assert "Qwen2.5-VL / LLaVA-OneVision" in last["error"] and "\n" not in last["error"]
 
 
 def test_model_needing_remote_code_is_refused_without_a_prompt(tmp_path, clip, monkeypatch, no_remote_code):

@@ -1,0 +1,112 @@
+"""What the page says about models: load errors in one line, presets that need an unreachable Hub, and
+the bundled model's caveat on a video it was not trained for.
+
+The Hub answer comes from :func:`specvlm.models.hub.hub_reachable` (asked at most once per process,
+through the engine facade, so tests can fake it).
+
+Source: docs/design.md §1 (the app), §9 (deployment); assets/model/README.md (what the bundled model knows).
+"""
+from __future__ import annotations
+
+import filecmp
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+HUB_UNREACHABLE = ("The Hugging Face Hub is not reachable from this server: only the bundled models and models "
+                   "already in the local cache load.")
+"""The page's line when the Hub cannot be reached (offline, or ``HF_HUB_OFFLINE`` set)."""
+
+
+def hub_reachable(engine: Any) -> bool:
+    """The engine's answer (True for an engine that cannot tell, e.g. a test fake)."""
+    ask = getattr(engine, "hub_reachable", None)
+    return True if ask is None else bool(ask())
+
+
+def is_hub_id(model: str) -> bool:
+    """True for a Hub repository id (``namespace/name``), False for paths (``/...``, ``./...``, ``~/...``, a
+    folder that exists) and other names."""
+    parts = model.split("/")
+    return (len(parts) == 2 and all(parts) and not model.startswith((".", "~"))
+            and not Path(model).expanduser().exists())
+
+
+def missing_from_hub(engine: Any, models: Iterable[str | None]) -> list[str]:
+    """The Hub ids among ``models`` that cannot load here: not in the local cache, and the Hub unreachable
+    (empty when the engine cannot tell)."""
+    available = getattr(engine, "model_available", None)
+    if available is None:
+        return []
+    return [m for m in models if m and is_hub_id(m) and not available(m)]
+
+
+def needs_hub_error(what: str, ids: list[str]) -> str:
+    """One line for a Run whose models must come from an unreachable Hub."""
+    names = " and ".join(repr(i) for i in ids)
+    return (f"{what} needs {names} from the Hugging Face Hub, which this server cannot reach: pick the bundled "
+            "preset, or run once with network access so the models are cached.")
+
+
+def model_error(target: str, draft: str | None, e: BaseException, oom: bool) -> str:
+    """One readable sentence for a model that failed to load (a family problem names every supported family)."""
+    what = f"model {target!r}" + (f" with draft {draft!r}" if draft else "")
+    text = str(e)
+    if oom:
+        return f"Could not load {what}: out of memory. Pick a smaller model or free the GPU."
+    if "trust_remote_code" in text or "custom code" in text:
+        return (f"Could not load {what}: it needs custom code from its repository (trust_remote_code), which this "
+                f"app never runs. Use a checkpoint of a supported family ({families_text()}) that transformers "
+                "supports natively.")
+    if type(e).__name__ in ("ModelLoadError", "TokenizerMismatchError"):
+        msg = f"Could not load {what}: " + text.removeprefix(f"could not load model {target!r}: ")
+        if "has type" in text or "not supported" in text:
+            msg = f"{msg.rstrip('.')}. Supported families: {families_text()}."
+        return msg
+    return f"Could not load {what}: {type(e).__name__}: {text}"
+
+
+def families_text() -> str:
+    """'Qwen2.5-VL, LLaVA-OneVision, Qwen3-VL, SmolVLM2': every family with an adapter (from the registry)."""
+    try:
+        from specvlm.models.registry import supported_families
+        return ", ".join(supported_families())
+    except ImportError:
+        return "see the README"
+
+
+SYNTHETIC_CAVEAT = ("**This model only knows synthetic shape videos** (coloured shapes moving on a plain background): "
+                    "on another video its description is a shapes-style caption, not a real one. For a real "
+                    "description pick a real preset (SmolVLM2 runs on a CPU and downloads from the Hub).")
+"""The summary's caveat when the bundled pair describes a video that is not one of its synthetic clips."""
+SYNTHETIC_CAVEAT_OFFLINE = SYNTHETIC_CAVEAT.replace(
+    "(SmolVLM2 runs on a CPU and downloads from the Hub)",
+    "on a server that reaches the Hugging Face Hub (this one cannot, so only the bundled model runs here)")
+""":data:`SYNTHETIC_CAVEAT` where the Hub cannot be reached (the real presets would have to download)."""
+
+
+def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok: bool = True) -> str:
+    """:data:`SYNTHETIC_CAVEAT` (:data:`SYNTHETIC_CAVEAT_OFFLINE` without the Hub) when ``target`` is the
+    bundled model and ``video`` is not (a copy of) one of the bundled synthetic clips in ``clips`` (default
+    ``assets/videos``), else "".
+
+    Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
+    """
+    try:
+        from specvlm.models.presets import BUNDLED_TARGET
+        if Path(target).resolve() != Path(BUNDLED_TARGET).resolve():
+            return ""
+    except (ImportError, OSError):
+        return ""
+    if clips is None:
+        from specvlm import assets
+        clips = assets.path("videos")
+    folder = Path(clips)
+    try:
+        size = Path(video).stat().st_size
+        known = [p for p in folder.glob("*.mp4") if p.stat().st_size == size]
+        if any(filecmp.cmp(p, video, shallow=False) for p in known):
+            return ""
+    except OSError:
+        return ""
+    return SYNTHETIC_CAVEAT if hub_ok else SYNTHETIC_CAVEAT_OFFLINE
