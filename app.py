@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     """Build the page over a real backend and serve it until interrupted."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own requests to itself are not news
     from app.backend import Backend
     from app.settings import MB
     from app.ui import build_demo
@@ -133,13 +134,15 @@ def main(argv: list[str] | None = None) -> None:
                if n > 1 else "")
     demo = build_demo(backend, cache_ttl_s=args.cache_ttl_s or None,
                       footer=" · ".join(x for x in (machine, devices, note) if x))
-    try:
+    try:  # quiet: the page's address is logged below, without Gradio's advice on share links
         demo.queue(default_concurrency_limit=1, max_size=args.max_queue).launch(
-            server_name=args.host, server_port=args.port, share=args.share,
+            server_name=args.host, server_port=args.port, share=args.share, quiet=True, prevent_thread_lock=True,
             max_file_size=int(limits.max_upload_mb * MB))
     except OSError as e:  # the port is taken, or the host cannot be bound
         raise SystemExit(f"app.py: error: cannot listen on {args.host}:{args.port} ({e.strerror or 'in use'}); "
                          "pick another --port (or GRADIO_SERVER_PORT), or stop what uses it.") from None
+    logging.getLogger("app").info("SpecVLM Studio is running at %s", demo.local_url)
+    demo.block_thread()
 
 
 if __name__ == "__main__":
