@@ -164,7 +164,8 @@ def tree_html(tree: StepTree) -> str:
         if not kids:
             return ""
         items = "".join(f"<li>{_node_html(k)}{sub(k.index)}</li>" for k in kids)
-        return f'<ul style="margin:0.1em 0 0.1em 1.2em;padding-left:0.6em;border-left:1px dashed #9ca3af">{items}</ul>'
+        return (f'<ul style="margin:0.1em 0 0.1em 1.2em;padding-left:0.6em;border-left:1px dashed #9ca3af;'
+                f'font-size:1em">{items}</ul>')  # 1em: the page's style shrinks each nested list to 90%
 
     accepted = "".join(_visible(n.text) for n in tree.nodes if n.accepted)
     where = {None: "the accepted path reached a leaf: the draft was right as far as it drafted",
