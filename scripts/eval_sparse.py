@@ -282,7 +282,8 @@ def markdown(summary: dict, goal: dict, meta: dict) -> str:
         L += [f"## {kind}: {s['num_videos']} clips, {s['video_tokens_mean']:.0f} video tokens on average", "",
               "| " + " | ".join(ATTRS) + " | mean |", "|" + "---|" * (len(ATTRS) + 1),
               "| " + " | ".join(f"{100 * a[x]:.1f}%" for x in ATTRS) + f" | **{100 * a['mean']:.1f}%** |", "",
-              "| run | τ | differs from vanilla | kept ≥ 1 flash token | kept ≥ 1 text token |", "|---|---|---|---|---|"]
+              "| run | τ | differs from vanilla | kept ≥ 1 flash token | kept ≥ 1 text token |",
+              "|---|---|---|---|---|"]
         for k, t in s["tau"].items():
             rc = s["kept_recall"].get(k, {})
             L.append(f"| {k} | {t:.2f} | {s['mismatches'][k]} of {s['runs'][k]} | "

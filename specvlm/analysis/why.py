@@ -121,7 +121,8 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
 
     pos = [int(p) for p in positions]
     if not pos or min(pos) < 1 or max(pos) > len(output_ids):
-        raise WhyError(f"positions {pos} must lie in 1..{len(output_ids)} (the query before each is a generated token).")
+        raise WhyError(f"positions {pos} must lie in 1..{len(output_ids)} (the query before each is a generated "
+                       "token).")
     model, ad = pair.target, pair.adapter
     t_in = inputs.for_target()
     rows = torch.tensor([p - 1 for p in pos])
