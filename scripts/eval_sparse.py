@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -82,16 +83,16 @@ def score(pred: str, truth: synth.SceneTruth) -> dict:
     return out
 
 
-def fact_positions(tokenizer, token_ids: list[int], fact: synth.FactTruth | None) -> list[int]:
-    """Output positions whose token overlaps the fact sentence's words (e.g. "code 42") in the decoded text."""
-    if fact is None:
-        return []
+def fact_positions(tokenizer, token_ids: list[int]) -> list[int]:
+    """Output positions whose token overlaps the words of the subtitle-fact sentence the output writes
+    (``"<kind> <value>"``, a kind of :data:`specvlm.bench.synth.FACT_KINDS`; the value as written, right or
+    wrong); [] when it writes none."""
     ends = [len(tokenizer.decode(token_ids[:i + 1])) for i in range(len(token_ids))]
     text = tokenizer.decode(token_ids)
-    start = text.find(fact.sentence[:-1])
-    if start < 0:
+    m = re.search(r"(?:^|\. )((?:" + "|".join(synth.FACT_KINDS) + r") [^.]+)\.", text)
+    if m is None:
         return []
-    stop = start + len(fact.sentence) - 1
+    start, stop = m.start(1), m.end(1)
     return [i for i, e in enumerate(ends) if e > start and (ends[i - 1] if i else 0) < stop]
 
 
@@ -156,7 +157,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
     if truth.fact is not None:
         tok = pair.processor.tokenizer
         extra = sorted(set(rej[WITHHELD]) - set(rej["specvlm"]))
-        span = set(fact_positions(tok, van.token_ids, truth.fact))
+        span = set(fact_positions(tok, van.token_ids))
         rec["subtitle"] = {"fact": truth.fact.sentence, "fact_positions": sorted(span), "extra_rejections": extra,
                            "extra_on_fact": sum(p in span for p in extra),
                            "extra_text": [tok.decode(van.token_ids[p:p + 1]) for p in extra]}
