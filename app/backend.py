@@ -32,7 +32,8 @@ from app.runs import RunRegistry
 from app.engine import Engine
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           check_subtitle_mode)
-from app.view import RunView, comparison_json, final_status
+from app.summary import comparison_json
+from app.view import RunView, final_status
 from app import zerogpu
 from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, handle_failure
 
@@ -331,7 +332,7 @@ class Backend:
 
     def run_json(self, request: RunRequest, *, session: str | None = None) -> dict[str, Any]:
         """Run the comparison to the end and return it as one JSON-ready object
-        (:func:`app.view.comparison_json`; errors are returned in it, never raised)."""
+        (:func:`app.summary.comparison_json`; errors are returned in it, never raised)."""
         views: list[RunView] = []
         error, device = None, None
         for upd in self.run(request, session=session, views=views):

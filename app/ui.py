@@ -64,7 +64,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
 
     Returns:
         The ``gr.Blocks``; the comparison is exposed to API clients as ``/compare`` (the page's outputs)
-        and ``/compare_json`` (one JSON object, :func:`app.view.comparison_json`), Stop as ``/stop``.
+        and ``/compare_json`` (one JSON object, :func:`app.summary.comparison_json`), Stop as ``/stop``.
         ``demo.specvlm_components`` maps names (``OUTPUT_KEYS`` and inputs) to components;
         ``demo.specvlm_janitor`` is the upload janitor.
     """

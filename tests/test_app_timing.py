@@ -8,7 +8,7 @@ from test_app_fakes import FakeEngine
 from app.backend import Backend
 from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs
 from app.timing import MIN_DECODE_S, SUGGESTED_REPEATS, LoadMeter, median_speedup, speed_note, speedup
-from app.view import comparison_json
+from app.summary import comparison_json
 
 
 @pytest.fixture(autouse=True)
