@@ -7,9 +7,9 @@
   preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
 * Run brings the live panels into view and turns Stop red at once (class ``specvlm-running``); the
   run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.ui``).
-* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is ignored (the server disables
-  Run while a run decodes, but its first update takes a moment; Run holds clicks made while the
-  previous run stops, so a double-click would otherwise run twice).
+* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is
+  ignored (the server disables Run while a run decodes, but its first update takes a moment; Run
+  holds clicks made while the previous run stops, so a double-click would otherwise run twice).
 * The subtitle and ground-truth boxes accept any file (so a wrong one gets a clear message instead of
   Gradio's bare "Error"); their file pickers still offer only ``.srt`` / ``.json``.
 * The heatmap captions wrap instead of being cut off.

@@ -198,8 +198,8 @@ def _input_column(backend: Backend) -> dict[str, Any]:
         limits_md=gr.Markdown(limits.describe() if limits else "", elem_id="limits"),
         prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
                           max_length=limits.max_prompt_chars if limits else None),
-        srt=gr.File(label="Subtitles (.srt, optional)", type="filepath", elem_id="srt",  # any file: we say what is wrong
-                    height=120),
+        srt=gr.File(label="Subtitles (.srt, optional)", type="filepath", elem_id="srt",
+                    height=120),  # any file type: a wrong one gets a message that says why
         srt_text=gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text"),
         subtitle_mode=gr.Radio(list(SUBTITLE_MODE_CHOICES), value=d.subtitle_mode, label="Subtitles go to",
                                info="vanilla decoding sees them exactly when the target does",

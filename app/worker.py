@@ -245,8 +245,8 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``timed_only``: yield heartbeats only (a timing repeat).
         """
         splitter, events = TextSplitter(decode), []
-        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra), f"{WORKER_PREFIX}{name}",
-                       self.update_interval_s)
+        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra),
+                       f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
                 events.extend(items)

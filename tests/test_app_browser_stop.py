@@ -120,8 +120,8 @@ def test_stop_during_prefill_then_run(page_and_engine):
                           dict(prefill_s=0.0, stop_lag_s=0.0))
     assert eng.prefill_layers - before < 10  # the prefill stopped between layers
     # the stopped prefill takes 2 s more to end, so the Run click lands while it winds down: it waits, visibly
-    _order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop", "Stopped. The next run starts now",
-           "Done.")
+    _order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop",
+           "Stopped. The next run starts now", "Done.")
     assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]  # the stopped one never reached SpecVLM
 
 

@@ -13,8 +13,9 @@ DEPTH = 8
 
 def _chain(depth: int) -> StepTree:
     nodes = [TreeNodeView(index=i, parent=i - 1, depth=i + 1, token=i, text=f"w{i}", draft_prob=0.5,
-                          path_prob=0.5 ** (i + 1), accepted=i < 3, diverged=i == 3, target_token=99 if i == 3 else None,
-                          target_text="t" if i == 3 else None) for i in range(depth)]
+                          path_prob=0.5 ** (i + 1), accepted=i < 3, diverged=i == 3,
+                          target_token=99 if i == 3 else None, target_text="t" if i == 3 else None)
+             for i in range(depth)]
     return StepTree(step=1, root_token=7, root_text="r", nodes=nodes, accepted_path=[0, 1, 2], target_token=99,
                     target_text="t", diverged_at=2, accept_length=3)
 

@@ -41,7 +41,8 @@ def test_wrong_uploads_say_why_before_run(tmp_path):
                 page.locator("#truth input[type=file]").set_input_files(str(srt))
                 truth_note = page.locator("#truth-note")
                 truth_note.get_by_text("takes a .json file").wait_for(timeout=60_000)
-                assert "'talk.srt' is not one" in truth_note.inner_text() and "Subtitles (.srt)" in truth_note.inner_text()
+                said = truth_note.inner_text()
+                assert "'talk.srt' is not one" in said and "Subtitles (.srt)" in said
                 assert page.locator("#truth").get_by_text("Error", exact=True).count() == 0  # no bare red badge
                 assert eng.read == []   # nothing was decoded: no Run was pressed
             finally:

@@ -92,7 +92,8 @@ def test_loading_a_model_says_so_once(tmp_path):
     seen: list[str] = []
     ups = list(backend.run(RunRequest(video=str(video), settings=RunSettings(custom_model="org/model")),
                            progress=lambda f, d: seen.append(d)))
-    assert ups[0]["status"] == "Starting…" and ups[1]["status"].startswith("Downloading (first time only) and loading model **org/model**")
+    assert ups[0]["status"] == "Starting…"
+    assert ups[1]["status"].startswith("Downloading (first time only) and loading model **org/model**")
     assert seen[0] == "Downloading (first time only) and loading model org/model"
     ups = list(backend.run(RunRequest(video=str(video), settings=RunSettings(custom_model="org/model"))))
     assert not any("loading model" in str(u.get("status", "")) for u in ups)  # cached: no load step
