@@ -3,6 +3,7 @@ layers (``should_stop``), so a Stop ends the work itself, not only the page's vi
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -99,3 +100,40 @@ def test_a_stop_while_reading_the_video_ends_the_decoder_between_chunks(monkeypa
     assert not [t for t in threading.enumerate() if t.name == "specvlm-video-decode" and t.is_alive()]
     clip = load_video(path, VideoConfig(num_frames=128, max_frames=128), should_stop=lambda: False)
     assert len(clip.frames) == 128 and sum(chunks[-(128 // backends.DECORD_CHUNK):]) == 128  # whole, in chunks
+
+
+def test_stop_during_a_long_prefill_of_the_bundled_model_through_the_app():
+    """The app over the real engine: 256 frames of world.mp4 make a prefill of ~16k video tokens; Stop 1 s into
+    it ends the Run as stopped before the prefill produced anything, and leaves no thread behind."""
+    from gradio.media import get_video
+
+    from app.backend import Backend
+    from app.engine import Engine
+    from app.settings import RunRequest, RunSettings
+    from specvlm.models.presets import default_preset_name
+    produced, started = [], threading.Event()
+
+    class Recording(Engine):   # what the engine itself produced, whether or not the page saw it
+        def stream(self, *a, **k):
+            started.set()
+            for ev in super().stream(*a, **k):
+                produced.append(ev)
+                yield ev
+
+    backend = Backend(Recording(), device="cpu", dtype="float32", update_interval_s=0.05)
+    settings = RunSettings(preset=default_preset_name(), num_frames=256, max_new_tokens=16)
+    views: list = []
+
+    def stop_in_the_prefill():
+        started.wait(120)
+        time.sleep(1.0)   # preparing the inputs and the prefill of ~16k tokens take several seconds here
+        backend.stop("s")
+
+    stopper = threading.Thread(target=stop_in_the_prefill, daemon=True)
+    stopper.start()
+    ups = list(backend.run(RunRequest(get_video("world.mp4"), "", settings), session="s", views=views))
+    stopper.join()
+    assert started.is_set(), "the vanilla run never started"
+    assert views[0].stopped and ups[-1]["status"].startswith("**Stopped.**")
+    assert produced == []       # the prefill itself ended early: no PrefillInfo was produced
+    assert not backend.active_workers()
