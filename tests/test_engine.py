@@ -28,6 +28,18 @@ def vanilla(pairs):
     return {fam: generate(pairs[(fam, "self")], clip, PROMPT, _cfg()) for fam in ("qwen", "llava")}
 
 
+def test_caller_code_between_events_runs_outside_inference_mode(pairs):
+    """Only the engine's own work runs under torch.inference_mode(): a tensor the caller makes between
+    two events is a normal tensor that can take part in autograd."""
+    made = []
+    for method in ("vanilla", "specvlm"):
+        for _ in stream(pairs[("qwen", "std")], make_clip(), PROMPT, _cfg(method, n=4)):
+            assert not torch.is_inference_mode_enabled()
+            made.append(torch.ones(2, requires_grad=True) * 2)
+    assert len(made) == 2 * (1 + 4)
+    assert not any(t.is_inference() for t in made) and all(t.requires_grad for t in made)
+
+
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 def test_tiny_models_are_varied(vanilla, fam):
     ids = vanilla[fam].token_ids

@@ -184,6 +184,24 @@ def test_unsupported_draft_falls_back_to_draft_runner(pairs):
         assert type(make_draft_runner(pair, d_cache, inputs.positions.shape[0], fast=False)) is DraftRunner
 
 
+def test_draft_spread_over_devices_falls_back_to_draft_runner(pairs):
+    """A draft whose layers sit on several devices (a ``device_map`` over GPUs; here layer 0 on the
+    ``meta`` device stands for a second device) gets the module path, which moves activations
+    between the layers' devices; the fused runner would run every layer on the embedding's device."""
+    pair = pairs[("qwen", "std")]
+    with torch.inference_mode():
+        inputs, tp, d_cache = _prefilled(pair)
+    draft = copy.deepcopy(pair.draft)
+    pair.draft_adapter.language_model(draft).layers[0].to("meta")
+    spread = pair_from_models(pair.target, pair.processor, draft, pair.processor)
+    R = inputs.positions.shape[0]
+    with torch.inference_mode():
+        with pytest.raises(FastDraftUnsupported, match="devices"):
+            FastDraftRunner(spread, d_cache, R)
+        assert type(make_draft_runner(spread, d_cache, R)) is DraftRunner
+        assert type(make_draft_runner(pair, d_cache, R)) is FastDraftRunner
+
+
 @pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
 def test_bundled_pair_same_log_probs_and_lossless():
     from specvlm.models.loading import load_pair

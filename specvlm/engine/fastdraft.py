@@ -253,6 +253,15 @@ def rope_table(model: Any, lm: Any, adapter: Any, rope_dims: int, need: int) -> 
     return tables[rope_dims]
 
 
+def _check_one_device(model: Any, lm: Any) -> None:
+    """Raise :class:`FastDraftUnsupported` when the draft's text weights are on more than one device."""
+    devices = {t.device for t in lm.parameters()}
+    devices |= {model.get_input_embeddings().weight.device, model.get_output_embeddings().weight.device}
+    if len(devices) > 1:
+        raise FastDraftUnsupported(f"the draft's weights are spread over {len(devices)} devices "
+                                   f"({', '.join(sorted(str(d) for d in devices))}).")
+
+
 class FastDraftRunner:
     """Drop-in :class:`specvlm.engine.draft.DraftRunner` with fused eager ops over a static KV buffer.
 
@@ -263,12 +272,15 @@ class FastDraftRunner:
         pos_offset: draft position - target position for the same token.
 
     Raises:
-        FastDraftUnsupported: the draft's architecture is not supported (use DraftRunner).
+        FastDraftUnsupported: the draft's architecture is not supported, or its weights are spread over
+            several devices (a ``device_map`` over GPUs): every fused op runs on one device, so use
+            DraftRunner, whose modules move activations between the layers' devices.
     """
 
     def __init__(self, pair: Any, cache: Any, rope_dims: int, pos_offset: int = 0):
         model, ad = pair.draft, pair.draft_adapter
         self.lm, self.ad, self.R, self.offset = ad.language_model(model), ad, rope_dims, int(pos_offset)
+        _check_one_device(model, self.lm)
         self.vocab = int(pair.shared_vocab)
         self.layers, self.dims, self.head, self.final_norm = draft_weights(model, self.lm, self.vocab)
         self.model, self.embed = model, model.get_input_embeddings().weight

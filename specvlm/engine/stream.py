@@ -146,13 +146,29 @@ def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: Dec
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
     with torch.inference_mode():
         inputs, config = resolve_call(pair, inputs, config, more, clip_form)
-        try:
-            if config.speculative:
-                yield from _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
-            else:
-                yield from _stream_vanilla(pair, inputs, config, prefill, should_stop)
-        except Stopped:  # raised between prefill layers: the stream just ends
-            return
+    if config.speculative:
+        events = _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+    else:
+        events = _stream_vanilla(pair, inputs, config, prefill, should_stop)
+    yield from _in_inference_mode(events)
+
+
+def _in_inference_mode(events: Iterator[PrefillInfo | StepEvent]) -> Iterator[PrefillInfo | StepEvent]:
+    """``events``, each resume of it under ``torch.inference_mode()``; the consumer's code between two
+    events runs in the mode it chose (its tensors are normal tensors)."""
+    try:
+        while True:
+            with torch.inference_mode():
+                try:
+                    event = next(events, None)
+                except Stopped:   # raised between prefill layers: the stream just ends
+                    return
+            if event is None:
+                return
+            yield event
+    finally:
+        with torch.inference_mode():
+            events.close()
 
 
 def _prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
