@@ -97,13 +97,13 @@ class Engine:
             truth: a generated clip's ground truth (``SceneTruth.to_dict()``); a speculative run then
                 forces the draft to keep the video tokens covering its burned-in text.
         """
+        from specvlm.engine.prepare import prepare
         from specvlm.engine.stream import stream
-        kw: dict[str, Any] = dict(should_stop=should_stop, record_trees=config.method != "vanilla")
         if truth is not None and config.method != "vanilla":
-            kw["inputs"] = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
-        elif subtitles:
-            kw.update(subtitles=list(subtitles), subtitle_mode=subtitle_mode)
-        return stream(pair, clip, prompt, config, **kw)
+            inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
+        else:
+            inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
+        return stream(pair, inputs, config, should_stop=should_stop, record_trees=config.method != "vanilla")
 
     def prepare_forced(self, pair: Any, clip: Any, prompt: str, truth: dict[str, Any],
                        subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both") -> Any:

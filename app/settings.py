@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, PruneConfig,
-                            SamplingConfig, TreeConfig, VideoConfig)
+from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, TreeConfig,
+                            VideoConfig, config_from_settings)
 from specvlm.text.prompting import SUBTITLE_MODES
 
 from app.timing import MAX_REPEATS
@@ -231,16 +231,13 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
     try:
         ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
                                                        "max_new_tokens", "timing_pairs")}
-        prune = PruneConfig(method=s.method, drop_rate=_as_float("drop rate r", s.drop_rate),
-                            top_p=_as_float("λ", s.top_p))
-        tree = _preset_tree(s.preset, TreeConfig(shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"],
-                                                 total_tokens=ints["total_tokens"],
-                                                 min_prob=_as_float("early stop (min draft probability)", s.min_prob)))
-        sampling = SamplingConfig(temperature=_as_float("temperature", s.temperature),
-                                  top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
-                                  seed=_as_int("seed", s.seed))
-        dec = DecodeConfig(method=s.method, max_new_tokens=ints["max_new_tokens"], prune=prune, tree=tree,
-                           sampling=sampling, stop_at_eos=not s.fixed_length)
+        dec = config_from_settings(
+            s.method, max_new_tokens=ints["max_new_tokens"], drop_rate=_as_float("drop rate r", s.drop_rate),
+            top_p=_as_float("λ", s.top_p), seed=_as_int("seed", s.seed),
+            temperature=_as_float("temperature", s.temperature),
+            top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling), tree=_preset_tree(s.preset),
+            shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"], total_tokens=ints["total_tokens"],
+            min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e
@@ -307,12 +304,9 @@ def _as_float(name: str, v: Any) -> float:
     return f
 
 
-def _preset_tree(preset: str, tree: TreeConfig) -> TreeConfig:
-    """The preset's own tree (with its long-prompt variant, ``TreeConfig.long_prompt``) when the tree
-    widgets still hold its values; else ``tree`` as set."""
+def _preset_tree(preset: str) -> TreeConfig | None:
+    """The preset's own tree (None for an unknown preset); the widgets' values are combined with it by
+    :func:`specvlm.config.tree_with_options`, as the CLI's flags are."""
     from specvlm.models.presets import PRESETS
 
-    own = getattr(PRESETS.get(preset), "tree", None)
-    if own is not None and own.without_long_prompt() == tree:
-        return own
-    return tree
+    return getattr(PRESETS.get(preset), "tree", None)

@@ -248,8 +248,8 @@ def decode_runs(pair: Any, setup: Setup, args: argparse.Namespace, dtype: torch.
                            "tau_random_weights": []}
     for c in range(args.clips):
         inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(setup.frames, side, c), PROMPT)
-        van = generate(pair, None, PROMPT, cfg_v, inputs=inputs)
-        spec = generate(pair, None, PROMPT, cfg_s, inputs=inputs)
+        van = generate(pair, inputs, cfg_v)
+        spec = generate(pair, inputs, cfg_s)
         out["runs"].append(compare(van, spec, dtype))
         out["prefill_vanilla_s"].append(van.prefill.prefill_s)
         out["prefill_specvlm_s"].append(spec.prefill.prefill_s)

@@ -302,3 +302,59 @@ class VideoConfig:
         _check_range("max_frames", int(self.max_frames), 1, 4096)
         if self.fps is not None:
             _check_range("fps", float(self.fps), 1e-3, 240.0)
+
+
+def tree_with_options(base: TreeConfig | None = None, *, shape: str | None = None, depth: int | None = None,
+                      top_k: int | None = None, total_tokens: int | None = None,
+                      min_prob: float | None = None) -> TreeConfig:
+    """A preset's draft tree with the tree options a person set (the CLI's flags, the app's widgets).
+
+    Rules: an option that is None or equal to ``base``'s value changes nothing, so ``base`` stays whole
+    (with its long-prompt tree, :attr:`TreeConfig.long_prompt`); a ``shape`` other than ``base``'s starts
+    from that shape's defaults, not the preset's tuning; once an option changes the tree, the result
+    applies to every prompt length (the long-prompt tree is dropped).
+
+    Args:
+        base: the preset's tree (:attr:`specvlm.models.presets.Preset.tree`); None = ``TreeConfig()``.
+        shape, depth, top_k, total_tokens, min_prob: the options (:class:`TreeConfig`); None = not set.
+
+    Raises:
+        ConfigError: an out-of-range option.
+    """
+    base = base if base is not None else TreeConfig()
+    given = {k: v for k, v in dict(shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
+                                   min_prob=min_prob).items() if v is not None}
+    if given.get("shape", base.shape) != base.shape:
+        base = TreeConfig(shape=given["shape"])
+    plain = base.without_long_prompt()
+    tree = replace(plain, **given)
+    return base if tree == plain else tree
+
+
+def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, stop_at_eos: bool = True,
+                         drop_rate: float = PruneConfig.drop_rate, top_p: float = PruneConfig.top_p,
+                         seed: int = SamplingConfig.seed, temperature: float = SamplingConfig.temperature,
+                         top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
+                         shape: str | None = None, depth: int | None = None, top_k: int | None = None,
+                         total_tokens: int | None = None, min_prob: float | None = None) -> DecodeConfig:
+    """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
+
+    Args:
+        method: ``vanilla`` or a pruning method.
+        max_new_tokens, stop_at_eos: the budget (tokens) and whether EOS ends the generation.
+        drop_rate, top_p: r and λ of the pruning.
+        seed: the request's seed, for sampling and for ``random`` pruning alike.
+        temperature, top_p_sampling: sampling (temperature 0 = greedy).
+        tree: the preset's tree (None = ``TreeConfig()``); shape, depth, top_k, total_tokens, min_prob:
+            the tree options, combined with it by :func:`tree_with_options`.
+
+    Raises:
+        ConfigError: an unknown method or an out-of-range value (the message names the setting).
+    """
+    return DecodeConfig(
+        method=method, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
+        prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed),
+        tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
+                               min_prob=min_prob),
+        sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
+    )

@@ -175,8 +175,10 @@ class DecodeResult:
         tau: τ, mean accepted length (excludes the bonus token); 0 for vanilla.
         tokens_per_target_forward: generated tokens / target forwards after prefill (τ + 1 on average).
         decode_s: decode time (s), excludes prefill, scoring, pruning and draft prefill.
-        total_s: end-to-end time (s) including them.
-        tokens_per_s: generated tokens / decode_s.
+        total_s: the stream's wall time (s), including them.
+        tokens_per_s: tokens of the decode steps per second of decode time, (n - 1) / decode_s.
+        (tau, tokens_per_target_forward, decode_s and tokens_per_s are
+        :func:`specvlm.analysis.metrics.summarize` of the events.)
         draft_s: total drafting time (s).
         verify_s: total target verify/decode time (s).
         prefill: the PrefillInfo.

@@ -1,5 +1,6 @@
-"""Library API inputs a fresh user gets wrong: a video path instead of a VideoClip, a string where
-DecodeConfig wants a nested config, and narrow videos that must reach the models enlarged."""
+"""Library API inputs a fresh user gets wrong: a video path instead of a VideoClip, a clip where prepared
+inputs belong, a string where DecodeConfig wants a nested config, and narrow videos that must reach the
+models enlarged."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from specvlm.config import ConfigError, DecodeConfig, PruneConfig, VideoConfig
 from specvlm.engine.stream import generate, stream
 from specvlm.types import PrefillInfo
 from specvlm.video import VideoError, load_video
+from specvlm.engine.prepare import prepare
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,23 +39,34 @@ def ramp(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
-def test_generate_and_stream_accept_a_path(pairs, ramp, fam):
+def test_prepare_accepts_a_path(pairs, ramp, fam):
     pair = pairs[(fam, "self")]
     clip = load_video(ramp, VideoConfig(even_frames=pair.frames_per_token == 2))
-    want = generate(pair, clip, "describe", CFG).token_ids
-    assert generate(pair, ramp, "describe", CFG).token_ids == want
-    events = list(stream(pair, Path(ramp), "describe", CFG))
+    want = generate(pair, prepare(pair, clip, "describe"), CFG).token_ids
+    assert generate(pair, prepare(pair, ramp, "describe"), CFG).token_ids == want
+    events = list(stream(pair, prepare(pair, Path(ramp), "describe"), CFG))
     assert isinstance(events[0], PrefillInfo) and [t for e in events[1:] for t in e.token_ids] == want
 
 
 def test_bad_video_arguments_raise_clear_errors(pairs, tmp_path):
     pair = pairs[("qwen", "self")]
     with pytest.raises(TypeError, match=r"VideoClip or a video file path, got int.*load_video\(path\)"):
-        generate(pair, 3, "describe", CFG)
+        prepare(pair, 3, "describe")
     with pytest.raises(TypeError, match="got NoneType"):
-        next(stream(pair, None, "describe", CFG))
+        prepare(pair, None, "describe")
     with pytest.raises(VideoError, match="no such file"):
-        generate(pair, str(tmp_path / "nope.mp4"), "describe", CFG)
+        prepare(pair, str(tmp_path / "nope.mp4"), "describe")
+
+
+def test_stream_and_generate_take_prepared_inputs_only(pairs, ramp):
+    pair = pairs[("qwen", "self")]
+    for bad in (ramp, load_video(ramp)):
+        with pytest.raises(TypeError, match=r"prepared ModelInputs, got (str|VideoClip).*specvlm.prepare\(pair"):
+            generate(pair, bad, CFG)
+        with pytest.raises(TypeError, match="prepared ModelInputs"):
+            next(stream(pair, bad, CFG))
+    with pytest.raises(TypeError, match="positional"):
+        generate(pair, prepare(pair, prepare(pair, ramp, "describe"), CFG), None)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
@@ -66,4 +79,4 @@ def test_narrow_video_files_reach_the_models(pairs, tmp_path, fam, w, h):
     assert frame_ids(clip.frames) == [0, 1, 2, 3]
     inputs = pair.adapter.prepare(pair.processor, pair.target, clip, "describe")
     assert inputs.video_index.numel() > 0
-    assert len(generate(pair, path, "describe", CFG).token_ids) == 4
+    assert len(generate(pair, prepare(pair, path, "describe"), CFG).token_ids) == 4

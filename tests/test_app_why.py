@@ -9,6 +9,7 @@ from app.engine import Engine
 from conftest import make_clip
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig, PruneConfig
+from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import stream
 from specvlm.text.subtitles import Cue
 
@@ -21,7 +22,8 @@ def explained(pairs):
     clip = make_clip(num_frames=8, side=112)
     cues = [Cue(0.0, 1.0, "one two three")]
     cfg = DecodeConfig(method="specvlm", max_new_tokens=24, prune=PruneConfig(drop_rate=0.75))
-    events = list(stream(pair, clip, PROMPT, cfg, record_trees=True, subtitles=cues, subtitle_mode="target"))
+    inputs = prepare(pair, clip, PROMPT, subtitles=cues, subtitle_mode="target")
+    events = list(stream(pair, inputs, cfg, record_trees=True))
     eng = Engine()
     rec = eng.make_record(events, cfg, PROMPT, pair, clip)
     return eng.explain(rec, pair, clip, PROMPT, subtitles=cues, subtitle_mode="target"), events

@@ -57,9 +57,10 @@ def clip():
 @pytest.fixture(scope="module")
 def vanilla(pair, clip):
     from specvlm.config import DecodeConfig
+    from specvlm.engine.prepare import prepare
     from specvlm.engine.stream import generate
 
-    return generate(pair, clip, PROMPT, DecodeConfig(method="vanilla", max_new_tokens=MAX_NEW))
+    return generate(pair, prepare(pair, clip, PROMPT), DecodeConfig(method="vanilla", max_new_tokens=MAX_NEW))
 
 
 def test_loads_offline_from_assets(pair):
@@ -97,11 +98,12 @@ def test_description_matches_ground_truth(vanilla, truth):
 @pytest.mark.parametrize("self_sd", [False, True], ids=["std-sd", "self-sd"])
 def test_greedy_specvlm_identical_to_vanilla(pair, clip, vanilla, self_sd):
     from specvlm.config import DecodeConfig
+    from specvlm.engine.prepare import prepare
     from specvlm.engine.stream import generate
     from specvlm.models.pair import pair_from_models
 
     p = pair_from_models(pair.target, pair.processor) if self_sd else pair
-    res = generate(p, clip, PROMPT, DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))
+    res = generate(p, prepare(p, clip, PROMPT), DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))
     assert res.token_ids == vanilla.token_ids
     assert res.num_kept < res.num_video_tokens
     assert res.tau >= 1.0, res.accept_lengths  # the draft's guesses are mostly accepted

@@ -17,6 +17,7 @@ from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.analysis.metrics import compare_outputs
 from specvlm.models.pair import pair_from_models
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video"
 N = 40
@@ -51,32 +52,32 @@ def _patch_verify(monkeypatch, pair, change):
 
 def test_vanilla_records_one_margin_per_token():
     pair = _std_pair()
-    van = dec.generate(pair, make_clip(), PROMPT, _cfg("vanilla"))
+    van = dec.generate(pair, prepare(pair, make_clip(), PROMPT), _cfg("vanilla"))
     assert len(van.margins) == len(van.token_ids) == N
     assert all(m >= 0.0 for m in van.margins) and max(van.margins) > 0.01
     assert [s.margin for s in van.steps] == van.margins
-    spec = dec.generate(pair, make_clip(), PROMPT, _cfg("specvlm"))
+    spec = dec.generate(pair, prepare(pair, make_clip(), PROMPT), _cfg("specvlm"))
     assert spec.margins == [] and spec.steps[0].margin == pytest.approx(van.margins[0], abs=1e-5)
     assert compare_outputs(van.token_ids, spec.token_ids, van.margins, torch.float32).kind == "identical"
 
 
 def test_noisy_verify_flips_only_a_crafted_near_tie():
     pair, clip = _std_pair(), make_clip()
-    van0 = dec.generate(pair, clip, PROMPT, _cfg("vanilla")).token_ids
+    van0 = dec.generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla")).token_ids
     a = Counter(van0).most_common(1)[0][0]
     b = next(t for t in range(300, 400) if t not in van0)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():                    # row b = row a up to 1e-7: a near-tie wherever a wins
         w = pair.target.lm_head.weight
         w[b] = w[a] + 1e-7 * torch.randn(w.shape[1], generator=g)
-    van = dec.generate(pair, clip, PROMPT, _cfg("vanilla"))
+    van = dec.generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla"))
     ties = [i for i, t in enumerate(van.token_ids) if t in (a, b)]
     assert len(ties) >= 3 and max(van.margins[i] for i in ties) < 1e-4
     mp = pytest.MonkeyPatch()
     try:
         noise = torch.Generator().manual_seed(1)
         _patch_verify(mp, pair, lambda _, lg: lg + (torch.rand(lg.shape, generator=noise) - 0.5) * 2e-4)
-        spec = dec.generate(pair, clip, PROMPT, _cfg("specvlm"))
+        spec = dec.generate(pair, prepare(pair, clip, PROMPT), _cfg("specvlm"))
     finally:
         mp.undo()
     d = compare_outputs(van.token_ids, spec.token_ids, van.margins, torch.float32)
@@ -87,7 +88,7 @@ def test_noisy_verify_flips_only_a_crafted_near_tie():
 
 def test_broken_verify_is_a_mismatch(monkeypatch):
     pair, clip = _std_pair(), make_clip()
-    van = dec.generate(pair, clip, PROMPT, _cfg("vanilla"))
+    van = dec.generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla"))
 
     def swap_best_two(call, logits):         # the 3rd verify: the target's runner-up wins after the root
         if call == 3:
@@ -97,7 +98,7 @@ def test_broken_verify_is_a_mismatch(monkeypatch):
         return logits
 
     calls = _patch_verify(monkeypatch, pair, swap_best_two)
-    spec = dec.generate(pair, clip, PROMPT, _cfg("specvlm"))
+    spec = dec.generate(pair, prepare(pair, clip, PROMPT), _cfg("specvlm"))
     assert len(calls) >= 3
     d = compare_outputs(van.token_ids, spec.token_ids, van.margins, torch.float32)
     assert d.kind == "mismatch" and d.margin is not None and d.margin >= d.threshold, d

@@ -9,6 +9,7 @@ import torch
 from conftest import make_clip
 from specvlm.engine import kv
 from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
+from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate, stream
 from specvlm.models.errors import TokenizerMismatchError
 from specvlm.models.pair import pair_from_models
@@ -25,7 +26,8 @@ def _cfg(method="vanilla", shape="dynamic", n=N, eos=False, **tree):
 @pytest.fixture(scope="module")
 def vanilla(pairs):
     clip = make_clip()
-    return {fam: generate(pairs[(fam, "self")], clip, PROMPT, _cfg()) for fam in ("qwen", "llava")}
+    return {fam: generate(pairs[(fam, "self")], prepare(pairs[(fam, "self")], clip, PROMPT),
+                          _cfg()) for fam in ("qwen", "llava")}
 
 
 def test_caller_code_between_events_runs_outside_inference_mode(pairs):
@@ -33,7 +35,8 @@ def test_caller_code_between_events_runs_outside_inference_mode(pairs):
     two events is a normal tensor that can take part in autograd."""
     made = []
     for method in ("vanilla", "specvlm"):
-        for _ in stream(pairs[("qwen", "std")], make_clip(), PROMPT, _cfg(method, n=4)):
+        for _ in stream(pairs[("qwen", "std")], prepare(pairs[("qwen", "std")], make_clip(), PROMPT),
+                        _cfg(method, n=4)):
             assert not torch.is_inference_mode_enabled()
             made.append(torch.ones(2, requires_grad=True) * 2)
     assert len(made) == 2 * (1 + 4)
@@ -73,16 +76,16 @@ def test_long_low_fps_video_positions_match_hf_generate(pairs):
                          video_metadata=[{"fps": 1.0, "total_num_frames": 32, "frames_indices": list(range(32))}],
                          return_tensors="pt")
     out = pair.target.generate(**enc, max_new_tokens=24, min_new_tokens=24, do_sample=False)
-    van = generate(pair, clip, PROMPT, _cfg(n=24))
+    van = generate(pair, prepare(pair, clip, PROMPT), _cfg(n=24))
     assert out[0, enc["input_ids"].shape[1]:].tolist() == van.token_ids
-    spec = generate(pair, clip, PROMPT, _cfg("specvlm", n=24))
+    spec = generate(pair, prepare(pair, clip, PROMPT), _cfg("specvlm", n=24))
     assert spec.token_ids == van.token_ids
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 @pytest.mark.parametrize("method", PRUNE_METHODS)
 def test_every_pruning_method_is_lossless(pairs, vanilla, fam, method):
-    res = generate(pairs[(fam, "self")], make_clip(), PROMPT, _cfg(method))
+    res = generate(pairs[(fam, "self")], prepare(pairs[(fam, "self")], make_clip(), PROMPT), _cfg(method))
     assert res.token_ids == vanilla[fam].token_ids
     assert res.prefill.prune.method == method
     expected_k = res.num_video_tokens if method == "none" else max(1, int(res.num_video_tokens * 0.1 + 1e-9))
@@ -94,14 +97,15 @@ def test_every_pruning_method_is_lossless(pairs, vanilla, fam, method):
 @pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
 def test_tree_shapes_self_and_std_sd_are_lossless(pairs, vanilla, fam, mode, shape):
     for method in ("specvlm", "none"):
-        res = generate(pairs[(fam, mode)], make_clip(), PROMPT, _cfg(method, shape))
+        res = generate(pairs[(fam, mode)], prepare(pairs[(fam, mode)], make_clip(), PROMPT), _cfg(method, shape))
         assert res.token_ids == vanilla[fam].token_ids, (method, shape)
         assert all(0 <= a <= (5 if shape != "static" else 5) for a in res.accept_lengths)
 
 
 def test_self_sd_without_pruning_accepts_long_paths(pairs, vanilla):
     """With every video token the Self-SD draft equals the target: every drafted chain token is accepted."""
-    res = generate(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("none", "chain", depth=4))
+    res = generate(pairs[("qwen", "self")], prepare(pairs[("qwen", "self")], make_clip(), PROMPT),
+                   _cfg("none", "chain", depth=4))
     assert res.token_ids == vanilla["qwen"].token_ids
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
     assert res.tau > 3.5
@@ -110,7 +114,8 @@ def test_self_sd_without_pruning_accepts_long_paths(pairs, vanilla):
 
 @pytest.mark.parametrize("n", [1, 2, 37, 50])
 def test_max_new_tokens_not_a_multiple_of_step(pairs, vanilla, n):
-    res = generate(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("none", "chain", n=n, depth=4))
+    res = generate(pairs[("qwen", "self")], prepare(pairs[("qwen", "self")], make_clip(), PROMPT),
+                   _cfg("none", "chain", n=n, depth=4))
     assert res.token_ids == vanilla["qwen"].token_ids[:n]
 
 
@@ -119,7 +124,7 @@ def test_eos_inside_an_accepted_path(pairs, fam):
     """Pick a token the draft got accepted mid-path and declare it EOS: both decoders stop right there."""
     pair = copy.copy(pairs[(fam, "self")])
     clip = make_clip()
-    res = generate(pair, clip, PROMPT, _cfg("none", "chain", depth=4), record_trees=True)
+    res = generate(pair, prepare(pair, clip, PROMPT), _cfg("none", "chain", depth=4), record_trees=True)
     seen: set[int] = set()
     eos = None
     for st in res.steps:
@@ -136,8 +141,8 @@ def test_eos_inside_an_accepted_path(pairs, fam):
     try:
         gc.eos_token_id = eos
         pair.processor.tokenizer.eos_token = pair.processor.tokenizer.convert_ids_to_tokens(eos)
-        v = generate(pair, clip, PROMPT, _cfg(n=N, eos=True))
-        s = generate(pair, clip, PROMPT, _cfg("none", "chain", n=N, eos=True, depth=4))
+        v = generate(pair, prepare(pair, clip, PROMPT), _cfg(n=N, eos=True))
+        s = generate(pair, prepare(pair, clip, PROMPT), _cfg("none", "chain", n=N, eos=True, depth=4))
     finally:
         gc.eos_token_id = old
         pair.processor.tokenizer.eos_token = "<|im_end|>"
@@ -152,15 +157,16 @@ def test_same_instance_serves_different_requests(pairs):
     pair = pairs[("qwen", "self")]
     reqs = [(make_clip(8, 112, seed=3), "what is this"), (make_clip(12, 84, seed=4), PROMPT + " and its colours"),
             (make_clip(8, 112, seed=3), "what is this")]
-    got = [generate(pair, c, p, _cfg("specvlm", n=24)).token_ids for c, p in reqs]
+    got = [generate(pair, prepare(pair, c, p), _cfg("specvlm", n=24)).token_ids for c, p in reqs]
     assert got[0] == got[2]
     for (c, p), ids in zip(reqs[:2], got[:2]):
         fresh = pair_from_models(*tiny_qwen2_5_vl(seed=0))
-        assert generate(fresh, c, p, _cfg("vanilla", n=24)).token_ids == ids
+        assert generate(fresh, prepare(fresh, c, p), _cfg("vanilla", n=24)).token_ids == ids
 
 
 def test_stream_events(pairs):
-    events = list(stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=20), record_trees=True))
+    events = list(stream(pairs[("qwen", "self")], prepare(pairs[("qwen", "self")], make_clip(), PROMPT),
+                         _cfg("specvlm", n=20), record_trees=True))
     info = events[0]
     assert isinstance(info, PrefillInfo)
     assert info.num_video_tokens == 64 and info.prune.num_kept == 6
@@ -178,7 +184,8 @@ def test_stream_events(pairs):
 def test_should_stop_ends_the_loop(pairs):
     events = []
     stop = lambda: len(events) >= 5  # noqa: E731  polled before every step (and prefill layer)
-    for ev in stream(pairs[("qwen", "self")], make_clip(), PROMPT, _cfg("specvlm", n=64), should_stop=stop):
+    pair = pairs[("qwen", "self")]
+    for ev in stream(pair, prepare(pair, make_clip(), PROMPT), _cfg("specvlm", n=64), should_stop=stop):
         events.append(ev)
     assert len(events) == 5 and isinstance(events[0], PrefillInfo)  # the prefill, step 0, then 3 verify steps
 
@@ -194,7 +201,7 @@ def test_std_sd_padded_vocab_and_tokenizer_check(pairs, qwen_tiny, llava_tiny):
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
 def test_streamed_text_deltas_join_to_the_full_text(pairs, fam):
     pair = pairs[(fam, "self")]
-    events = list(stream(pair, make_clip(), PROMPT, _cfg("specvlm", n=40)))
+    events = list(stream(pair, prepare(pair, make_clip(), PROMPT), _cfg("specvlm", n=40)))
     ids = [t for e in events[1:] for t in e.token_ids]
     assert "".join(e.text for e in events[1:]) == pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -204,9 +211,10 @@ def test_streamed_text_deltas_join_to_the_full_text(pairs, fam):
 def test_early_stop_min_prob_is_lossless_and_drafts_less(pairs, vanilla, fam, shape):
     """TreeConfig.min_prob shrinks the drafted trees but never changes a token (Std-SD and Self-SD)."""
     for mode in ("std", "self"):
-        full = [e for e in stream(pairs[(fam, mode)], make_clip(), PROMPT, _cfg("specvlm", shape, depth=6))
+        full = [e for e in stream(pairs[(fam, mode)], prepare(pairs[(fam, mode)], make_clip(), PROMPT),
+                                  _cfg("specvlm", shape, depth=6))
                 if not isinstance(e, PrefillInfo)][1:]
-        cut = [e for e in stream(pairs[(fam, mode)], make_clip(), PROMPT,
+        cut = [e for e in stream(pairs[(fam, mode)], prepare(pairs[(fam, mode)], make_clip(), PROMPT),
                                  _cfg("specvlm", shape, depth=6, min_prob=0.5)) if not isinstance(e, PrefillInfo)][1:]
         assert [t for e in cut for t in e.token_ids] == vanilla[fam].token_ids[1:], mode
         n_full = sum(e.tree_size for e in full) / len(full)
@@ -280,5 +288,33 @@ def test_prepared_inputs_and_a_shared_prefill_give_the_same_tokens(pairs, vanill
     other = prepare(pair, make_clip(12), PROMPT)
     with pytest.raises(ValueError, match="prefill holds"):
         generate(pair, other, _cfg(), prefill=plain)
-    with pytest.raises(TypeError, match="prepared inputs and a config only"):
-        next(stream(pair, inputs, _cfg(), subtitles=[]))
+    with pytest.raises(TypeError, match="subtitles"):   # subtitles belong to prepare()
+        stream(pair, prepare(pair, inputs, _cfg(), subtitles=[]))
+
+
+def test_concurrent_streams_on_one_pair_are_safe_and_leave_the_models_as_built(pairs):
+    """Two threads decode on the same pair at once (scoring prefill, pruning, drafting, verify):
+    each gets the tokens it gets alone, and no model setting changes on the way."""
+    import threading
+
+    from specvlm.engine.attention import ATTN_IMPL, text_attn_implementation
+
+    pair = pairs[("qwen", "std")]
+    jobs = {name: (prepare(pair, make_clip(seed=seed), PROMPT), _cfg(method, n=24))
+            for name, seed, method in (("a", 0, "specvlm"), ("b", 1, "attention"), ("c", 2, "vanilla"))}
+    alone = {name: generate(pair, inp, cfg).token_ids for name, (inp, cfg) in jobs.items()}
+    seen: dict[str, list[int]] = {}
+    start = threading.Barrier(len(jobs))
+
+    def run(name: str) -> None:
+        inp, cfg = jobs[name]
+        start.wait()
+        seen[name] = [t for ev in stream(pair, inp, cfg) if not isinstance(ev, PrefillInfo) for t in ev.token_ids]
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert seen == alone
+    assert text_attn_implementation(pair.target) == text_attn_implementation(pair.draft) == ATTN_IMPL

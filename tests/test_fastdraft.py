@@ -17,6 +17,7 @@ from specvlm.engine.draft import DraftRunner, make_draft_runner
 from specvlm.engine.prefill import prefill_draft, prefill_target
 from specvlm.models.pair import pair_from_models
 from specvlm.spec.drafters import GreedyDrafter
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video in detail"
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,9 +86,9 @@ def test_speculative_output_is_token_identical_with_the_fast_runner(pairs, fam, 
     monkeypatch.setattr(dec, "make_draft_runner", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     pair, clip = pairs[(fam, "std")], make_clip()
     cfg = DecodeConfig(method="vanilla", max_new_tokens=40, stop_at_eos=False)
-    vanilla = dec.generate(pair, clip, PROMPT, cfg)
+    vanilla = dec.generate(pair, prepare(pair, clip, PROMPT), cfg)
     for shape in ("dynamic", "chain"):
-        spec = dec.generate(pair, clip, PROMPT, DecodeConfig(max_new_tokens=40, stop_at_eos=False,
+        spec = dec.generate(pair, prepare(pair, clip, PROMPT), DecodeConfig(max_new_tokens=40, stop_at_eos=False,
                                                              tree=TreeConfig(shape=shape)))
         assert spec.token_ids == vanilla.token_ids, shape
     assert made and all(isinstance(r, FastDraftRunner) for r in made)
@@ -210,8 +211,8 @@ def test_bundled_pair_same_log_probs_and_lossless():
     assert _compare_runners(pair, steps=3) < LOGP_TOL
     clip = make_clip(num_frames=8, side=112)
     cfg = DecodeConfig(method="vanilla", max_new_tokens=48, stop_at_eos=False)
-    vanilla = dec.generate(pair, clip, "Describe this video in detail.", cfg)
-    spec = dec.generate(pair, clip, "Describe this video in detail.",
+    vanilla = dec.generate(pair, prepare(pair, clip, "Describe this video in detail."), cfg)
+    spec = dec.generate(pair, prepare(pair, clip, "Describe this video in detail."),
                         DecodeConfig(max_new_tokens=48, stop_at_eos=False))
     assert spec.token_ids == vanilla.token_ids and spec.tau > 0
 

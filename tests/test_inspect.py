@@ -17,6 +17,7 @@ from specvlm.engine.stream import stream
 from specvlm.models.pair import pair_from_models
 from specvlm.text.subtitles import Cue
 from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video in detail"
 
@@ -119,7 +120,8 @@ def tiny_run(qwen_tiny):
     clip = make_clip()
     cues = [Cue(0.0, 1.0, "a red circle"), Cue(0.5, 2.0, "the number seven")]
     cfg = DecodeConfig(method="specvlm", max_new_tokens=40, stop_at_eos=False)
-    events = list(stream(pair, clip, PROMPT, cfg, record_trees=True, subtitles=cues, subtitle_mode="target"))
+    events = list(stream(pair, prepare(pair, clip, PROMPT, subtitles=cues, subtitle_mode="target"),
+                         cfg, record_trees=True))
     rec = ins.record_from_events(events, cfg, prompt=PROMPT, tokenizer=pair.processor.tokenizer, clip=clip,
                                  meta={"subtitle_mode": "target"})
     return pair, events, rec

@@ -15,6 +15,7 @@ from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.spec.drafting import draft_substitute, for_draft
 from specvlm.models.pair import pair_from_models
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video"
 N = 32
@@ -36,7 +37,7 @@ def padded():
     rows = draft.get_input_embeddings().weight.shape[0]
     assert target.lm_head.weight.shape[0] > rows
     clip = make_clip()
-    common = Counter(generate(pair, clip, PROMPT, _cfg("vanilla")).token_ids).most_common(1)[0][0]
+    common = Counter(generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla")).token_ids).most_common(1)[0][0]
     with torch.no_grad():       # the padding row now beats the most common token wherever it won
         target.lm_head.weight[rows + 5] = target.lm_head.weight[common] * 1.5
     return pair, clip, rows
@@ -52,18 +53,18 @@ def test_for_draft_replaces_only_ids_the_draft_lacks(padded):
 @pytest.mark.parametrize("method,shape", [("specvlm", "dynamic"), ("none", "chain"), ("specvlm", "static")])
 def test_greedy_target_emitting_a_padding_id_is_lossless(padded, method, shape):
     pair, clip, rows = padded
-    van = generate(pair, clip, PROMPT, _cfg("vanilla")).token_ids
+    van = generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla")).token_ids
     assert sum(t >= rows for t in van) >= 3, van
-    assert generate(pair, clip, PROMPT, _cfg(method, shape)).token_ids == van
+    assert generate(pair, prepare(pair, clip, PROMPT), _cfg(method, shape)).token_ids == van
 
 
 def test_sampled_padding_ids_never_crash(padded):
     pair, clip, rows = padded
     seen = 0
     for seed in range(3):
-        res = generate(pair, clip, PROMPT, _cfg("specvlm", t=1.3, seed=seed))
+        res = generate(pair, prepare(pair, clip, PROMPT), _cfg("specvlm", t=1.3, seed=seed))
         assert len(res.token_ids) == N and all(0 <= t < 448 for t in res.token_ids)
         seen += sum(t >= rows for t in res.token_ids)
-        van = generate(pair, clip, PROMPT, _cfg("vanilla", t=1.3, seed=seed))
+        van = generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla", t=1.3, seed=seed))
         assert len(van.token_ids) == N
     assert seen > 0

@@ -1,16 +1,8 @@
 """Per-preset draft trees: the preset names its tree, and the CLI uses it unless told otherwise."""
 from __future__ import annotations
 
-import argparse
-
-from specvlm.cli.args import tree_config
-from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig
+from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig, tree_with_options
 from specvlm.models.presets import BUNDLED_SELF, BUNDLED_STD, PRESETS
-
-
-def _args(**kw):
-    base = {"tree": None, "depth": None, "top_k": None, "total_tokens": None, "min_prob": None}
-    return argparse.Namespace(**{**base, **kw})
 
 
 def test_bundled_presets_carry_their_tree_and_name_it():
@@ -29,14 +21,15 @@ def test_tree_describe():
     assert TreeConfig(shape="static", min_prob=0.5).describe() == "static tree official-25"
 
 
-def test_cli_tree_comes_from_the_preset_unless_overridden():
-    std = PRESETS[BUNDLED_STD]
-    assert tree_config(_args(), std) == BUNDLED_STD_TREE
-    assert tree_config(_args(), None) == TreeConfig()
-    assert tree_config(_args(depth=5), std) == TreeConfig(shape="chain", depth=5, min_prob=0.05)  # no long variant
-    assert tree_config(_args(min_prob=0.0), std).min_prob == 0.0
-    assert tree_config(_args(tree="dynamic"), std) == TreeConfig()      # another shape: its own defaults
-    assert tree_config(_args(tree="dynamic", top_k=2), std) == TreeConfig(top_k=2)
+def test_tree_comes_from_the_preset_unless_an_option_changes_it():
+    std = PRESETS[BUNDLED_STD].tree
+    assert tree_with_options(std) is BUNDLED_STD_TREE
+    assert tree_with_options(None) == TreeConfig()
+    assert tree_with_options(std, depth=5) == TreeConfig(shape="chain", depth=5, min_prob=0.05)  # no long variant
+    assert tree_with_options(std, depth=8, min_prob=0.05) is BUNDLED_STD_TREE   # the preset's own values
+    assert tree_with_options(std, min_prob=0.0).min_prob == 0.0
+    assert tree_with_options(std, shape="dynamic") == TreeConfig()      # another shape: its own defaults
+    assert tree_with_options(std, shape="dynamic", top_k=2) == TreeConfig(top_k=2)
 
 
 def test_long_prompt_tree():
@@ -53,16 +46,6 @@ def test_long_prompt_tree():
         TreeConfig(long_from=0)
     with pytest.raises(ConfigError, match="not a TreeConfig"):
         TreeConfig(long_prompt="deep")
-
-
-def test_app_keeps_the_presets_long_prompt_tree_while_its_widgets_are_unchanged():
-    from app.settings import _preset_tree
-
-    same = BUNDLED_STD_TREE.without_long_prompt()
-    assert _preset_tree(BUNDLED_STD, same) is BUNDLED_STD_TREE
-    changed = TreeConfig(shape="chain", depth=6, min_prob=0.05)
-    assert _preset_tree(BUNDLED_STD, changed) is changed
-    assert _preset_tree("no such preset", same) is same
 
 
 def test_engine_drafts_with_the_long_prompt_tree_on_long_prompts(pairs):

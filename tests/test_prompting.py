@@ -13,6 +13,7 @@ from specvlm.engine.forward import prompt_embeds
 from specvlm.text.prompting import (SUBTITLE_MODES, SubtitleLine, SubtitlePromptError, subtitle_block, subtitle_lines,
                                     user_text)
 from specvlm.text.subtitles import Cue
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video in detail"
 # unordered and overlapping (frames at 0, 0.25, ..., 1.75 s with make_clip(): 8 frames at 4 fps)
@@ -94,8 +95,7 @@ def test_qwen_subtitled_prompt_matches_hf_generate(pairs):
                          return_tensors="pt")
     assert torch.equal(enc["input_ids"], inp.input_ids)
     out = pair.target.generate(**enc, max_new_tokens=16, min_new_tokens=16, do_sample=False)
-    van = generate(pair, None, PROMPT, DecodeConfig(method="vanilla", max_new_tokens=16, stop_at_eos=False),
-                   inputs=inp)
+    van = generate(pair, inp, DecodeConfig(method="vanilla", max_new_tokens=16, stop_at_eos=False))
     assert out[0, enc["input_ids"].shape[1]:].tolist() == van.token_ids
 
 
@@ -136,8 +136,8 @@ def test_speculative_equals_vanilla_in_every_subtitle_mode(pairs, fam):
         pair = pairs[(fam, kind)]
         for mode in ("both", "target", "draft"):
             inp = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT, subtitles=CUES, subtitle_mode=mode)
-            van = generate(pair, None, PROMPT, _cfg("vanilla"), inputs=inp)
-            spec = generate(pair, None, PROMPT, _cfg("specvlm"), inputs=inp)
+            van = generate(pair, inp, _cfg("vanilla"))
+            spec = generate(pair, inp, _cfg("specvlm"))
             assert spec.token_ids == van.token_ids, (kind, mode)
             p = spec.prefill
             n = inp.num_subtitle_tokens
@@ -153,8 +153,9 @@ def test_draft_mode_output_equals_plain_vanilla(pairs):
     """The target never sees the transcript in 'draft' mode: same output as without subtitles."""
     pair = pairs[("qwen", "self")]
     clip = make_clip()
-    plain = generate(pair, clip, PROMPT, _cfg("vanilla"))
-    spec = generate(pair, clip, PROMPT, _cfg("specvlm", shape="chain"), subtitles=CUES, subtitle_mode="draft")
+    plain = generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla"))
+    spec = generate(pair, prepare(pair, clip, PROMPT, subtitles=CUES, subtitle_mode="draft"),
+                    _cfg("specvlm", shape="chain"))
     assert spec.token_ids == plain.token_ids
 
 
@@ -163,7 +164,7 @@ def test_self_sd_draft_seeing_everything_accepts_full_paths_with_subtitles(pairs
     transcript agree exactly (every drafted chain token is accepted)."""
     pair = pairs[("qwen", "self")]
     cfg = DecodeConfig(method="none", max_new_tokens=25, stop_at_eos=False, tree=TreeConfig(shape="chain", depth=4))
-    res = generate(pair, make_clip(), PROMPT, cfg, subtitles=CUES, subtitle_mode="both")
+    res = generate(pair, prepare(pair, make_clip(), PROMPT, subtitles=CUES, subtitle_mode="both"), cfg)
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
 
 

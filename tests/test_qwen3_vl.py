@@ -19,6 +19,7 @@ from specvlm.models.adapter import VideoEncoding
 from specvlm.models.families.qwen3_vl import MS_GRID, Qwen3VLAdapter, frame_metadata
 from specvlm.testing.tiny_qwen3_vl import tiny_qwen3_vl
 from specvlm.types import VideoClip
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video in detail"
 N = 32
@@ -47,7 +48,8 @@ def pairs(models):
 @pytest.fixture(scope="module")
 def vanilla(pairs):
     clip = make_clip()
-    return {fam: generate(pairs[(fam, "self")], clip, PROMPT, _cfg()) for fam in ("dense", "moe")}
+    return {fam: generate(pairs[(fam, "self")], prepare(pairs[(fam, "self")], clip, PROMPT),
+                          _cfg()) for fam in ("dense", "moe")}
 
 
 def _hf_generate(pair, clip, inputs, n):
@@ -116,12 +118,12 @@ def test_deepstack_changes_the_output(pairs, vanilla, monkeypatch):
     assert isinstance(enc, VideoEncoding) and enc.side.shape == (2, 64, 64)
     plain = Qwen3VLAdapter.video_features
     monkeypatch.setattr(Qwen3VLAdapter, "video_features", lambda self, m, i: plain(self, m, i).features)
-    assert generate(pair, make_clip(), PROMPT, _cfg()).token_ids != vanilla["dense"].token_ids
+    assert generate(pair, prepare(pair, make_clip(), PROMPT), _cfg()).token_ids != vanilla["dense"].token_ids
 
 
 @pytest.mark.parametrize("method", PRUNE_METHODS)
 def test_every_pruning_method_is_lossless(pairs, vanilla, method):
-    res = generate(pairs[("dense", "self")], make_clip(), PROMPT, _cfg(method))
+    res = generate(pairs[("dense", "self")], prepare(pairs[("dense", "self")], make_clip(), PROMPT), _cfg(method))
     assert res.token_ids == vanilla["dense"].token_ids
     k = 64 if method == "none" else 6
     assert res.num_kept == k
@@ -133,14 +135,15 @@ def test_every_pruning_method_is_lossless(pairs, vanilla, method):
 @pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
 def test_tree_shapes_self_and_std_sd_are_lossless(pairs, vanilla, pair_key, shape):
     for method in ("specvlm", "none"):
-        res = generate(pairs[pair_key], make_clip(), PROMPT, _cfg(method, shape))
+        res = generate(pairs[pair_key], prepare(pairs[pair_key], make_clip(), PROMPT), _cfg(method, shape))
         assert res.token_ids == vanilla[pair_key[0]].token_ids, (method, shape)
 
 
 @pytest.mark.parametrize("fam", ["dense", "moe"])
 def test_self_sd_without_pruning_accepts_every_drafted_token(pairs, vanilla, fam):
     """Draft == target (DeepStack and positions included): every drafted chain token is accepted."""
-    res = generate(pairs[(fam, "self")], make_clip(), PROMPT, _cfg("none", "chain", depth=4))
+    res = generate(pairs[(fam, "self")], prepare(pairs[(fam, "self")], make_clip(), PROMPT),
+                   _cfg("none", "chain", depth=4))
     assert res.token_ids == vanilla[fam].token_ids
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
 
@@ -159,7 +162,7 @@ def test_vision_tower_runs_once_per_model(pairs, key):
     hooks = [m.model.visual.register_forward_hook(lambda mod, a, o, name=name: calls.append(name))
              for name, m in models.items()]
     try:
-        generate(pair, make_clip(), PROMPT, _cfg("specvlm", n=8))
+        generate(pair, prepare(pair, make_clip(), PROMPT), _cfg("specvlm", n=8))
     finally:
         for h in hooks:
             h.remove()
@@ -174,12 +177,14 @@ def test_subtitles_are_lossless_in_every_mode(pairs):
     dense = pairs[("dense", "self")]
     inputs = dense.adapter.prepare(dense.processor, dense.target, clip, PROMPT, subtitles=cues)
     assert inputs.num_subtitle_tokens > 5
-    van = generate(dense, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    van = generate(dense, inputs, _cfg(n=16))
     assert _hf_generate(dense, clip, inputs, 16) == van.token_ids
     for key in (("dense", "self"), ("moe", "std")):
         for mode in ("both", "target", "draft"):
-            van = generate(pairs[key], clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
-            spec = generate(pairs[key], clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+            van = generate(pairs[key], prepare(pairs[key], clip, PROMPT, subtitles=cues, subtitle_mode=mode),
+                           _cfg(n=16))
+            spec = generate(pairs[key], prepare(pairs[key], clip, PROMPT, subtitles=cues, subtitle_mode=mode),
+                            _cfg("specvlm", n=16))
             assert spec.token_ids == van.token_ids, (key, mode)
 
 
@@ -190,17 +195,17 @@ def _sample(method, shape="dynamic", t=1.0, seed=0):
 
 def test_sampling_reproducible_and_greedy_at_zero_temperature(pairs, vanilla):
     pair, clip = pairs[("moe", "std")], make_clip()
-    a = generate(pair, clip, PROMPT, _sample("specvlm", seed=3)).token_ids
-    assert a == generate(pair, clip, PROMPT, _sample("specvlm", seed=3)).token_ids and len(a) == 20
-    assert a != generate(pair, clip, PROMPT, _sample("specvlm", seed=4)).token_ids
+    a = generate(pair, prepare(pair, clip, PROMPT), _sample("specvlm", seed=3)).token_ids
+    assert a == generate(pair, prepare(pair, clip, PROMPT), _sample("specvlm", seed=3)).token_ids and len(a) == 20
+    assert a != generate(pair, prepare(pair, clip, PROMPT), _sample("specvlm", seed=4)).token_ids
     for shape in ("dynamic", "chain"):
-        tiny_t = generate(pair, clip, PROMPT, _sample("specvlm", shape, t=1e-4)).token_ids
+        tiny_t = generate(pair, prepare(pair, clip, PROMPT), _sample("specvlm", shape, t=1e-4)).token_ids
         assert tiny_t == vanilla["moe"].token_ids[:20], shape
 
 
 def test_sampling_self_sd_without_pruning_accepts_most_samples(pairs):
     """Draft == target distribution: recursive rejection sampling accepts every chain token."""
-    res = generate(pairs[("dense", "self")], make_clip(), PROMPT,
+    res = generate(pairs[("dense", "self")], prepare(pairs[("dense", "self")], make_clip(), PROMPT),
                    DecodeConfig(method="none", max_new_tokens=30, stop_at_eos=False, tree=TreeConfig(shape="chain"),
                                 sampling=SamplingConfig(temperature=1.0, seed=0)))
     assert res.tau > 3.5

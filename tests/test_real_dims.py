@@ -23,6 +23,7 @@ from specvlm.config import DecodeConfig
 from specvlm.engine.stream import generate
 from specvlm.models.pair import pair_from_models
 from specvlm.types import VideoClip
+from specvlm.engine.prepare import prepare
 
 pytestmark = [pytest.mark.real_dims, pytest.mark.timeout(3600)]
 
@@ -58,7 +59,7 @@ def _hf_generate(pair, clip: VideoClip) -> list[int]:
 
 def _all_equal(pair, clip: VideoClip, vanilla: list[int]) -> None:
     for method in ("specvlm", "none"):  # SpecVLM and SD-Tree (draft sees every video token)
-        res = generate(pair, clip, PROMPT, _cfg(method))
+        res = generate(pair, prepare(pair, clip, PROMPT), _cfg(method))
         assert res.token_ids == vanilla, (method, res.token_ids, vanilla)
         assert res.prefill.num_draft_prompt_tokens <= res.prefill.num_prompt_tokens
 
@@ -68,7 +69,7 @@ def test_llava_onevision_7b_self_sd():
     assert model.get_output_embeddings().weight.shape == (152128, 3584)
     pair = pair_from_models(model, proc)
     clip = _clip(2, 384)
-    van = generate(pair, clip, PROMPT, _cfg("vanilla"))
+    van = generate(pair, prepare(pair, clip, PROMPT), _cfg("vanilla"))
     assert van.prefill.num_video_tokens == 2 * 196 + 1  # 14x14 pooled tokens per 384 px frame + newline
     assert van.token_ids == _hf_generate(pair, clip)
     _all_equal(pair, clip, van.token_ids)
@@ -95,7 +96,7 @@ def test_qwen2_5_vl_7b_self_sd(qwen7, qwen_clip):
     assert (t.hidden_size, t.num_attention_heads, t.num_key_value_heads, t.vocab_size) == (3584, 28, 4, 152064)
     assert t.rope_parameters["mrope_section"] == [16, 24, 24]
     pair = pair_from_models(model, proc)
-    van = generate(pair, qwen_clip, PROMPT, _cfg("vanilla"))
+    van = generate(pair, prepare(pair, qwen_clip, PROMPT), _cfg("vanilla"))
     assert van.prefill.num_video_tokens == 64
     assert van.token_ids == _hf_generate(pair, qwen_clip)
     _all_equal(pair, qwen_clip, van.token_ids)
@@ -112,10 +113,10 @@ def test_qwen2_5_vl_7b_with_3b_draft_and_padded_vocabulary(qwen7, qwen_clip):
     head = target.get_output_embeddings().weight
     saved = head[PAD_ID].clone()
     try:
-        first = generate(pair, qwen_clip, PROMPT, _cfg("vanilla")).token_ids
+        first = generate(pair, prepare(pair, qwen_clip, PROMPT), _cfg("vanilla")).token_ids
         with torch.no_grad():
             head[PAD_ID] = head[first[N // 2]] * 1.01
-        van = generate(pair, qwen_clip, PROMPT, _cfg("vanilla"))
+        van = generate(pair, prepare(pair, qwen_clip, PROMPT), _cfg("vanilla"))
         assert PAD_ID in van.token_ids
         assert van.token_ids == _hf_generate(pair, qwen_clip)
         _all_equal(pair, qwen_clip, van.token_ids)

@@ -18,6 +18,7 @@ from specvlm.engine.stream import generate
 from specvlm.models.pair import pair_from_models
 from specvlm.models.families.smolvlm import clip_metadata
 from specvlm.types import VideoClip
+from specvlm.engine.prepare import prepare
 
 PROMPT = "describe this video in detail"
 N = 32
@@ -47,7 +48,7 @@ def pairs(smol, smol_draft):
 
 @pytest.fixture(scope="module")
 def vanilla(pairs):
-    return generate(pairs["self"], make_clip(), PROMPT, _cfg())
+    return generate(pairs["self"], prepare(pairs["self"], make_clip(), PROMPT), _cfg())
 
 
 def _hf_ids(model, processor, inputs, clip, n=N):
@@ -130,13 +131,13 @@ def test_draft_vanilla_equals_hf_generate(smol_draft):
     pair = pair_from_models(*smol_draft)
     clip = make_clip(4, 96, seed=2)
     inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
-    van = generate(pair, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    van = generate(pair, inputs, _cfg(n=16))
     assert _hf_ids(pair.target, pair.processor, inputs, clip, n=16) == van.token_ids
 
 
 @pytest.mark.parametrize("method", PRUNE_METHODS)
 def test_every_pruning_method_is_lossless(pairs, vanilla, method):
-    res = generate(pairs["self"], make_clip(), PROMPT, _cfg(method))
+    res = generate(pairs["self"], prepare(pairs["self"], make_clip(), PROMPT), _cfg(method))
     assert res.token_ids == vanilla.token_ids
     expected_k = 512 if method == "none" else int(512 * 0.1 + 1e-9)
     assert res.num_kept == expected_k
@@ -146,7 +147,7 @@ def test_every_pruning_method_is_lossless(pairs, vanilla, method):
 @pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
 def test_tree_shapes_self_and_std_sd_are_lossless(pairs, vanilla, mode, shape):
     for method in ("specvlm", "none"):
-        res = generate(pairs[mode], make_clip(), PROMPT, _cfg(method, shape))
+        res = generate(pairs[mode], prepare(pairs[mode], make_clip(), PROMPT), _cfg(method, shape))
         assert res.token_ids == vanilla.token_ids, (mode, method, shape)
         assert all(0 <= a <= 5 for a in res.accept_lengths)
 
@@ -158,7 +159,7 @@ def test_std_sd_shares_the_padded_vocabulary(pairs):
 
 
 def test_self_sd_without_pruning_accepts_whole_chains(pairs, vanilla):
-    res = generate(pairs["self"], make_clip(), PROMPT, _cfg("none", "chain", depth=4))
+    res = generate(pairs["self"], prepare(pairs["self"], make_clip(), PROMPT), _cfg("none", "chain", depth=4))
     assert res.token_ids == vanilla.token_ids
     assert res.accept_lengths[:-1] == [4] * (len(res.accept_lengths) - 1)
 
@@ -182,7 +183,7 @@ def test_the_2_2b_geometry_is_81_tokens_per_frame_and_equals_hf_generate(big):
     inputs = pair.adapter.prepare(pair.processor, pair.target, clip, PROMPT)
     assert inputs.num_video_tokens == 4 * 81 and inputs.token_grid[80].tolist() == [0, 8, 8]
     assert tuple(inputs.vision["pixel_values"].shape[-2:]) == (384, 384)     # frames resized to the square
-    van = generate(pair, clip, PROMPT, _cfg(n=16), inputs=inputs)
+    van = generate(pair, inputs, _cfg(n=16))
     assert _hf_ids(pair.target, pair.processor, inputs, clip, n=16) == van.token_ids
 
 
@@ -197,13 +198,13 @@ def test_a_draft_of_another_geometry_needs_its_processor(big, smol_draft, mixed)
 
 @pytest.fixture(scope="module")
 def mixed_vanilla(mixed):
-    return generate(mixed, make_clip(), PROMPT, _cfg(n=24))
+    return generate(mixed, prepare(mixed, make_clip(), PROMPT), _cfg(n=24))
 
 
 @pytest.mark.parametrize("method", PRUNE_METHODS)
 def test_another_geometry_draft_is_lossless_for_every_pruning_method(mixed, mixed_vanilla, method):
     clip = make_clip()
-    res = generate(mixed, clip, PROMPT, _cfg(method, n=24))
+    res = generate(mixed, prepare(mixed, clip, PROMPT), _cfg(method, n=24))
     assert res.token_ids == mixed_vanilla.token_ids
     assert res.num_video_tokens == 8 * 81 and res.num_kept == (648 if method == "none" else 64)
     # the draft reads its own prompt: its text plus the kept set carried to its 8 x 8 grid
@@ -217,10 +218,10 @@ def test_another_geometry_draft_is_lossless_for_every_pruning_method(mixed, mixe
 def test_another_geometry_draft_is_lossless_for_every_tree_shape(mixed, mixed_vanilla, shape):
     clip = make_clip()
     van = mixed_vanilla
-    assert generate(mixed, clip, PROMPT, _cfg("specvlm", shape, n=24)).token_ids == van.token_ids
+    assert generate(mixed, prepare(mixed, clip, PROMPT), _cfg("specvlm", shape, n=24)).token_ids == van.token_ids
     cold = DecodeConfig(method="specvlm", max_new_tokens=24, stop_at_eos=False, tree=TreeConfig(shape=shape),
                         sampling=SamplingConfig(temperature=1e-4, seed=0))
-    assert generate(mixed, clip, PROMPT, cold).token_ids == van.token_ids
+    assert generate(mixed, prepare(mixed, clip, PROMPT), cold).token_ids == van.token_ids
 
 
 def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
@@ -229,17 +230,17 @@ def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
     cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
     clip = make_clip()
     for mode in ("both", "target", "draft"):
-        van = generate(mixed, clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
-        spec = generate(mixed, clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+        van = generate(mixed, prepare(mixed, clip, PROMPT, subtitles=cues, subtitle_mode=mode), _cfg(n=16))
+        spec = generate(mixed, prepare(mixed, clip, PROMPT, subtitles=cues, subtitle_mode=mode), _cfg("specvlm", n=16))
         assert spec.token_ids == van.token_ids, mode
         seen = {"both": (True, True), "target": (True, False), "draft": (False, True)}[mode]
         assert (spec.prefill.target_subtitle_tokens > 5, spec.prefill.draft_subtitle_tokens > 5) == seen, mode
     inputs = mixed.adapter.prepare(mixed.processor, mixed.target, clip, PROMPT)      # as the app prepares them
     assert inputs.draft_inputs is None
-    spec = generate(mixed, clip, PROMPT, _cfg("specvlm", n=16), inputs=inputs)
-    assert spec.token_ids == generate(mixed, clip, PROMPT, _cfg(n=16)).token_ids
+    spec = generate(mixed, inputs, _cfg("specvlm", n=16))
+    assert spec.token_ids == generate(mixed, prepare(mixed, clip, PROMPT), _cfg(n=16)).token_ids
     with pytest.raises(ValueError, match="pass the clip"):
-        generate(mixed, None, PROMPT, _cfg("specvlm", n=4), inputs=inputs)
+        generate(mixed, inputs, _cfg("specvlm", n=4))
 
 
 def test_subtitles_are_lossless_in_every_mode(pairs):
@@ -247,11 +248,13 @@ def test_subtitles_are_lossless_in_every_mode(pairs):
 
     cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
     clip = make_clip()
-    base = generate(pairs["std"], clip, PROMPT, _cfg(n=16), subtitles=cues)
+    base = generate(pairs["std"], prepare(pairs["std"], clip, PROMPT, subtitles=cues), _cfg(n=16))
     assert base.prefill.target_subtitle_tokens > 5
     for mode in ("both", "target", "draft"):
-        van = generate(pairs["std"], clip, PROMPT, _cfg(n=16), subtitles=cues, subtitle_mode=mode)
-        spec = generate(pairs["std"], clip, PROMPT, _cfg("specvlm", n=16), subtitles=cues, subtitle_mode=mode)
+        van = generate(pairs["std"], prepare(pairs["std"], clip, PROMPT, subtitles=cues, subtitle_mode=mode),
+                       _cfg(n=16))
+        spec = generate(pairs["std"], prepare(pairs["std"], clip, PROMPT, subtitles=cues, subtitle_mode=mode),
+                        _cfg("specvlm", n=16))
         assert spec.token_ids == van.token_ids, mode
 
 
@@ -264,16 +267,19 @@ def _sample_cfg(method, shape="dynamic", t=1.0, seed=0, n=24):
 @pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
 def test_sampling_at_tiny_temperature_is_greedy_and_seeded(pairs, vanilla, shape):
     for mode in ("self", "std"):
-        got = generate(pairs[mode], make_clip(), PROMPT, _sample_cfg("specvlm", shape, t=1e-4, n=N)).token_ids
+        got = generate(pairs[mode], prepare(pairs[mode], make_clip(), PROMPT),
+                       _sample_cfg("specvlm", shape, t=1e-4, n=N)).token_ids
         assert got == vanilla.token_ids, mode
-    a = generate(pairs["std"], make_clip(), PROMPT, _sample_cfg("specvlm", shape, seed=7)).token_ids
-    b = generate(pairs["std"], make_clip(), PROMPT, _sample_cfg("specvlm", shape, seed=7)).token_ids
+    a = generate(pairs["std"], prepare(pairs["std"], make_clip(), PROMPT),
+                 _sample_cfg("specvlm", shape, seed=7)).token_ids
+    b = generate(pairs["std"], prepare(pairs["std"], make_clip(), PROMPT),
+                 _sample_cfg("specvlm", shape, seed=7)).token_ids
     assert a == b and len(a) == 24
 
 
 def test_sampling_with_the_target_as_its_own_full_draft_accepts_every_sample(pairs):
     """Draft distribution == target distribution: rejection sampling must accept every drafted token."""
-    res = generate(pairs["self"], make_clip(), PROMPT, _sample_cfg("none", "chain", n=40))
+    res = generate(pairs["self"], prepare(pairs["self"], make_clip(), PROMPT), _sample_cfg("none", "chain", n=40))
     assert res.accept_lengths[:-1] == [5] * (len(res.accept_lengths) - 1)
 
 

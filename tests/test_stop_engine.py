@@ -10,6 +10,7 @@ import torch
 
 from conftest import make_clip
 from specvlm.config import DecodeConfig, VideoConfig
+from specvlm.engine.prepare import prepare
 from specvlm.engine.stopping import stop_between_layers
 from specvlm.engine.stream import generate, stream
 from specvlm.types import PrefillInfo, Stopped
@@ -35,12 +36,12 @@ def test_a_stop_during_the_prefill_ends_it_between_layers(method):
     pair = pair_from_models(*tiny_qwen2_5_vl(layers=4))
     clip, cfg = make_clip(16), DecodeConfig(method=method, max_new_tokens=8)
     full = _layer_calls(pair.target)
-    list(stream(pair, clip, PROMPT, cfg))  # a whole run: prefill + 8 steps
+    list(stream(pair, prepare(pair, clip, PROMPT), cfg))  # a whole run: prefill + 8 steps
     per_run = full[0]
     full[0] = 0
     checks = []
     stop = lambda: checks.append(1) or len(checks) > 3  # noqa: E731  True at the 4th check: inside the prefill
-    assert list(stream(pair, clip, PROMPT, cfg, should_stop=stop)) == []  # no PrefillInfo: it never finished
+    assert list(stream(pair, prepare(pair, clip, PROMPT), cfg, should_stop=stop)) == []  # no PrefillInfo: it never finished
     assert 0 < full[0] < per_run // 2    # a few layers ran, then the prefill ended
     layers = [m for mod in pair.target.modules() if isinstance(mod, torch.nn.ModuleList) for m in mod]
     assert all(len(m._forward_pre_hooks) == 1 for m in layers)  # the stop checks are gone; the counter stays
@@ -51,8 +52,8 @@ def test_stop_checks_leave_the_output_unchanged():
     from specvlm.testing.tiny import tiny_qwen2_5_vl
     pair = pair_from_models(*tiny_qwen2_5_vl())
     clip, cfg = make_clip(8), DecodeConfig(method="specvlm", max_new_tokens=16, stop_at_eos=False)
-    plain = generate(pair, clip, PROMPT, cfg).token_ids
-    checked = [ev for ev in stream(pair, clip, PROMPT, cfg, should_stop=lambda: False)]
+    plain = generate(pair, prepare(pair, clip, PROMPT), cfg).token_ids
+    checked = [ev for ev in stream(pair, prepare(pair, clip, PROMPT), cfg, should_stop=lambda: False)]
     assert isinstance(checked[0], PrefillInfo)
     assert [t for ev in checked[1:] for t in ev.token_ids] == plain
 

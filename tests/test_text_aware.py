@@ -13,6 +13,7 @@ from specvlm.analysis.text_aware import frame_visibility, stage_shares, text_tok
 from specvlm.models.pair import pair_from_models
 from specvlm.spec.pruning import kept_count, select_video_tokens
 from specvlm.types import VideoClip
+from specvlm.engine.prepare import prepare
 
 GRID = torch.tensor([[g, r, c] for g in range(2) for r in range(4) for c in range(4)])  # 2 groups x 4 x 4
 
@@ -108,16 +109,17 @@ def test_forcing_text_tokens_is_lossless_and_reported(qwen_tiny, text_clip):
     pair = pair_from_models(*qwen_tiny)
     prompt = "what text appears?"
     cfg = DecodeConfig(method="specvlm", max_new_tokens=20, stop_at_eos=False)
-    van = generate(pair, clip, prompt, DecodeConfig(method="vanilla", max_new_tokens=20, stop_at_eos=False))
+    van = generate(pair, prepare(pair, clip, prompt),
+                   DecodeConfig(method="vanilla", max_new_tokens=20, stop_at_eos=False))
     inp = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
     text = text_tokens_from_truth(truth, clip.timestamps, inp.token_grid, inp.frames_per_token)
-    plain = generate(pair, None, prompt, cfg, inputs=inp)
+    plain = generate(pair, inp, cfg)
     base = stage_shares(plain.prefill.prune, text)
     assert base["text_tokens"] == text.numel() and 0 <= base["kept"] <= 1
     assert base["kept"] == pytest.approx(base["stage1"] + base["stage2"])
     assert base["keep_rate"] == pytest.approx(plain.num_kept / plain.num_video_tokens)
     inp.force_keep = text
-    forced = generate(pair, None, prompt, cfg, inputs=inp)
+    forced = generate(pair, inp, cfg)
     assert forced.token_ids == plain.token_ids == van.token_ids
     assert forced.num_kept == plain.num_kept
     sh = stage_shares(forced.prefill.prune, text)
@@ -134,9 +136,9 @@ def test_stream_force_keep_argument_matches_prepared_inputs(qwen_tiny, text_clip
     cfg = DecodeConfig(method="specvlm", max_new_tokens=8, stop_at_eos=False)
     inp = pair.adapter.prepare(pair.processor, pair.target, clip, prompt)
     text = text_tokens_from_truth(truth, clip.timestamps, inp.token_grid, inp.frames_per_token)
-    via_arg = generate(pair, clip, prompt, cfg, force_keep=text.tolist())
+    via_arg = generate(pair, prepare(pair, clip, prompt, force_keep=text.tolist()), cfg)
     inp.force_keep = text
-    via_inputs = generate(pair, None, prompt, cfg, inputs=inp)
+    via_inputs = generate(pair, inp, cfg)
     assert torch.equal(via_arg.prefill.prune.forced, via_inputs.prefill.prune.forced)
     assert torch.equal(via_arg.prefill.prune.keep, via_inputs.prefill.prune.keep)
     assert via_arg.token_ids == via_inputs.token_ids

@@ -1,4 +1,4 @@
-"""Decoding metrics: τ, tokens per target forward, timers, first divergence and its cause, peak memory.
+"""Decoding metrics: a run's summary (tokens/s, τ, tokens per target forward), timers, first divergence and its cause, peak memory.
 
 Source: docs/design.md §4.11-4.12; SpecVLM (arXiv 2508.16201) Sec. 4 for τ excluding the bonus token.
 """
@@ -8,13 +8,14 @@ import math
 import resource
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
 from specvlm.config import NEAR_TIE_MARGIN
+from specvlm.types import PrefillInfo, StepEvent
 
 
 def _is_cuda(device: torch.device | str | None) -> bool:
@@ -103,6 +104,67 @@ def tokens_per_target_forward(num_tokens: int, num_forwards: int) -> float:
     if num_forwards == 0:
         return 0.0
     return float(num_tokens) / num_forwards
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The numbers of one decode, computed from its events (:func:`summarize`).
+
+    Attributes:
+        num_tokens: generated tokens, the prefill's token included.
+        decode_s: decode wall time (s): from the prefill's token to the last step (excludes prefill,
+            scoring, pruning and draft prefill); the last event's ``elapsed_s``.
+        tokens_per_s: tokens the decode steps produced per second of decode time,
+            ``(num_tokens - 1) / decode_s`` (the prefill's token is not the decode's); 0.0 when
+            nothing was decoded.
+        target_forwards: target forwards after prefill (verify steps, or vanilla decode steps).
+        accept_lengths: accepted draft tokens per verify step (empty for vanilla).
+        tau: τ, the mean of ``accept_lengths`` (:func:`tau`); 0.0 for vanilla.
+        tokens_per_target_forward: tokens of the steps after prefill per target forward
+            (:func:`tokens_per_target_forward`; τ + 1 on average for speculative decoding).
+        draft_s, verify_s: summed drafting and target-forward time of the steps (s).
+    """
+
+    num_tokens: int = 0
+    decode_s: float = 0.0
+    tokens_per_s: float = 0.0
+    target_forwards: int = 0
+    accept_lengths: list[int] = field(default_factory=list)
+    tau: float = 0.0
+    tokens_per_target_forward: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+
+def summarize(events: Iterable[Any], speculative: bool | None = None) -> RunSummary:
+    """The one definition of tokens/s, τ and tokens per target forward, for the library, the
+    benchmark and the app alike.
+
+    Args:
+        events: a stream's events so far (:class:`~specvlm.types.PrefillInfo` and
+            :class:`~specvlm.types.StepEvent`, in order; a finished or a running stream).
+        speculative: whether the steps are verify steps; None = read from the PrefillInfo
+            (speculative when it carries a pruning result).
+
+    Returns:
+        :class:`RunSummary`.
+
+    Source: docs/design.md §4.12.
+    """
+    events = list(events)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    if speculative is None:
+        info = next((e for e in events if isinstance(e, PrefillInfo)), None)
+        speculative = info is not None and info.prune is not None
+    n = sum(len(s.token_ids) for s in steps)
+    after = [s for s in steps if s.step > 0]
+    decode_s = steps[-1].elapsed_s if steps else 0.0
+    accept = [s.accept_length for s in after] if speculative else []
+    return RunSummary(
+        num_tokens=n, decode_s=decode_s, tokens_per_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+        target_forwards=len(after), accept_lengths=accept, tau=tau(accept),
+        tokens_per_target_forward=tokens_per_target_forward(sum(len(s.token_ids) for s in after), len(after)),
+        draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -74,7 +74,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
     out = empty_run()
     out.update(
         token_ids=res.token_ids, margins=res.margins, num_generated=n, decode_s=res.decode_s, text=res.text,
-        decode_tokens_per_s=(n - 1) / res.decode_s if res.decode_s > 0 and n > 1 else None,
+        decode_tokens_per_s=res.tokens_per_s or None,
         e2e_s=res.total_s, prefill_s=info.prefill_s + info.prune_s + info.draft_prefill_s,
         tau=res.tau if cfg.speculative else None, tokens_per_target_forward=res.tokens_per_target_forward,
         target_forwards=steps, num_video_tokens=info.num_video_tokens, num_kept=res.num_kept,

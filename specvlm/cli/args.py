@@ -6,11 +6,10 @@ the CLI.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 
-from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, SamplingConfig, TreeConfig,
-                            VideoConfig)
+from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, VideoConfig,
+                            config_from_settings)
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -128,30 +127,16 @@ def load_from_args(args: argparse.Namespace):
     return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
 
 
-def tree_config(args: argparse.Namespace, preset) -> TreeConfig:
-    """The preset's draft tree (``Preset.tree``; TreeConfig() without a preset) with the tree options given;
-    a --tree of another shape starts from that shape's defaults, and any tree option applies to every
-    prompt length (the preset's long-prompt tree is dropped)."""
-    base = preset.tree if preset is not None and getattr(preset, "tree", None) is not None else TreeConfig()
-    if args.tree is not None and args.tree != base.shape:
-        base = TreeConfig(shape=args.tree)  # another shape: its own defaults, not the preset's tuning
-    given = {"shape": args.tree, "depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens,
-             "min_prob": args.min_prob}
-    given = {k: v for k, v in given.items() if v is not None}
-    return dataclasses.replace(base.without_long_prompt() if given else base, **given)
-
-
 def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
-    """DecodeConfig from the arguments (raises ConfigError on bad values)."""
+    """DecodeConfig from the arguments and the preset's tree and budget
+    (:func:`specvlm.config.config_from_settings`, the app's path too; raises ConfigError on bad values)."""
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
     lam = getattr(args, "stage1_mass", None)
-    return DecodeConfig(
-        method=method, max_new_tokens=max_new, stop_at_eos=not args.no_eos,
-        prune=PruneConfig(method=method if method != "vanilla" else "specvlm", drop_rate=args.drop_rate,
-                          top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed),
-        tree=tree_config(args, preset),
-        sampling=SamplingConfig(temperature=args.temperature, top_p_sampling=args.top_p_sampling, seed=args.seed),
-    )
+    return config_from_settings(
+        method, max_new_tokens=max_new, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
+        top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
+        top_p_sampling=args.top_p_sampling, tree=getattr(preset, "tree", None), shape=args.tree, depth=args.depth,
+        top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob)
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:

@@ -125,6 +125,7 @@ def check_before_load(args: argparse.Namespace) -> DecodeConfig:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """``python -m specvlm generate``: print the text (and a timing line on stderr), or one JSON object."""
+    from specvlm.engine.prepare import prepare
     from specvlm.engine.stream import generate
     from specvlm.video import load_video
 
@@ -137,7 +138,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # a clip shorter than the preset's default frame count is not news unless the user asked for more
         if asked or not note.startswith("the video has only"):
             print(f"note: {note}", file=sys.stderr)
-    res = generate(pair, clip, args.prompt, cfg, **extra)
+    inputs = prepare(pair, clip, args.prompt, **extra)
+    res = generate(pair, inputs, cfg)
     out = result_json(res)
     notes = list(clip.notes)
     missed = no_transcript_note(extra.get("subtitles"), clip.timestamps) \
@@ -153,7 +155,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"note: {notes[-1]}", file=sys.stderr)
     out["notes"] = notes
     if args.compare and cfg.speculative:
-        van = generate(pair, clip, args.prompt, decode_config(args, "vanilla", preset), **extra)
+        van = generate(pair, inputs, decode_config(args, "vanilla", preset))
         out["vanilla"] = result_json(van)
         out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:

@@ -2,7 +2,8 @@
 
 :func:`prepare` is the one way a request's prompt is built: the model family's adapter runs the
 processor and the chat template once, and the result can be decoded any number of times
-(:func:`specvlm.engine.stream.stream` with different methods, settings or a shared target prefill).
+(:func:`specvlm.engine.stream.stream` with different methods, settings or a shared target prefill),
+like a processor's output fed to ``generate()`` in transformers.
 
 Source: docs/design.md §2 (data flow) and §4.7 (what the draft sees).
 """
@@ -14,10 +15,8 @@ from typing import Any
 
 import torch
 
-from specvlm.config import DecodeConfig
-from specvlm.types import ModelInputs
 from specvlm.models.pair import ModelPair, with_draft_inputs
-from specvlm.types import VideoClip
+from specvlm.types import ModelInputs, VideoClip
 
 VideoInput = VideoClip | str | os.PathLike
 """A request's video: a sampled clip, or a video file to load with the default settings."""
@@ -103,55 +102,18 @@ def with_force_keep(inputs: ModelInputs, force_keep: Any) -> ModelInputs:
     return replace(inputs, force_keep=torch.as_tensor(force_keep, dtype=torch.long).reshape(-1))
 
 
-_CLIP_FORM = ("config", "prompt", "inputs", "subtitles", "subtitle_mode", "force_keep")
-
-
-def resolve_call(pair: ModelPair, first: Any, second: Any, more: tuple,
-                 clip_form: dict) -> tuple[ModelInputs, DecodeConfig]:
-    """(inputs, config) of a :func:`specvlm.engine.stream.stream` call in the prepared or the clip form.
-
-    Prepared: ``(inputs, config)``. Clip: ``(clip, prompt, config)`` plus keywords ``subtitles``,
-    ``subtitle_mode``, ``force_keep`` and ``inputs`` (prepared inputs that skip :func:`prepare`).
-    For a speculative config the inputs carry the draft's own prompt when its video geometry
-    differs (written from the clip), and none where the draft reads the target's prompt.
+def for_pair(pair: ModelPair, inputs: ModelInputs) -> ModelInputs:
+    """``inputs`` as this pair's draft reads them: without a draft prompt where the draft reads the
+    target's (e.g. a Self-SD pair decoding a Std-SD pair's inputs), unchanged where the draft needs its
+    own and has it.
 
     Raises:
-        TypeError: unknown keywords, or clip-form arguments with prepared inputs; no clip or path.
-        ValueError (and subclasses): as :func:`prepare`; a draft that needs its own prompt
-            without a clip to write it from.
-    """
-    unknown = sorted(set(clip_form) - set(_CLIP_FORM))
-    if unknown:
-        raise TypeError(f"stream() got unexpected keyword arguments {', '.join(unknown)}.")
-    if isinstance(first, ModelInputs):
-        config = clip_form.pop("config", second) or DecodeConfig()
-        if more or clip_form:
-            raise TypeError("stream(pair, inputs, config) takes prepared inputs and a config only: put prompt, "
-                            "subtitles and force_keep into specvlm.engine.prepare.prepare(...).")
-        return (_draft_view(pair, first) if config.speculative else first), config
-    prompt = clip_form.pop("prompt", second)
-    config = clip_form.pop("config", more[0] if more else None) or DecodeConfig()
-    inputs = clip_form.pop("inputs", None)
-    force_keep = clip_form.pop("force_keep", None)
-    if inputs is None:
-        return prepare(pair, first, prompt, force_keep=force_keep, **clip_form), config
-    inputs = with_force_keep(inputs, force_keep)
-    if config.speculative:  # inputs prepared without the draft's own prompt: written from the clip
-        clip = None if first is None else as_clip(pair, first)
-        inputs = _draft_view(pair, inputs, clip, prompt, clip_form.get("subtitles"),
-                             clip_form.get("subtitle_mode", "both"))
-    return inputs, config
-
-
-def _draft_view(pair: ModelPair, inputs: ModelInputs, clip: Any = None, prompt: str = "",
-                subtitles: list | None = None, subtitle_mode: str = "both") -> ModelInputs:
-    """``inputs`` as this pair's draft reads them: with the draft's own prompt where its video
-    geometry differs (written from ``clip`` when missing), without one where the draft reads the
-    target's prompt (e.g. a Self-SD pair made from a Std-SD pair's inputs).
-
-    Raises:
-        ValueError: the draft needs its own prompt, it is missing and no clip was given.
+        ValueError: the draft reads its own prompt (another video geometry) and ``inputs`` carry none:
+            prepare them with this pair.
     """
     if pair.draft_processor is None:
         return inputs if inputs.draft_inputs is None else replace(inputs, draft_inputs=None)
-    return with_draft_inputs(pair, inputs, clip, prompt, subtitles, subtitle_mode)
+    if inputs.draft_inputs is None:
+        raise ValueError("this draft reads its own prompt (another video geometry than the target's) and these "
+                         "inputs carry none: prepare them with this pair, specvlm.prepare(pair, clip, prompt).")
+    return inputs

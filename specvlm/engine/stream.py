@@ -3,8 +3,7 @@
 ``stream(pair, inputs, config)`` is the main API: given inputs from
 :func:`specvlm.engine.prepare.prepare`, it yields one :class:`PrefillInfo`, then one
 :class:`StepEvent` per target forward (vanilla) or per verify step
-(speculative). ``generate()`` consumes it into a :class:`DecodeResult`. Both also
-take a clip and a prompt (``stream(pair, clip, prompt, config)``), preparing them first.
+(speculative). ``generate(pair, inputs, config)`` consumes it into a :class:`DecodeResult`.
 
 The numbered comments in :func:`_stream_speculative` mirror docs/design.md §4.1-4.10.
 No state is kept on model objects: caches and positions live in local state.
@@ -15,20 +14,19 @@ Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 
-from specvlm.analysis.metrics import Timer, logit_margin, tau as mean_tau, tokens_per_target_forward
+from specvlm.analysis.metrics import Timer, logit_margin, summarize
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.engine import kv
 from specvlm.engine.draft import make_draft_runner
 from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
-from specvlm.engine.prepare import VideoInput, as_clip, resolve_call
+from specvlm.engine.prepare import for_pair
 from specvlm.engine.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
@@ -107,45 +105,46 @@ def _rope_dims(inputs: ModelInputs) -> int:
 
 
 # --------------------------------------------------------------------------- streams
-def stream(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
-           /, *more: Any, prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
-           record_trees: bool = False, **clip_form: Any) -> Iterator[PrefillInfo | StepEvent]:
+def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = None, *,
+           prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
+           record_trees: bool = False) -> Iterator[PrefillInfo | StepEvent]:
     """Decode one request, streaming events.
 
-    Two forms, one path. Prepared: ``stream(pair, inputs, config)`` with inputs from
-    :func:`specvlm.engine.prepare.prepare`. Clip: ``stream(pair, clip, prompt, config, subtitles=...,
-    subtitle_mode=..., force_keep=...)`` prepares them first (``inputs=`` skips that, with the
-    clip and prompt ignored).
+    ``inputs`` come from :func:`specvlm.engine.prepare.prepare` (the clip, prompt, subtitles and
+    forced tokens go there), so one preparation serves any number of decodes.
+
+    Only the engine's own work runs under ``torch.inference_mode()``: the mode is entered around each
+    resume of the decode loop, so the caller's code between two events runs in the caller's mode.
 
     Args:
         pair: target + draft.
-        inputs: prepared ModelInputs (or, in the clip form, a VideoClip or a video file path).
-        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults); in the
-            clip form the prompt, with the config after it.
-        prefill: a target prefill to reuse (:func:`prefill_target` on ``inputs.for_target()``,
-            with scores for the ``specvlm`` and ``attention`` methods); its KV cache is copied, so
-            one prefill serves any number of requests on the same inputs.
+        inputs: prepared ModelInputs.
+        config: method, budget, pruning and tree settings (default: SpecVLM, paper defaults).
+        prefill: a target prefill to reuse (:func:`specvlm.engine.prefill.prefill_target` on
+            ``inputs.for_target()``, with scores for the ``specvlm`` and ``attention`` methods); its KV
+            cache is copied, so one prefill serves any number of requests on the same inputs.
         should_stop: polled before every step and, during the prefills, before every layer of the
             models (:func:`specvlm.engine.stopping.stop_between_layers`); True ends the stream early,
             before its PrefillInfo when the prefill was running.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
-        **clip_form: ``subtitles``, ``subtitle_mode``, ``force_keep`` (see
-            :func:`specvlm.engine.prepare.prepare`), ``inputs``, ``prompt``: clip form only.
 
     Yields:
         One PrefillInfo, then StepEvents (step 0 = the prefill token).
 
     Raises:
-        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
-            video (:class:`specvlm.video.VideoError`); a ``prefill`` of other inputs or without
-            the scores the method needs.
-        TypeError: neither prepared inputs nor a VideoClip or path; arguments of the other form.
+        TypeError: ``inputs`` are not prepared ModelInputs.
+        ValueError (and subclasses): inputs prepared for a draft of another video geometry; a
+            ``prefill`` of other inputs or without the scores the method needs.
 
     Source: docs/design.md §2 (one generator that the CLI, app and bench consume).
     """
+    if not isinstance(inputs, ModelInputs):
+        raise TypeError(f"inputs must be prepared ModelInputs, got {type(inputs).__name__}: call "
+                        "specvlm.prepare(pair, clip_or_path, prompt) first and pass its result.")
+    config = config or DecodeConfig()
+    if config.speculative:
+        inputs = for_pair(pair, inputs)
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
-    with torch.inference_mode():
-        inputs, config = resolve_call(pair, inputs, config, more, clip_form)
     if config.speculative:
         events = _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
     else:
@@ -286,39 +285,28 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
                         num_generated=len(em.ids), tree=rec)
 
 
-def generate(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: DecodeConfig | str | None = None,
-             /, *more: Any, **kwargs: Any) -> DecodeResult:
+def generate(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = None, *,
+             prefill: TargetPrefill | None = None, should_stop: Callable[[], bool] | None = None,
+             record_trees: bool = False) -> DecodeResult:
     """Run :func:`stream` to the end and summarise it (docs/design.md §4.12).
 
     Args:
-        pair: target + draft.
-        inputs: prepared ModelInputs (:func:`specvlm.engine.prepare.prepare`), or in the clip form
-            ``generate(pair, clip, prompt, config, ...)`` a VideoClip or a video file path (a path
-            is loaded with the default VideoConfig, not counted in ``total_s``).
-        config: decoding settings (default: SpecVLM, paper defaults); the prompt in the clip form.
-        *more: the config in the clip form.
-        **kwargs: passed to :func:`stream` (``prefill``, ``should_stop``, ``record_trees``; in the
-            clip form also ``subtitles``, ``subtitle_mode``, ``force_keep``, ``inputs``).
+        pair, inputs, config, prefill, should_stop, record_trees: as :func:`stream`.
 
     Returns:
         DecodeResult: ids, text, τ (mean accepted length excluding the bonus token),
         tokens per target forward, decode time (s, excludes prefill/scoring/pruning/draft
-        prefill), end-to-end time (s, including preparing the prompt in the clip form), tokens/s
-        over decode time, per-step accept lengths, and for vanilla the per-token logit margins.
+        prefill), end-to-end time of the stream (s), tokens/s over decode time, per-step accept
+        lengths, and for vanilla the per-token logit margins.
 
     Raises:
-        ValueError (and subclasses): bad prompt, video or settings; a path that is no readable
-            video (:class:`specvlm.video.VideoError`).
-        TypeError: neither prepared inputs nor a VideoClip or path.
+        TypeError, ValueError: as :func:`stream`.
     """
-    if isinstance(inputs, (str, os.PathLike)) and kwargs.get("inputs") is None:
-        inputs = as_clip(pair, inputs)
+    config = config or DecodeConfig()
     t0 = time.perf_counter()
-    run = {k: kwargs.pop(k) for k in ("prefill", "should_stop", "record_trees") if k in kwargs}
-    inputs, config = resolve_call(pair, inputs, config, more, kwargs)
     steps: list[StepEvent] = []
     info: PrefillInfo | None = None
-    for ev in stream(pair, inputs, config, **run):
+    for ev in stream(pair, inputs, config, prefill=prefill, should_stop=should_stop, record_trees=record_trees):
         if isinstance(ev, PrefillInfo):
             info = ev
         else:
@@ -328,17 +316,12 @@ def generate(pair: ModelPair, inputs: ModelInputs | VideoInput | None, config: D
 
 def _summary(pair: ModelPair, config: DecodeConfig, info: PrefillInfo | None, steps: list[StepEvent],
              total: float) -> DecodeResult:
-    """A DecodeResult from a finished stream's events; ``total`` = end-to-end seconds."""
+    """A DecodeResult from a finished stream's events; ``total`` = the stream's wall time (s)."""
     ids = [t for s in steps for t in s.token_ids]
-    verify_steps = [s for s in steps if s.step > 0]
-    accept = [s.accept_length for s in verify_steps] if config.speculative else []
-    decode_s = steps[-1].elapsed_s if steps else 0.0
-    text = pair.processor.tokenizer.decode(ids, skip_special_tokens=True)
+    m = summarize(steps, config.speculative)
     return DecodeResult(
-        token_ids=ids, text=text, method=config.method, accept_lengths=accept, tau=mean_tau(accept),
-        tokens_per_target_forward=tokens_per_target_forward(max(len(ids) - 1, 0), len(verify_steps)),
-        decode_s=decode_s, total_s=total, tokens_per_s=(len(ids) / decode_s) if decode_s > 0 else 0.0,
-        draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3,
-        prefill=info, steps=steps,
-        margins=[] if config.speculative else [s.margin for s in steps if s.token_ids],
+        token_ids=ids, text=pair.processor.tokenizer.decode(ids, skip_special_tokens=True), method=config.method,
+        accept_lengths=m.accept_lengths, tau=m.tau, tokens_per_target_forward=m.tokens_per_target_forward,
+        decode_s=m.decode_s, total_s=total, tokens_per_s=m.tokens_per_s, draft_s=m.draft_s, verify_s=m.verify_s,
+        prefill=info, steps=steps, margins=[] if config.speculative else [s.margin for s in steps if s.token_ids],
     )
