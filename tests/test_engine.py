@@ -318,3 +318,25 @@ def test_concurrent_streams_on_one_pair_are_safe_and_leave_the_models_as_built(p
         t.join(timeout=300)
     assert seen == alone
     assert text_attn_implementation(pair.target) == text_attn_implementation(pair.draft) == ATTN_IMPL
+
+
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+def test_attention_scores_equal_transformers_eager_attention(pairs, fam):
+    """The scoring pass computes eager attention per call; its scores equal those of transformers' own
+    ``eager`` implementation over the whole prompt (a copy of the target set to eager)."""
+    from specvlm.engine.forward import prompt_video
+    from specvlm.engine.prefill import prefill_target
+
+    pair = pairs[(fam, "self")]
+    inputs = prepare(pair, make_clip(), PROMPT).for_target()
+    eager = copy.deepcopy(pair.target)
+    eager.set_attn_implementation({"text_config": "eager"})
+    with torch.inference_mode():
+        scores = prefill_target(pair, inputs, with_scores=True).scores
+        emb, _ = prompt_video(eager, pair.adapter, inputs)
+        out = pair.adapter.language_model(eager)(inputs_embeds=emb, output_attentions=True,
+                                                 position_ids=pair.adapter.lm_positions(inputs.positions))
+    split = int(inputs.video_index[-1]) + 1
+    ref = torch.stack([a[0, :, split:].float().mean(dim=(0, 1)) for a in out.attentions]).mean(0)
+    torch.testing.assert_close(scores, ref[inputs.video_index], atol=1e-6, rtol=1e-5)
+    assert float(scores.std()) > 0

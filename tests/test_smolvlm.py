@@ -230,17 +230,19 @@ def test_another_geometry_draft_with_subtitles_and_prepared_inputs(mixed):
     cues = [Cue(0.0, 1.0, "a red ball rolls"), Cue(1.0, 2.0, "it stops")]
     clip = make_clip()
     for mode in ("both", "target", "draft"):
-        van = generate(mixed, prepare(mixed, clip, PROMPT, subtitles=cues, subtitle_mode=mode), _cfg(n=16))
-        spec = generate(mixed, prepare(mixed, clip, PROMPT, subtitles=cues, subtitle_mode=mode), _cfg("specvlm", n=16))
+        inputs = prepare(mixed, clip, PROMPT, subtitles=cues, subtitle_mode=mode)
+        van, spec = generate(mixed, inputs, _cfg(n=16)), generate(mixed, inputs, _cfg("specvlm", n=16))
         assert spec.token_ids == van.token_ids, mode
         seen = {"both": (True, True), "target": (True, False), "draft": (False, True)}[mode]
         assert (spec.prefill.target_subtitle_tokens > 5, spec.prefill.draft_subtitle_tokens > 5) == seen, mode
-    inputs = mixed.adapter.prepare(mixed.processor, mixed.target, clip, PROMPT)      # as the app prepares them
+    inputs = mixed.adapter.prepare(mixed.processor, mixed.target, clip, PROMPT)      # the target's prompt only
     assert inputs.draft_inputs is None
-    spec = generate(mixed, inputs, _cfg("specvlm", n=16))
-    assert spec.token_ids == generate(mixed, prepare(mixed, clip, PROMPT), _cfg(n=16)).token_ids
-    with pytest.raises(ValueError, match="pass the clip"):
+    assert generate(mixed, inputs, _cfg(n=4)).token_ids      # vanilla reads the target's prompt only
+    with pytest.raises(ValueError, match=r"reads its own prompt.*specvlm.prepare\(pair, clip, prompt\)"):
         generate(mixed, inputs, _cfg("specvlm", n=4))
+    full = prepare(mixed, clip, PROMPT)
+    assert full.draft_inputs is not None
+    assert generate(mixed, full, _cfg("specvlm", n=16)).token_ids == generate(mixed, full, _cfg(n=16)).token_ids
 
 
 def test_subtitles_are_lossless_in_every_mode(pairs):

@@ -21,7 +21,7 @@ import torch
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import BenchError, BenchSettings
 from specvlm.config import DecodeConfig
-from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.engine.attention import plain_sdpa
 from specvlm.bench.memory import MemoryProbe
 from specvlm.types import VideoClip
 
@@ -112,18 +112,13 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
     streamer = _TimingStreamer(dev)
     assistant = kw.get("assistant_model")
     saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
-    models = list({id(m): m for m in (model, assistant) if m is not None}.values())
-    impls = [(m, text_attn_implementation(m)) for m in models]
     try:
-        for m in models:  # stock transformers attention for the peers, whatever the engine uses
-            set_text_attn_implementation(m, HF_ATTENTION)
-        feed = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in enc.items()}
-        out = model.generate(**feed, **kw, streamer=streamer)
+        with plain_sdpa():   # stock transformers attention for the peers, for this call only
+            feed = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in enc.items()}
+            out = model.generate(**feed, **kw, streamer=streamer)
     finally:
         if hook is not None:
             hook.remove()
-        for m, impl in impls:
-            set_text_attn_implementation(m, impl)
         if assistant is not None:
             assistant.generation_config = saved  # HF's heuristic schedule mutates it across calls
     return out, streamer, (count[0] if hook is not None else None)

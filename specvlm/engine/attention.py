@@ -6,13 +6,20 @@
   heads directly: no ``repeat_kv`` copy of the whole cache per step. A plain decode
   step (one query, no mask) is folded the same way. Everything else is delegated to
   transformers' own SDPA path.
+* Per call, without touching the model's configuration: :func:`attention_weights` makes the
+  forwards run inside it return eager attention weights (the target's scoring pass), and
+  :func:`plain_sdpa` makes them run transformers' stock SDPA path (the benchmark's Hugging Face
+  peers). Both hold for the calling thread only, so requests on other threads (another
+  ``stream()`` on the same pair) keep the fast path.
 
 Source: docs/design.md §7 (profile: masked sdpa path copies KV to every head);
 grouped-query attention (Ainslie et al. 2023).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +33,7 @@ MAX_GROUPED_QUERY = 256
 
 
 _FOLDED = threading.local()
+_MODE = threading.local()   # .value: None (the fast path), ("weights", sink) or ("sdpa", None); per thread
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 MIN_SPLIT_PREFIX = 12288
 """Fully visible prefixes shorter than this are not split off: one masked SDPA call on the folded
@@ -72,6 +80,71 @@ def _fold(attention_mask: torch.Tensor, kvh: int, g: int, L: int, dtype: torch.d
     return entry
 
 
+@contextlib.contextmanager
+def _mode(value: tuple) -> Iterator[None]:
+    before = getattr(_MODE, "value", None)
+    _MODE.value = value
+    try:
+        yield
+    finally:
+        _MODE.value = before
+
+
+def attention_weights(sink: Callable[[torch.Tensor], None]) -> contextlib.AbstractContextManager[None]:
+    """Within this block, on this thread, ``specvlm_gqa`` layers compute eager attention, as
+    transformers' ``eager`` implementation does (same ops, same numbers), and hand each layer's
+    weights to ``sink`` as soon as they exist, in layer order.
+
+    Args:
+        sink: called with each layer's attention weights, (B, H, n, L) in the model's dtype; only one
+            layer's weights are alive at a time, so memory stays O(H x n x L).
+
+    Source: docs/design.md §4.2 (the scoring pass needs the attention weights).
+    """
+    return _mode(("weights", sink))
+
+
+def plain_sdpa() -> contextlib.AbstractContextManager[None]:
+    """Within this block, on this thread, ``specvlm_gqa`` layers run transformers' stock SDPA path
+    (what ``attn_implementation="sdpa"`` runs), e.g. for ``model.generate()`` as a reference."""
+    return _mode(("sdpa", None))
+
+
+def _eager_with_weights(module, query, key, value, attention_mask, dropout, scaling, sink):
+    """transformers' eager attention (``eager_attention_forward`` of the Qwen2, Llama and Qwen-VL text
+    models: repeat KV, QK^T * scale + additive mask, float32 softmax, @ V), from this engine's mask.
+
+    Args:
+        query: (B, H, n, d); key/value: (B, KV, L, d); attention_mask: bool (True = visible) or additive
+            float (B|1, 1, n, >=L), or None (no key hidden from any query when n == 1; causal otherwise).
+
+    Returns:
+        (attn_output (B, n, H, d), None); the weights (B, H, n, L) in the query's dtype go to ``sink``.
+    """
+    b, h, n, d = query.shape
+    kvh, L = key.shape[1], key.shape[-2]
+    g = h // kvh
+    keys = key[:, :, None].expand(b, kvh, g, L, d).reshape(b, h, L, d)
+    values = value[:, :, None].expand(b, kvh, g, L, d).reshape(b, h, L, d)
+    if scaling is None:
+        scaling = d ** -0.5
+    weights = torch.matmul(query, keys.transpose(2, 3)) * scaling
+    mask = attention_mask
+    if mask is None and n > 1:   # causal: query i sees keys up to L - n + i
+        mask = torch.ones(n, L, dtype=torch.bool, device=query.device).tril(L - n)[None, None]
+    if mask is not None:
+        mask = mask[..., :L]
+        if mask.dtype == torch.bool:
+            mask = torch.where(mask, torch.tensor(0.0, device=mask.device, dtype=query.dtype),
+                               torch.finfo(query.dtype).min)
+        weights = weights + mask
+    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    out = torch.matmul(weights, values).transpose(1, 2).contiguous()
+    sink(weights)
+    return out, None
+
+
 def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """Attention for short masked queries (tree verify, draft tree feeds) without repeating KV per head.
 
@@ -96,6 +169,12 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
         transformers' SDPA path.
     """
+    mode, sink = getattr(_MODE, "value", None) or (None, None)
+    if mode == "weights":
+        return _eager_with_weights(module, query, key, value, attention_mask, dropout, scaling, sink)
+    if mode == "sdpa":
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
     b, h, n, d = query.shape
     kvh, L = key.shape[1], key.shape[-2]
     if attention_mask is None and n == 1 and kvh < h:
@@ -156,13 +235,10 @@ def text_attn_implementation(model) -> str:
     return model.config.get_text_config(decoder=True)._attn_implementation
 
 
-def set_text_attn_implementation(model, impl: str) -> None:
-    """Switch only the language model's attention (the vision tower keeps its own)."""
-    model.set_attn_implementation({"text_config": impl})
-
-
 def use_fast_attention(model) -> None:
-    """Switch ``model``'s language model to the ``specvlm_gqa`` attention (SDPA for everything but
-    short masked queries); the vision tower and ``generate()`` outside our engine are unaffected
-    apart from that."""
-    set_text_attn_implementation(model, ATTN_IMPL)
+    """Set ``model``'s language model to the ``specvlm_gqa`` attention, once, when a pair is built
+    (:func:`specvlm.models.pair.pair_from_models`); the vision tower keeps its own. Outside this
+    engine the model behaves as with SDPA (everything but short masked queries is transformers' SDPA
+    path; :func:`plain_sdpa` gives exactly that path)."""
+    if text_attn_implementation(model) != ATTN_IMPL:
+        model.set_attn_implementation({"text_config": ATTN_IMPL})

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from specvlm.engine import kv
-from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.engine.attention import ATTN_IMPL, attention_weights, text_attn_implementation
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
 from specvlm.models.adapter import video_lm_kwargs
 from specvlm.models.pair import ModelPair
@@ -48,7 +48,7 @@ def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -
 
     Args:
         per_layer: per layer float32 (P + q,): attention weights averaged over heads and over
-            pass B's q query positions (reduced on the fly by :func:`_score_hooks`).
+            pass B's q query positions (reduced on the fly in :func:`prefill_target`).
         video_index: int64 (V,) key positions of the video tokens.
 
     Returns:
@@ -60,20 +60,6 @@ def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -
     return stacked.mean(0)[video_index.to(stacked.device)].cpu()
 
 
-def _score_hooks(lm: torch.nn.Module, sink: list[torch.Tensor]) -> list[Any]:
-    """Forward hooks that reduce each layer's eager attention weights (B, H, q, k) to (k,) at once.
-
-    Only the current layer's weights are alive at any time, so memory stays O(H x q x L) instead of
-    keeping every layer's weights (which would be ~8 GB for a 72B target at 16k tokens).
-    """
-    def hook(_module, _args, output):
-        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        if weights is not None:
-            sink.append(weights[0].float().mean(dim=(0, 1)))
-
-    return [layer.self_attn.register_forward_hook(hook) for layer in lm.layers]
-
-
 def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
                    video: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> TargetPrefill:
     """Two-pass target prefill: pass A up to the last video token, pass B the rest.
@@ -81,8 +67,10 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
     A subtitle transcript after the video (:mod:`specvlm.text.prompting`) goes into pass A, so the
     scores stay question-to-video attention as in the paper.
 
-    Pass B runs with eager attention only when ``with_scores``; each layer's weights are reduced
-    by a forward hook as soon as they exist, so memory stays O(heads x text x L) for one layer.
+    Pass B runs with eager attention only when ``with_scores``, for this call only
+    (:func:`specvlm.engine.attention.attention_weights`: no model setting changes, so other requests
+    on the same pair are unaffected); each layer's weights are reduced as soon as they exist, so
+    memory stays O(heads x text x L) for one layer.
 
     ``video`` (the target's :func:`prompt_video` result, e.g. ``(tp.embeds, tp.side)`` of an
     earlier prefill of the same prompt) skips the video encoder, e.g. to prefill the same prompt
@@ -90,7 +78,8 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
 
     Raises:
         ValueError: the prompt has no video tokens.
-        RuntimeError: the attention modules returned no weights under eager attention.
+        ValueError: scores asked of a pair not built with this engine's attention.
+        RuntimeError: the scoring pass computed no attention weights.
     """
     model, ad = pair.target, pair.adapter
     if inputs.num_video_tokens == 0:
@@ -106,18 +95,14 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
     lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None, extra=extra)
     scores = None
     if with_scores:
-        impl = text_attn_implementation(model)
-        sink: list[torch.Tensor] = []
-        handles = _score_hooks(ad.language_model(model), sink)
-        set_text_attn_implementation(model, "eager")
-        try:
+        if text_attn_implementation(model) != ATTN_IMPL:
+            raise ValueError("the target's language model does not run this engine's attention: build the pair "
+                             "with specvlm.models.pair.pair_from_models or load_pair.")
+        sink: list[torch.Tensor] = []   # per layer, pass B's weights averaged over heads and queries
+        with attention_weights(lambda w: sink.append(w[0].float().mean(dim=(0, 1)))):
             logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
-        finally:
-            set_text_attn_implementation(model, impl)
-            for h in handles:
-                h.remove()
         if not sink:
-            raise RuntimeError("no attention weights were returned under eager attention.")
+            raise RuntimeError("no attention weights were computed in the scoring pass.")
         scores = attention_scores(sink, inputs.video_index)
     else:
         logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)

@@ -140,7 +140,7 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
         device_map: overrides the planned placement, e.g. "auto" or {"": "cuda:1"} (accelerate).
 
     Returns:
-        ModelPair, models in eval mode with sdpa attention.
+        ModelPair, models in eval mode, their language models on this engine's attention (:func:`pair_from_models`).
 
     Raises:
         ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.

@@ -115,8 +115,14 @@ def _vocab_size(model: Any) -> int:
 
 
 def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draft_processor: Any | None = None,
-                     name: str = "", fast_attention: bool = True) -> ModelPair:
+                     name: str = "") -> ModelPair:
     """Wrap already-loaded models (tests, tiny models, custom code).
+
+    The pair takes the models over: once, here, their language models are set to this engine's
+    attention (``specvlm_gqa``, :mod:`specvlm.engine.attention`; transformers' SDPA path for everything
+    but the engine's short masked queries, so ``model.generate()`` still works). Nothing about the
+    models changes after that: decoding requests choose their attention per call, so concurrent
+    requests on one pair do not disturb each other.
 
     Args:
         target: the target model.
@@ -125,19 +131,15 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
         draft_processor: the draft's processor: checks the tokenizer, and writes the draft's own
             prompt when the draft's video geometry differs from the target's (SmolVLM2-2.2B target,
             256M draft).
-        fast_attention: switch both models to the grouped-query ``specvlm_gqa`` attention
-            (:mod:`specvlm.engine.attention`; SDPA for everything but short masked queries).
+        name: display name (default "Self-SD" / "Std-SD").
 
     Raises:
         TokenizerMismatchError: draft and target tokenizers differ on shared ids.
         ModelLoadError: unsupported family, or a draft of another video geometry without its processor.
     """
     adapter = adapter_for(target)
-    if fast_attention:
-        for m in {id(target): target, id(draft): draft}.values():
-            if m is not None:
-                use_fast_attention(m)
     if draft is None or draft is target:
+        use_fast_attention(target)
         return ModelPair(target, target, processor, adapter, adapter, name or "Self-SD", _vocab_size(target))
     d_adapter = adapter_for(draft)
     if d_adapter.family != adapter.family:
@@ -150,6 +152,8 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     if t_geo != d_geo and draft_processor is None:
         raise ModelLoadError(f"the draft cuts frames into video tokens differently from the target ({d_geo} vs "
                              f"{t_geo}): pass the draft's processor (draft_processor) so it gets its own prompt.")
+    use_fast_attention(target)
+    use_fast_attention(draft)
     shared = min(_vocab_size(target), _vocab_size(draft))
     return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared,
                      draft_processor if t_geo != d_geo else None)
