@@ -66,7 +66,7 @@ def test_stream_and_generate_take_prepared_inputs_only(pairs, ramp):
         with pytest.raises(TypeError, match="prepared ModelInputs"):
             next(stream(pair, bad, CFG))
     with pytest.raises(TypeError, match="positional"):
-        generate(pair, prepare(pair, prepare(pair, ramp, "describe"), CFG), None)
+        generate(pair, prepare(pair, ramp, "describe"), CFG, None)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])

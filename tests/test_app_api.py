@@ -23,8 +23,6 @@ def served():
     from app.backend import Backend
     from app.ui import build_demo
     video = sample_video()
-    if video is None:
-        pytest.skip("no sample video")
     demo = build_demo(Backend(FakeEngine(step_s=0.0)), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

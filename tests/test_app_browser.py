@@ -1,21 +1,19 @@
 """Real browser: Debian ``chromium`` driven by the ``playwright`` package (never the Playwright browser download).
 
-Uploads a clip, presses Run, waits for both panels to finish, checks that the heatmap gallery
-and the plotly charts rendered, and saves a screenshot to ``artifacts/`` (git-ignored). With
-the real engine and SPECVLM_UPDATE_SCREENSHOT=1 the screenshot is also copied to ``docs/screenshot.png``; until
-the engine is importable the page runs over the fake engine (the test says so).
+Uploads a clip, presses Run on the real engine with the bundled pair, waits for both panels to finish,
+checks that the heatmap gallery and the plotly charts rendered, and saves a screenshot to ``artifacts/``
+(git-ignored). With SPECVLM_UPDATE_SCREENSHOT=1 the screenshot is also copied to ``docs/screenshot.png``.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 
 import pytest
 
-from test_app_fakes import ROOT, FakeEngine, engine_ready, free_port, real_engine, sample_video
+from test_app_fakes import ROOT, FakeEngine, free_port, real_engine, sample_video
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -57,17 +55,8 @@ def test_browser_upload_run_and_render(tmp_path):
     from app.backend import Backend
     from app.ui import build_demo
     video = sample_video()
-    if video is None:
-        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
-    reason = engine_ready()
-    if reason:
-        warnings.warn(f"browser test runs over the FAKE engine: {reason}")
-        backend, real = Backend(FakeEngine(step_s=0.01)), False
-    else:
-        engine, _, real = real_engine()  # real = the bundled model (else a tiny in-process one)
-        if not real:
-            warnings.warn("bundled model not found: browser test runs the real engine on a tiny model")
-        backend = Backend(engine, device="cpu", dtype="float32")
+    engine, _ = real_engine()
+    backend = Backend(engine, device="cpu", dtype="float32")
     demo = build_demo(backend)
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
@@ -82,7 +71,7 @@ def test_browser_upload_run_and_render(tmp_path):
                 page.locator("#run").wait_for(timeout=60_000)
                 page.locator("#video input[type=file]").set_input_files(str(video))
                 page.locator("#video video").wait_for(state="attached", timeout=60_000)  # preview ready
-                _set_slider(page, "max-new-tokens", 48 if not real else 64)
+                _set_slider(page, "max-new-tokens", 64)
                 _set_slider(page, "frames", 8)
                 page.locator("#run").click()
                 for panel in ("#vanilla-stats", "#spec-stats"):
@@ -104,7 +93,7 @@ def test_browser_upload_run_and_render(tmp_path):
     finally:
         demo.close()
     assert shot.stat().st_size > 10_000
-    if real and os.environ.get("SPECVLM_UPDATE_SCREENSHOT") == "1":  # opt-in: tests never touch tracked files
+    if os.environ.get("SPECVLM_UPDATE_SCREENSHOT") == "1":  # opt-in: tests never touch tracked files
         (ROOT / "docs").mkdir(exist_ok=True)
         shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
 
@@ -125,8 +114,6 @@ def test_browser_stop_then_error():
 
     from app.backend import Backend
     from app.ui import build_demo
-    if sample_video() is None:
-        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
     eng = FakeEngine(step_s=0.01)
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()

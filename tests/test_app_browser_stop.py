@@ -33,8 +33,6 @@ def page_and_engine():
 
     from app.backend import Backend
     from app.ui import build_demo
-    if sample_video() is None:
-        pytest.skip("no sample video")
     eng = FakeEngine(step_s=0.0)
     demo = build_demo(Backend(eng, update_interval_s=0.05), examples=[])
     port = free_port()

@@ -1,17 +1,15 @@
 """End to end: launch the app on a free local port and drive ``/compare`` with gradio_client.
 
-One run over the fake engine (always) and one over the real engine with the bundled CPU
-preset (skipped, with the reason, only while ``specvlm.engine.stream`` is not importable).
+One run over the fake engine and one over the real engine with the bundled CPU preset.
 """
 from __future__ import annotations
 
 import html
 import re
-import warnings
 
 import pytest
 
-from test_app_fakes import FakeEngine, engine_ready, free_port, real_engine, sample_video
+from test_app_fakes import FakeEngine, free_port, real_engine, sample_video
 
 pytest.importorskip("gradio_client")
 
@@ -29,8 +27,6 @@ def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tu
 
     from app.ui import build_demo
     video = sample_video()
-    if video is None:
-        pytest.skip("no sample video: assets/videos/*.mp4 missing and gradio's media_assets not found")
     demo = build_demo(backend, examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
@@ -64,29 +60,19 @@ def test_e2e_fake_engine():
 
 
 def test_e2e_real_engine_bundled_model():
-    reason = engine_ready()
-    if reason:
-        pytest.skip(f"real-engine end-to-end skipped: {reason}")
-    engine, preset, bundled = real_engine()
-    if not bundled:
-        warnings.warn("bundled model not found: end-to-end runs the real engine on an in-process tiny model")
+    engine, preset = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")  # fp32: greedy SD must match vanilla exactly
     _check(_compare(backend, preset, 8, 24), want_tokens=None)
 
 
 def test_speculative_run_leaves_an_inspection_record():
     """After a comparison the session's RunRecord (per-step draft trees) is ready for the Inspect tab."""
-    reason = engine_ready()
-    if reason:
-        pytest.skip(f"real-engine run skipped: {reason}")
     from app.settings import RunRequest, RunSettings
     from specvlm.analysis.records import step_tree
 
-    engine, preset, _ = real_engine()
+    engine, preset = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")
     video = sample_video()
-    if video is None:
-        pytest.skip("no sample video")
     settings = RunSettings(preset=preset, num_frames=8, max_new_tokens=16)
     ups = list(backend.run(RunRequest(str(video), "Describe the video.", settings), session="s1"))
     rec = ups[-1]["record"]  # the record is an output of the run (the page keeps it in a gr.State)

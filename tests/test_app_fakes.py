@@ -171,60 +171,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sample_video() -> Path | None:
-    """A short sample clip: assets/videos/*.mp4, else gradio's bundled b.mp4."""
+def sample_video() -> Path:
+    """The smallest committed example clip (assets/videos/*.mp4)."""
     vids = sorted((ROOT / "assets" / "videos").glob("*.mp4"))
-    if vids:
-        return min(vids, key=lambda p: p.stat().st_size)
-    try:
-        import gradio
-        p = Path(gradio.__file__).parent / "media_assets" / "videos" / "b.mp4"
-        return p if p.exists() else None
-    except ImportError:
-        return None
-
-
-def engine_ready() -> str | None:
-    """None if the real decoding engine can run, else the reason it cannot."""
-    try:
-        import specvlm.engine.stream  # noqa: F401
-        import specvlm.video  # noqa: F401
-    except Exception as e:  # ImportError or a partial install
-        return f"the specvlm engine is not importable yet ({type(e).__name__}: {e})"
-    return None
+    assert vids, "assets/videos/*.mp4 are committed with the repository"
+    return min(vids, key=lambda p: p.stat().st_size)
 
 
 def real_engine():
-    """(engine, preset name, bundled?) for real decoding on the CPU.
-
-    The bundled default preset when its weights exist; otherwise an in-process tiny
-    Qwen2.5-VL (random weights, Self-SD, fp32) through the real ``specvlm.engine.stream``.
-    """
+    """(engine, preset name): the app's real engine with the bundled Std-SD pair (committed in assets/model)."""
     from app.engine import Engine
-    try:
-        from specvlm.models.presets import PRESETS, default_preset_name
-        name = default_preset_name()
-        if Path(PRESETS[name].target).exists():
-            return Engine(), name, True
-    except ImportError:
-        pass
+    from specvlm.models.presets import BUNDLED_STD, PRESETS
 
-    class TinyEngine(Engine):
-        def presets(self):
-            return {"Tiny (in-process)": SimpleNamespace(name="Tiny (in-process)", target="tiny", draft=None,
-                                                         description="random tiny Qwen2.5-VL", num_frames=8,
-                                                         requires_cuda=False)}
-
-        def default_preset(self):
-            return "Tiny (in-process)"
-
-        def load_pair(self, target, draft, device, dtype):
-            from specvlm.models.pair import pair_from_models
-            from specvlm.testing.tiny import tiny_qwen2_5_vl
-            model, processor = tiny_qwen2_5_vl()
-            return pair_from_models(model, processor, name="tiny")
-
-    return TinyEngine(), "Tiny (in-process)", False
+    assert Path(PRESETS[BUNDLED_STD].target).exists(), "the bundled pair is committed in assets/model"
+    return Engine(), BUNDLED_STD
 
 
 def test_fake_engine_streams_prefill_first():

@@ -156,7 +156,7 @@ def test_ranks_on_one_machine_split_its_cpus():
     choice = threads.configure(share=2, environ={})
     try:
         assert choice.threads == max(1, choice.usable // 2) == torch.get_num_threads()
-        assert "shared by 2 ranks" in choice.reason and threads.in_effect() is None   # no per-request policy
+        assert "shared by 2 ranks" in choice.reason and threads.adapt() is None   # no per-request policy
     finally:
         torch.set_num_threads(1)
 

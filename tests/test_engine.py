@@ -289,7 +289,7 @@ def test_prepared_inputs_and_a_shared_prefill_give_the_same_tokens(pairs, vanill
     with pytest.raises(ValueError, match="prefill holds"):
         generate(pair, other, _cfg(), prefill=plain)
     with pytest.raises(TypeError, match="subtitles"):   # subtitles belong to prepare()
-        stream(pair, prepare(pair, inputs, _cfg(), subtitles=[]))
+        stream(pair, inputs, _cfg(), subtitles=[])
 
 
 def test_concurrent_streams_on_one_pair_are_safe_and_leave_the_models_as_built(pairs):

@@ -9,7 +9,7 @@ from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.engine.prefill import prefill_target
-from specvlm.engine.forward import prompt_embeds
+from specvlm.engine.forward import prompt_video
 from specvlm.text.prompting import (SUBTITLE_MODES, SubtitleLine, SubtitlePromptError, subtitle_block, subtitle_lines,
                                     user_text)
 from specvlm.text.subtitles import Cue
@@ -74,7 +74,7 @@ def test_prompt_with_subtitles_keeps_video_tokens_and_marks_the_transcript(pairs
     idx = inp.subtitle_mask.nonzero().flatten()
     assert int(idx[-1] - idx[0]) + 1 == idx.numel() and int(idx[0]) > int(inp.video_index[-1])
     # the video placeholder count still matches the video features: embeds + a real forward
-    emb = prompt_embeds(pair.target, pair.adapter, inp)
+    emb, _ = prompt_video(pair.target, pair.adapter, inp)
     assert emb.shape[1] == inp.input_ids.shape[1]
     tp = prefill_target(pair, inp, with_scores=True)
     assert tp.scores.shape == (inp.num_video_tokens,) and torch.isfinite(tp.scores).all()

@@ -22,7 +22,7 @@ import torch
 from specvlm.config import ConfigError, TreeConfig
 from specvlm.spec.drafters import GreedyDrafter, SampledDrafter, greedy_accept
 from specvlm.spec.sampling import (SamplingConfig, _accept, _children, _pad, exclude, make_generator, process_logits,
-                                   residual, sample, sample_without_replacement, verify_chain, verify_tree)
+                                   residual, sample, sample_without_replacement, verify_tree)
 
 V, VD, ROOT = 6, 5, 0
 ALPHA = 1e-3
@@ -163,15 +163,40 @@ def tree_step(seq: list[int], gen: torch.Generator, build: str, **kw) -> list[in
     return [int(tree.tokens[i]) for i in path] + [nxt]
 
 
+class SyntheticRunner:
+    """The synthetic draft behind the runner interface the engine hands a drafter
+    (``feed_pending``, ``feed_nodes``, ``feed_next``, ``rollback``: :func:`specvlm.engine.draft.make_draft_runner`)."""
+
+    def __init__(self, seq: list[int]):
+        self.seq, self.chain = seq, []
+
+    def feed_pending(self, pending: list[int], root_pos: int) -> torch.Tensor:
+        return dlogits(self.seq)
+
+    def feed_nodes(self, nodes, tree) -> torch.Tensor:
+        return _feed_for(self.seq)(nodes, tree)
+
+    def feed_next(self, token: int, depth: int) -> torch.Tensor:
+        self.chain = self.chain[:depth - 1] + [token]
+        return dlogits(self.seq + self.chain)
+
+    def rollback(self) -> None:
+        self.chain = []
+
+
+def tlogits(seq: list[int]) -> torch.Tensor:
+    return T_LOGITS[min(len(seq) - 1, 3), seq[-1]]
+
+
 def chain_step(seq: list[int], gen: torch.Generator, depth: int) -> list[int]:
-    toks, qs = [], []
-    for _ in range(depth):
-        q = dp(seq + toks)
-        qs.append(q)
-        toks.append(sample(q, gen))
-    tprobs = torch.stack([tp(seq + toks[:i]) for i in range(depth + 1)])
-    n_acc, nxt = verify_chain(tprobs, torch.stack(qs), torch.tensor(toks), gen)
-    return toks[:n_acc] + [nxt]
+    """One step of the product's sampled chain: SampledDrafter with a chain tree drafts through the
+    runner interface, then accepts by recursive rejection sampling (verify_tree) on the target's logits."""
+    drafter = SampledDrafter(TreeConfig(shape="chain", depth=depth), CFG, gen)
+    draft = drafter.draft(SyntheticRunner(seq), [seq[-1]], len(seq))
+    assert draft.tree.parents.tolist() == list(range(-1, draft.tree.size - 1))   # a chain
+    rows = torch.stack([tlogits(seq)] + [tlogits(seq + p) for p in node_paths(draft.tree)])
+    path, nxt = drafter.accept(draft, rows)
+    return [int(draft.tree.tokens[i]) for i in path] + [nxt]
 
 
 def generate(n: int, gen: torch.Generator, step) -> tuple[int, ...]:
@@ -262,6 +287,7 @@ def test_vanilla_sampling_matches_target():
 
 
 def test_chain_speculative_sampling_matches_target():
+    """The product's sampled chain path (SampledDrafter, chain tree, verify_tree) keeps the target's law."""
     d, bound = empirical_tv(2, N_SPEC, lambda s, g: chain_step(s, g, depth=2))
     assert d < bound, (d, bound)
 

@@ -63,7 +63,7 @@ def test_app_random_pruning_honours_the_seed():
     from app.backend import Backend
     from test_app_fakes import real_engine, sample_video
 
-    engine, preset, _ = real_engine()
+    engine, preset = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")
     video = str(sample_video())
 

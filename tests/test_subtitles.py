@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from specvlm.text.subtitles import Cue, SubtitleError, cues_at, cues_for_frames, load_srt, parse_srt
+from specvlm.text.subtitles import Cue, SubtitleError, cues_for_frames, load_srt, parse_srt
 
 BASIC = """1
 00:00:01,000 --> 00:00:02,500
@@ -64,10 +64,6 @@ def test_unordered_and_overlapping_cues_are_sorted_and_kept():
     )
     cues = parse_srt(text)
     assert [c.text for c in cues] == ["long", "overlap", "later"]
-    assert [c.text for c in cues_at(cues, 5.2)] == ["long", "overlap", "later"]
-    assert [c.text for c in cues_at(cues, 7.0)] == ["later"]
-    assert cues_at(cues, 8.0) == []  # end is exclusive
-    assert cues_at(cues, 0.5) == []
 
 
 def test_empty_file_gives_no_cues(tmp_path):

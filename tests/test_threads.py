@@ -7,7 +7,7 @@ import torch
 from specvlm.engine import threads
 from specvlm.engine.cpus import (CpuSample, cgroup_quota, foreign_cores, parse_cfs, parse_cpu_max, parse_proc_stat,
                                  usable_cpus)
-from specvlm.engine.threads import (ThreadChoice, ThreadsError, adapt, configure, decide, in_effect, omp_env_defaults,
+from specvlm.engine.threads import (ThreadChoice, ThreadsError, adapt, configure, decide, omp_env_defaults,
                                     parse_threads)
 
 
@@ -166,7 +166,7 @@ def test_adapt_runs_on_one_thread_while_others_keep_the_cpus_busy(monkeypatch):
     assert adapt().threads == 1
     c = adapt()
     assert c.threads == 2 and torch.get_num_threads() == 2 and "free again" in c.reason
-    assert adapt() is c and in_effect() is c
+    assert adapt() is c                                         # settled: the same choice
 
 
 def test_adapt_measures_a_fresh_window_after_a_pause(monkeypatch):
@@ -182,22 +182,28 @@ def test_adapt_measures_a_fresh_window_after_a_pause(monkeypatch):
 def test_adapt_is_off_when_the_user_set_the_count_or_a_quota_caps_the_cpus(monkeypatch):
     monkeypatch.setattr(threads, "cpu_sample", lambda cpus: pytest.fail("no /proc/stat reading"))
     configure(2)
-    assert adapt() is None and in_effect() is None and torch.get_num_threads() == 2
+    assert adapt() is None and torch.get_num_threads() == 2
     monkeypatch.setattr(threads, "affinity_cpus", lambda: 8)
     monkeypatch.setattr(threads, "cgroup_quota", lambda: 2.0)   # other tenants' load would show in /proc/stat
     monkeypatch.setattr(threads, "calibrate", lambda n, **k: (6.0, 4.0))
     assert configure(environ={}).threads == 2 and adapt() is None
 
 
-def test_stream_adapts_threads_before_each_request(monkeypatch):
+def test_stream_adapts_threads_before_each_request(monkeypatch, pairs):
     import specvlm.engine.stream as dec
+    from conftest import make_clip
+    from specvlm.config import DecodeConfig
+    from specvlm.engine.prepare import prepare
 
+    pair = pairs[("qwen", "self")]
+    inputs = prepare(pair, make_clip(), "describe this video")
     calls = []
     monkeypatch.setattr(dec, "adapt_threads", lambda: calls.append(1))
-    gen = dec.stream(None, None)
-    with pytest.raises(Exception):
-        next(gen)
+    assert list(dec.stream(pair, inputs, DecodeConfig(max_new_tokens=2), should_stop=lambda: True)) == []
     assert calls == [1]
+    with pytest.raises(TypeError, match="prepared ModelInputs, got NoneType"):
+        next(dec.stream(pair, None))
+    assert calls == [1]   # a request refused before it starts does not re-check the machine
 
 
 def test_reserve_leaves_cpus_to_the_apps_own_threads(monkeypatch):
@@ -208,11 +214,11 @@ def test_reserve_leaves_cpus_to_the_apps_own_threads(monkeypatch):
     assert c.threads == 1 and torch.get_num_threads() == 1 and c.usable == 2
     assert c.describe() == ("torch threads 1 of 2 usable CPUs (1 of 2 CPUs kept for the app's server and page "
                             "updates; 2 in affinity)")
-    assert in_effect() is None                                     # nothing to adapt between 1 and 1
+    assert adapt() is None                                         # nothing to adapt between 1 and 1
     assert configure(environ={"SPECVLM_THREADS": "2"}, reserve=1).threads == 2   # an explicit count wins
     seen = []
     monkeypatch.setattr(threads, "affinity_cpus", lambda: 4)
     monkeypatch.setattr(threads, "calibrate", lambda n, **k: seen.append(n) or (6.0, 4.0))
     monkeypatch.setattr(threads, "cpu_sample", lambda cpus: CpuSample(0.0, 0.0, 0.0))
     c = configure(environ={}, reserve=1)
-    assert seen == [3] and c.threads == 3 and c.usable == 4 and in_effect() is c
+    assert seen == [3] and c.threads == 3 and c.usable == 4 and adapt() is c

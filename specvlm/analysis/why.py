@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from specvlm.engine import kv
-from specvlm.engine.attention import set_text_attn_implementation, text_attn_implementation
+from specvlm.engine.attention import attention_weights
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
 from specvlm.models.adapter import video_lm_kwargs
 
@@ -135,25 +135,15 @@ def video_attention_at(pair: Any, inputs: Any, output_ids: Sequence[int], positi
         sink: list[torch.Tensor] = []
         vid = t_in.video_index
 
-        def hook(_module, _args, output):
-            w = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if w is not None:                        # (1, H, n, L + n) -> (rows, V)
-                sink.append(w[0].float().mean(0)[rows.to(w.device)][:, vid.to(w.device)].cpu())
+        def keep(w: torch.Tensor) -> None:                # (1, H, n, L + n) -> (rows, V)
+            sink.append(w[0].float().mean(0)[rows.to(w.device)][:, vid.to(w.device)].cpu())
 
-        lm = ad.language_model(model)
-        handles = [layer.self_attn.register_forward_hook(hook) for layer in lm.layers]
-        impl = text_attn_implementation(model)
-        set_text_attn_implementation(model, "eager")
-        try:
-            R = t_in.positions.shape[0]
-            p_ids = (t_in.next_position + torch.arange(n)).expand(R, n)
+        R = t_in.positions.shape[0]
+        p_ids = (t_in.next_position + torch.arange(n)).expand(R, n)
+        with attention_weights(keep):   # eager weights for this call only (no model setting changes)
             lm_forward(model, ad, embed_tokens(model, list(output_ids[:n])), p_ids, cache, rows=None)
-        finally:
-            set_text_attn_implementation(model, impl)
-            for h in handles:
-                h.remove()
     if not sink:
-        raise RuntimeError("no attention weights were returned under eager attention.")
+        raise RuntimeError("no attention weights were computed for the output queries.")
     att = torch.stack(sink).mean(0)
     return att / att.sum(-1, keepdim=True).clamp(min=1e-12)
 

@@ -20,8 +20,8 @@ Measured on the 2-core CPU, bundled 1-layer draft, 95 cached tokens: 0.21-0.32 m
 
 Supported: pre-norm decoder layers with ``self_attn.{q,k,v,o}_proj`` linears, no per-head q/k
 norms, a gated SiLU MLP (``mlp.{gate,up,down}_proj``), RMS norms with a plain ``weight``,
-full attention in every layer, and a ``rotary_emb`` whose cos/sin depend only on the position
-(Qwen2 / Qwen2.5-VL / LLaVA-OneVision's Qwen2 / Llama-style text stacks). Anything else falls
+full attention in every layer, a ``rotary_emb`` whose cos/sin depend only on the position
+(Qwen2 / Qwen2.5-VL / LLaVA-OneVision's Qwen2 / Llama-style text stacks), all on one device. Anything else falls
 back to ``DraftRunner`` (:func:`make_draft_runner`).
 
 Source: docs/design.md §4.8 (draft tree feeds, positions = root + depth) and §7 (per-forward
@@ -30,7 +30,6 @@ fixed cost on a CPU); grouped-query attention (Ainslie et al. 2023); RoPE (Su et
 from __future__ import annotations
 
 import copy
-import logging
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +39,6 @@ import torch.nn.functional as F
 
 from specvlm.engine import kv
 from specvlm.spec.tree import feed_mask
-
-log = logging.getLogger(__name__)
 
 FUSE_LIMIT_BYTES = 256 * 2**20
 """Fuse q/k/v and gate/up weights into one matrix only when the fused copies stay under this
@@ -253,15 +250,6 @@ def rope_table(model: Any, lm: Any, adapter: Any, rope_dims: int, need: int) -> 
     return tables[rope_dims]
 
 
-def _check_one_device(model: Any, lm: Any) -> None:
-    """Raise :class:`FastDraftUnsupported` when the draft's text weights are on more than one device."""
-    devices = {t.device for t in lm.parameters()}
-    devices |= {model.get_input_embeddings().weight.device, model.get_output_embeddings().weight.device}
-    if len(devices) > 1:
-        raise FastDraftUnsupported(f"the draft's weights are spread over {len(devices)} devices "
-                                   f"({', '.join(sorted(str(d) for d in devices))}).")
-
-
 class FastDraftRunner:
     """Drop-in :class:`specvlm.engine.draft.DraftRunner` with fused eager ops over a static KV buffer.
 
@@ -280,7 +268,11 @@ class FastDraftRunner:
     def __init__(self, pair: Any, cache: Any, rope_dims: int, pos_offset: int = 0):
         model, ad = pair.draft, pair.draft_adapter
         self.lm, self.ad, self.R, self.offset = ad.language_model(model), ad, rope_dims, int(pos_offset)
-        _check_one_device(model, self.lm)
+        devices = {t.device for t in self.lm.parameters()} | {model.get_output_embeddings().weight.device,
+                                                               model.get_input_embeddings().weight.device}
+        if len(devices) > 1:
+            raise FastDraftUnsupported(f"the draft's weights are spread over {len(devices)} devices "
+                                       f"({', '.join(sorted(str(d) for d in devices))}).")
         self.vocab = int(pair.shared_vocab)
         self.layers, self.dims, self.head, self.final_norm = draft_weights(model, self.lm, self.vocab)
         self.model, self.embed = model, model.get_input_embeddings().weight

@@ -77,11 +77,6 @@ def prompt_video(model: Any, adapter: Any, inputs: ModelInputs) -> tuple[torch.T
     return emb, enc.side
 
 
-def prompt_embeds(model: Any, adapter: Any, inputs: ModelInputs) -> torch.Tensor:
-    """Prompt embeddings with the video encoder's features at the video positions: float (1, L, D)."""
-    return prompt_video(model, adapter, inputs)[0]
-
-
 def is_video(inputs: ModelInputs) -> torch.Tensor:
     """Bool (L,): which prompt positions hold video tokens."""
     flags = torch.zeros(inputs.input_ids.shape[1], dtype=torch.bool)

@@ -296,11 +296,6 @@ def adapt() -> ThreadChoice | None:
     return None if _POLICY is None else _POLICY.step()
 
 
-def in_effect() -> ThreadChoice | None:
-    """The automatic policy's current choice (None when the count was set by the user or not configured)."""
-    return None if _POLICY is None else _POLICY.choice
-
-
 def omp_env_defaults(environ: Mapping[str, str] | None = None, torch_loaded: bool | None = None) -> dict[str, str]:
     """OpenMP settings to put in the environment before torch (and its OpenMP runtime) loads.
 

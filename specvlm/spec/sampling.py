@@ -190,39 +190,6 @@ def _accept(p_x: float, q_x: float, generator: torch.Generator) -> bool:
     return _uniform(generator) * q_x < p_x
 
 
-# --------------------------------------------------------------------------- chain verification
-def verify_chain(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                 generator: torch.Generator) -> tuple[int, int]:
-    """Standard speculative rejection sampling over a drafted chain.
-
-    For i = 0..n-1: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first
-    rejection emit a token from normalize(max(0, p_i - q_i)) and stop; if all n are accepted
-    emit a bonus token from p_n. Each emitted token is distributed exactly as the target's
-    p_i given the prefix: P(emit x) = min(p, q)(x) + (1 - sum min(p, q)) * (p - q)+(x) / sum (p - q)+
-    = p(x), since sum (p - q)+ = 1 - sum min(p, q).
-
-    Args:
-        target_probs: float (n+1, V) processed target probs (:func:`process_logits`),
-            row i = after the root and the first i drafted tokens.
-        draft_probs: float (n, Vd) the draft distributions x_i was drawn from (Vd <= V).
-        draft_tokens: int64 (n,) drafted tokens, x_i ~ draft_probs[i].
-        generator: the request's generator (one uniform per tested token + one per emitted).
-
-    Returns:
-        (number of accepted draft tokens in 0..n, next token: the correction or bonus token).
-
-    Source: Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2.
-    """
-    n = int(draft_tokens.numel())
-    q_all = _pad(draft_probs, target_probs.shape[-1])
-    toks = draft_tokens.tolist()
-    for i in range(n):
-        p, q, x = target_probs[i], q_all[i], toks[i]
-        if not _accept(float(p[x]), float(q[x]), generator):
-            return i, sample(residual(p, q), generator)
-    return n, sample(target_probs[n], generator)
-
-
 # --------------------------------------------------------------------------- tree verification
 def _children(parents: list[int]) -> dict[int, list[int]]:
     ch: dict[int, list[int]] = {}
@@ -246,9 +213,10 @@ def verify_tree(tree_parents: torch.Tensor, tree_tokens: torch.Tensor, target_pr
     3. If every child was rejected (or the node has none), emit a token sampled from the current
        p (the last residual, or the full row for a leaf): the next token. Stop.
 
-    Why it is exact: one level of step 2 is a standard rejection step (see :func:`verify_chain`):
+    Why it is exact: one level of step 2 is a standard rejection step (Leviathan et al. 2023,
+    Algorithm 1: P(emit x) = min(p, q)(x) + (1 - sum min(p, q)) * (p - q)+(x) / sum (p - q)+ = p(x)):
     given the earlier siblings, x_j ~ q_j, so the token emitted by "accept x_j or else sample
-    from normalize(max(0, p - q_j))" has law p. The "or else" branch is realised by recursing on
+    from normalize(max(0, p - q_j))" has law p. A chain is the tree with one child per node. The "or else" branch is realised by recursing on
     the next sibling with target p' = residual(p, q_j) and ends with a sample from the final
     residual, which by induction on the number of remaining siblings emits a token with law p'.
     Hence the token emitted at a node has exactly the target's law p given the prefix, and by

@@ -215,19 +215,6 @@ def load_srt(path: str | os.PathLike[str]) -> list[Cue]:
     return parse_srt(data, name=p)
 
 
-def cues_at(cues: Sequence[Cue], t_s: float) -> list[Cue]:
-    """Cues shown at time t_s (start_s <= t_s < end_s), in start order.
-
-    Args:
-        cues: cues (any order).
-        t_s: time in seconds.
-
-    Returns:
-        list[Cue] (possibly several when cues overlap).
-    """
-    return sorted((c for c in cues if c.start_s <= t_s < c.end_s), key=lambda c: (c.start_s, c.end_s))
-
-
 def frame_spans(timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Time span each sampled frame stands for: [t_i, t_{i+1}); the first starts at min(0, t_0), the
     last lasts one median frame gap.
