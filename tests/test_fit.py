@@ -1,7 +1,6 @@
 """GPU fitting on the CPU: memory estimates, placement, dtype choice and the loader, with fake CUDA devices."""
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -150,12 +149,11 @@ def test_presets_that_fit(fake_cuda):
                                                                "available here.")
 
 
+@pytest.mark.timeout(10)
 def test_unreachable_hub_fails_fast_with_one_message(monkeypatch):
     monkeypatch.setattr(loading, "hub_reachable", lambda timeout_s=2.0: False)
-    t0 = time.perf_counter()
     with pytest.raises(loading.ModelLoadError) as e:
         loading._load_one("nonexistent-org/no-such-model-xyz", "cpu", torch.float32, None)
-    assert time.perf_counter() - t0 < 10
     assert "Hub is not reachable from here" in str(e.value) and "Qwen2.5-VL / LLaVA-OneVision" in str(e.value)
 
 

@@ -151,6 +151,7 @@ def test_4k_video_is_downscaled_and_says_so(tmp_path):
     assert "downscaled 3840x2160 -> 597x336" in last["status"]
 
 
+@pytest.mark.timeout(10)
 def test_decode_time_limit_gives_a_message_and_the_next_request_works(tmp_path, clip, monkeypatch):
     import specvlm.video as video
     from specvlm.video import backends
@@ -166,9 +167,7 @@ def test_decode_time_limit_gives_a_message_and_the_next_request_works(tmp_path, 
     monkeypatch.setattr(backends, "decode", hang)
     stuck = write_video(tmp_path / "stuck.mp4", n=4)
     b = Backend(IOEngine(video_timeout_s=0.5))
-    t0 = time.perf_counter()
-    last = _run(b, stuck)
-    assert time.perf_counter() - t0 < 10
+    last = _run(b, stuck)   # within the test's timeout: the reader is abandoned after 0.5 s, not waited for
     assert "stuck.mp4" in last["error"] and "longer than 0.5 s" in last["error"]
     _ok(_run(b, clip))
     release.set()
@@ -327,6 +326,7 @@ def test_model_that_does_not_exist(clip, monkeypatch, no_remote_code):
     assert "Qwen2.5-VL / LLaVA-OneVision" in last["error"] and "\n" not in last["error"]
 
 
+@pytest.mark.timeout(30)
 def test_model_needing_remote_code_is_refused_without_a_prompt(tmp_path, clip, monkeypatch, no_remote_code):
     d = tmp_path / "custom"
     d.mkdir()
@@ -336,9 +336,7 @@ def test_model_needing_remote_code_is_refused_without_a_prompt(tmp_path, clip, m
                      "AutoModelForImageTextToText": "modeling_fancy.FancyVLM"}}))
     (d / "configuration_fancy.py").write_text("raise SystemExit('remote code ran')\n")
     monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("asked on the console"))
-    t0 = time.perf_counter()
     last = _run(Backend(IOEngine()), clip, custom_model=str(d))
-    assert time.perf_counter() - t0 < 30
     assert "needs custom code" in last["error"] and "trust_remote_code" in last["error"]
     assert "never runs" in last["error"] and no_remote_code  # the loader was called, without remote code
 

@@ -183,6 +183,7 @@ def _long_video(path: Path, codec: str, n: int = 3000) -> str:
     return str(path)
 
 
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("codec", ["libx264", "libsvtav1"])
 def test_long_video_decodes_only_near_the_sampled_frames(tmp_path, monkeypatch, codec):
     if codec not in av.codecs_available:
@@ -192,15 +193,12 @@ def test_long_video_decodes_only_near_the_sampled_frames(tmp_path, monkeypatch, 
     calls = []
     real = backends.decode_pyav
     monkeypatch.setattr(backends, "decode_pyav", lambda *a: calls.append(real(*a)) or calls[-1])
-    t0 = time.perf_counter()
     clip = load_video(path, VideoConfig(num_frames=8))
-    elapsed = time.perf_counter() - t0
     idx = np.round(np.linspace(0, 2999, 8) + 1e-6).astype(int)
     assert frame_ids(clip.frames) == [int(i) % 32 for i in idx]
     np.testing.assert_allclose(clip.timestamps, idx / 30.0, atol=1e-3)
     assert calls[0].decoded < 400, f"decoded {calls[0].decoded} of 3000 frames"  # seeks, ~1 GOP per sample
     assert clip.total_frames == 3000 and clip.duration == pytest.approx(100.0, abs=0.1)
-    assert elapsed < 20
 
 
 def test_keyframe_only_at_start_still_decodes_correctly(tmp_path, monkeypatch):
@@ -226,6 +224,7 @@ def test_frame_cap_is_noted(tmp_path):
     assert len(clip.frames) == 8 and any("capped at max_frames=8" in n for n in clip.notes)
 
 
+@pytest.mark.timeout(10)
 def test_hung_reader_times_out_and_the_next_video_loads(tmp_path, monkeypatch):
     good = write_video(tmp_path / "good.mp4", n=6)
     release = threading.Event()
@@ -239,10 +238,8 @@ def test_hung_reader_times_out_and_the_next_video_loads(tmp_path, monkeypatch):
 
     stuck = write_video(tmp_path / "stuck.mp4", n=6)
     monkeypatch.setattr(backends, "decode", hang_once)
-    t0 = time.perf_counter()
     with pytest.raises(VideoTimeoutError, match="stuck.mp4.*longer than 0.5 s"):
-        load_video(stuck, timeout_s=0.5)
-    assert time.perf_counter() - t0 < 5
+        load_video(stuck, timeout_s=0.5)   # not after the reader's 20 s hang: the test's timeout
     assert frame_ids(load_video(good, VideoConfig(num_frames=2), timeout_s=10).frames) == [0, 5]
     release.set()
 

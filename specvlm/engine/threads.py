@@ -1,4 +1,4 @@
-"""CPU thread policy: how many intra-op threads torch uses, chosen at start and re-checked per request.
+"""CPU thread policy: how many intra-op threads torch uses, chosen at start and, when automatic, re-checked per request.
 
 ``configure()`` picks torch's intra-op threads from the CPUs this process may really use
 (its scheduler affinity and the cgroup v1/v2 CPU quota, not ``os.cpu_count()``), then runs a
@@ -12,7 +12,9 @@ A machine that gets busy later is seen at the next request: :func:`adapt` (calle
 :func:`specvlm.engine.stream.stream` before every request) reads how much CPU time other processes
 took on this process's CPUs since the last request (``/proc/stat`` minus this process's own
 time) and runs the request on one thread while they keep at least :data:`CONTENDED_CORES` busy,
-returning to the calibrated count once they leave.
+returning to the calibrated count once they leave. This holds only when :func:`configure` chose the
+count automatically, for more than one thread, and no cgroup quota caps the CPUs (``/proc/stat`` would
+count other tenants); otherwise :func:`adapt` does nothing.
 
 OpenMP's wait policy (how long an idle worker spins before it sleeps) is read by the OpenMP
 runtime once, when torch's ``libgomp`` is loaded at ``import torch``; torch 2.14 exposes no
