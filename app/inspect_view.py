@@ -26,6 +26,7 @@ from app import plots
 from app.why_view import WHY_LEGEND, why_html, why_maps
 from specvlm.analysis.records import (PrefillRecord, RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
+from specvlm.spec.grid import grid_shape
 
 CHART_ID = "specvlm-inspect-chart"
 STEP_ID = "specvlm-inspect-step"
@@ -235,7 +236,7 @@ def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) ->
     if frames is None:
         g = info.token_grid
         t = (int(g[:, 0].max()) + 1) * max(1, info.frames_per_token)
-        rows, cols = int(g[:, 1].max()) + 1, int(g[:, 2].max()) + 1
+        rows, cols = grid_shape(g)
         frames = np.full((t, 12 * rows, 12 * cols, 3), 128, np.uint8)
     p = info.prune
     if mode == "scores" and p.scores is None:

@@ -16,6 +16,9 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
+from specvlm.spec.grid import grid_cells, grid_shape
+
+
 # --- colours ------------------------------------------------------------------------------
 
 STAGE1_RGB = (255, 96, 0)
@@ -239,8 +242,8 @@ def heatmap_gallery(
     if grid is None or grid.size == 0 or frames.size == 0:
         return []
     v = grid.shape[0]
-    valid = (grid[:, 1] >= 0) & (grid[:, 2] >= 0)
-    grid_hw = (int(grid[valid, 1].max()) + 1, int(grid[valid, 2].max()) + 1) if valid.any() else (1, 1)
+    valid = grid_cells(grid).numpy()
+    grid_hw = grid_shape(grid)
     cats = token_categories(v, keep, stage1, stage2)
     if mode == "scores":
         if scores is None:

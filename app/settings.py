@@ -19,6 +19,7 @@ from typing import Any
 
 from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, TreeConfig,
                             VideoConfig, config_from_settings)
+from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
 from app.timing import MAX_REPEATS
@@ -257,17 +258,15 @@ def check_prompt(prompt: Any, limits: Limits) -> tuple[str, str]:
     Raises:
         UserError: longer than ``limits.max_prompt_chars``, or not text.
     """
-    if prompt is None:
-        prompt = ""
-    if not isinstance(prompt, str):
-        raise UserError(f"The prompt must be text, got {type(prompt).__name__}.")
-    prompt = prompt.replace("\x00", "").strip()
-    if not prompt:
-        return DEFAULT_PROMPT, "The prompt was empty, so the default prompt was used."
-    if len(prompt) > limits.max_prompt_chars:
-        raise UserError(f"The prompt is {len(prompt)} characters long; this server accepts up to "
-                        f"{limits.max_prompt_chars}. Shorten it.")
-    return prompt, ""
+    prompt = "" if prompt is None else prompt
+    if isinstance(prompt, str):
+        prompt = prompt.replace("\x00", "").strip()
+        if not prompt:
+            return DEFAULT_PROMPT, "The prompt was empty, so the default prompt was used."
+    try:
+        return prompting.check_prompt(prompt, max_chars=limits.max_prompt_chars), ""
+    except prompting.PromptError as e:
+        raise UserError(str(e)) from None
 
 
 def check_subtitle_mode(mode: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from app import plots
+from specvlm.spec.grid import grid_shape
 
 SEEN_RGB = (34, 197, 94)
 """Outline of the cells the draft saw (its kept set)."""
@@ -84,7 +85,7 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
     pick = np.sort(groups[np.argsort(-mass, kind="stable")[:max_images]])
     vmax = float(att.max()) or 1.0
     fpt = max(1, info.frames_per_token)
-    gh, gw = int(grid[:, 1].max()) + 1, int(grid[:, 2].max()) + 1
+    gh, gw = grid_shape(grid)
     out = []
     for g in pick:
         sel = grid[:, 0] == g

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from specvlm.spec.grid import grid_cells, grid_shape
+
 
 def _index_set(x: Any) -> set[int]:
     """The ints of a tensor, list or None (empty) as a set."""
@@ -51,11 +53,11 @@ def text_token_mask(token_grid: Any, frames_per_token: int, frame_size: tuple[in
     """
     grid = torch.as_tensor(token_grid).long().reshape(-1, 3)
     vis = np.asarray(visible, dtype=bool).reshape(-1)
-    valid = (grid[:, 1] >= 0) & (grid[:, 2] >= 0)
+    valid = grid_cells(grid)
     out = torch.zeros(grid.shape[0], dtype=torch.bool)
     if not bool(valid.any()) or not vis.any():
         return out
-    rows, cols = int(grid[valid, 1].max()) + 1, int(grid[valid, 2].max()) + 1
+    rows, cols = grid_shape(grid)
     H, W = float(frame_size[0]), float(frame_size[1])
     x0, y0, x1, y1 = (float(v) for v in box)
     fpt = max(1, int(frames_per_token))

@@ -10,6 +10,7 @@ import os
 
 from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, VideoConfig,
                             config_from_settings)
+from specvlm.text.prompting import PromptError, check_prompt
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -147,7 +148,10 @@ def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
 
 
 def check_prompt_flag(prompt: str | None) -> None:
-    """Raise ValueError naming ``--prompt`` when it is empty or only whitespace."""
-    if not (prompt or "").strip():
+    """Raise ValueError naming ``--prompt`` when it is empty or only whitespace
+    (:func:`specvlm.text.prompting.check_prompt`)."""
+    try:
+        check_prompt(prompt or "")
+    except PromptError:
         raise ValueError("--prompt is empty: type a question or instruction about the video "
-                         f"(or leave --prompt out for \"{DEFAULT_PROMPT}\").")
+                         f"(or leave --prompt out for \"{DEFAULT_PROMPT}\").") from None

@@ -141,10 +141,3 @@ def subtitle_block_for(clip: VideoClip, subtitles: list | None, mode: str, frame
     if not subtitles or mode == "none":
         return ""
     return subtitle_block(subtitles, clip.timestamps, frames_per_group)
-
-
-def check_prompt(prompt: str) -> str:
-    """Validate a prompt; raises ValueError for empty prompts."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("The prompt is empty: type a question or instruction about the video.")
-    return prompt

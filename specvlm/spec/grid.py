@@ -1,4 +1,10 @@
-"""Carry a kept set of video tokens from one token grid to another by spatial overlap.
+"""Token-grid geometry: a grid's shape per frame, and a kept set carried from one grid to another.
+
+A token grid is int64 (V, 3): (frame, row, col) per video token, row = col = -1 for a token without
+a cell (a per-frame newline token). :func:`grid_cells` and :func:`grid_shape` are the one reading of
+it for the engine, the analysis and the app.
+
+:func:`map_keep` carries a kept set of video tokens from one token grid to another by spatial overlap.
 
 A Std-SD draft whose vision tower cuts frames differently from the target's (SmolVLM2-2.2B:
 9 x 9 tokens per frame; SmolVLM2-256M/500M: 8 x 8) has its own prompt, so the tokens the
@@ -19,11 +25,28 @@ for target and draft; docs/design.md §4.7.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
-def _sides(grid: torch.Tensor) -> tuple[int, int]:
-    cells = grid[grid[:, 1] >= 0]
+def grid_cells(token_grid: Any) -> torch.Tensor:
+    """bool (V,): the tokens that cover a cell of their frame (row and col >= 0; not a newline token).
+
+    Args:
+        token_grid: int (V, 3) (frame, row, col), a tensor or an array.
+    """
+    grid = torch.as_tensor(token_grid).reshape(-1, 3)
+    return (grid[:, 1] >= 0) & (grid[:, 2] >= 0)
+
+
+def grid_shape(token_grid: Any) -> tuple[int, int]:
+    """(rows, cols) of one frame's cells in ``token_grid`` (int (V, 3), a tensor or an array); (1, 1) when
+    no token has a cell."""
+    grid = torch.as_tensor(token_grid).reshape(-1, 3)
+    cells = grid[grid_cells(grid)]
+    if cells.numel() == 0:
+        return 1, 1
     return int(cells[:, 1].max()) + 1, int(cells[:, 2].max()) + 1
 
 
@@ -56,7 +79,7 @@ def map_keep(keep: torch.Tensor, src_grid: torch.Tensor, dst_grid: torch.Tensor)
     if int(dst_grid[:, 0].max()) + 1 != n_frames:
         raise ValueError(f"the draft's video has {int(dst_grid[:, 0].max()) + 1} frames and the target's "
                          f"{n_frames}: both models must see the same frames.")
-    (hs, ws), (hd, wd) = _sides(src_grid), _sides(dst_grid)
+    (hs, ws), (hd, wd) = grid_shape(src_grid), grid_shape(dst_grid)
     kept = src_grid[keep.long()]
     cells = kept[kept[:, 1] >= 0]
     mask = torch.zeros(n_frames, hs, ws, dtype=torch.float64)

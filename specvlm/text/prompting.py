@@ -94,6 +94,33 @@ class SubtitleLine:
         return f"[t={span}] {self.text}"
 
 
+class PromptError(ValueError):
+    """A prompt that is not text, is empty, or is longer than allowed."""
+
+
+def check_prompt(prompt: Any, *, max_chars: int | None = None) -> str:
+    """The one prompt check of the library, the CLI and the app.
+
+    Args:
+        prompt: the user's question or instruction.
+        max_chars: the most characters allowed, or None for no limit.
+
+    Returns:
+        ``prompt`` unchanged.
+
+    Raises:
+        PromptError: not a string, empty or only whitespace, or longer than ``max_chars``.
+    """
+    if not isinstance(prompt, str):
+        raise PromptError(f"The prompt must be text, got {type(prompt).__name__}.")
+    if not prompt.strip():
+        raise PromptError("The prompt is empty: type a question or instruction about the video.")
+    if max_chars is not None and len(prompt) > max_chars:
+        raise PromptError(f"The prompt is {len(prompt)} characters long; this server accepts up to {max_chars}. "
+                          "Shorten it.")
+    return prompt
+
+
 def check_mode(mode: str) -> str:
     """Validate a subtitle mode; raises SubtitlePromptError naming the valid ones."""
     if mode not in SUBTITLE_MODES:

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.adapter import (attach_subtitles, check_prompt, message_for,
+from specvlm.models.adapter import (attach_subtitles, message_for,
                                    subtitle_block_for)
+from specvlm.text.prompting import check_prompt
 from specvlm.types import ModelInputs, VideoClip
 
 

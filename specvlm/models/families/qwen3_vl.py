@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.models.adapter import (VideoEncoding, attach_subtitles, check_prompt, message_for,
+from specvlm.models.adapter import (VideoEncoding, attach_subtitles, message_for,
                                    subtitle_block_for)
+from specvlm.text.prompting import check_prompt
 from specvlm.types import ModelInputs, VideoClip
 
 MS_GRID = 1000.0
