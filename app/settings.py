@@ -11,6 +11,7 @@ Source: SpecVLM (arXiv 2508.16201) Sec. 4 for the paper defaults; docs/design.md
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import math
 import os
@@ -170,19 +171,50 @@ class RunSettings:
     timing_pairs: int = 1
 
 
-COMPARE_INPUTS = ("video", "prompt", "preset", "custom", "method", "drop_rate", "top_p", "tree", "depth", "top_k",
-                  "total", "frames", "max_new", "hm_mode", "temperature", "top_p_sampling", "seed",
-                  "srt", "subtitle_mode", "truth", "keep_text", "min_prob", "fixed_length", "timing_pairs")
-"""Inputs of ``/compare`` by component name, in order (new ones are appended, so API callers that
-pass fewer arguments keep working)."""
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One input of ``/compare`` and ``/compare_json``: the component's name, the :class:`RunSettings` field
+    it sets (None for the request's own inputs: uploads, prompt, heatmap mode) and, for those, the default."""
 
-_SETTING_OF = {"preset": "preset", "custom": "custom_model", "method": "method", "drop_rate": "drop_rate",
-               "top_p": "top_p", "tree": "tree_shape", "depth": "depth", "top_k": "top_k", "total": "total_tokens",
-               "frames": "num_frames", "max_new": "max_new_tokens", "temperature": "temperature",
-               "top_p_sampling": "top_p_sampling", "seed": "seed", "subtitle_mode": "subtitle_mode",
-               "keep_text": "keep_text", "min_prob": "min_prob", "fixed_length": "fixed_length",
-               "timing_pairs": "timing_pairs"}
+    name: str
+    setting: str | None = None
+    default: Any = None
+
+
+FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset", "preset"),
+          Field("custom", "custom_model"), Field("method", "method"), Field("drop_rate", "drop_rate"),
+          Field("top_p", "top_p"), Field("tree", "tree_shape"), Field("depth", "depth"), Field("top_k", "top_k"),
+          Field("total", "total_tokens"), Field("frames", "num_frames"), Field("max_new", "max_new_tokens"),
+          Field("hm_mode", default="Pruning stages"), Field("temperature", "temperature"),
+          Field("top_p_sampling", "top_p_sampling"), Field("seed", "seed"), Field("srt"),
+          Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
+          Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"))
+"""The one table of ``/compare``'s inputs, in order (new ones are appended, so API callers that pass fewer
+arguments keep working); the handlers' parameters (:func:`handler_parameters`), the page's input list and
+:meth:`RunRequest.from_inputs` all read it."""
+
+COMPARE_INPUTS = tuple(f.name for f in FIELDS)
+"""Inputs of ``/compare`` by component name, in order."""
+
+_SETTING_OF = {f.name: f.setting for f in FIELDS if f.setting}
 """Component name -> :class:`RunSettings` field."""
+
+
+def handler_parameters(defaults: RunSettings) -> list[inspect.Parameter]:
+    """The named parameters of ``/compare`` and ``/compare_json``, one per :data:`FIELDS` entry, with the
+    defaults of ``defaults`` (the video has none)."""
+    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              default=(inspect.Parameter.empty if f.name == "video" else
+                                       getattr(defaults, f.setting) if f.setting else f.default))
+            for f in FIELDS]
+
+
+def bind_inputs(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A handler's arguments by name, defaults filled in, by the signature built from :data:`FIELDS`
+    (``fn.__signature__``: Gradio passes every input and its request in order, Python callers may pass fewer)."""
+    bound = fn.__signature__.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
 
 
 @dataclasses.dataclass(frozen=True)

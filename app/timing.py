@@ -19,6 +19,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from specvlm.analysis.metrics import tokens_per_second
 from specvlm.engine.cpus import cpu_sample, foreign_cores
 
 MIN_DECODE_S = 0.5
@@ -63,10 +64,10 @@ class MachineLoad:
 
 
 def speedup(van_tokens: int, van_s: float, spec_tokens: int, spec_s: float) -> float | None:
-    """Tokens/s of the speculative run over tokens/s of the vanilla run (None if either is 0)."""
-    if van_tokens <= 0 or spec_tokens <= 0 or van_s <= 0 or spec_s <= 0:
-        return None
-    return (spec_tokens / spec_s) / (van_tokens / van_s)
+    """Tokens/s of the speculative run over tokens/s of the vanilla run
+    (:func:`specvlm.analysis.metrics.tokens_per_second`; None if either decoded nothing)."""
+    van, spec = tokens_per_second(van_tokens, van_s), tokens_per_second(spec_tokens, spec_s)
+    return spec / van if van > 0 and spec > 0 else None
 
 
 def median_speedup(speedups: Sequence[float | None]) -> float | None:

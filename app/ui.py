@@ -5,6 +5,7 @@ Source: docs/design.md §8 (one decode at a time, Stop ends the loop), §9 (Zero
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, ex
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
-                          TREE_SHAPES, RunRequest, RunSettings, UserError)
+                          TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs, handler_parameters)
 from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
@@ -319,16 +320,11 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
 
     d = backend.default_settings()
 
-    def compare(video, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
-                drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
-                total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
-                temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
-                subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
-                fixed_length=d.fixed_length, timing_pairs=d.timing_pairs,
-                request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
-        """Run vanilla then speculative decoding and stream both panels (inputs: :data:`COMPARE_INPUTS`,
+    def compare(*args, **kwargs):
+        """Run vanilla then speculative decoding and stream both panels (inputs: :data:`FIELDS`,
         each with a default but the video). Model downloads and loading show their progress."""
-        named = dict(locals())
+        named = bind_inputs(compare, args, kwargs)   # Gradio adds the request and the progress tracker last
+        video, request, progress = named["video"], named["request"], named["progress"]
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         with janitor.using([req.video, req.srt, req.truth]), request_scratch(scratch_dir) as tmp, \
@@ -348,21 +344,23 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                 if out:
                     yield out
 
-    def compare_json(video, prompt=DEFAULT_PROMPT, preset=d.preset, custom="", method=d.method,
-                     drop_rate=d.drop_rate, top_p=d.top_p, tree=d.tree_shape, depth=d.depth, top_k=d.top_k,
-                     total=d.total_tokens, frames=d.num_frames, max_new=d.max_new_tokens, hm_mode="Pruning stages",
-                     temperature=d.temperature, top_p_sampling=d.top_p_sampling, seed=d.seed, srt=None,
-                     subtitle_mode=d.subtitle_mode, truth=None, keep_text=d.keep_text, min_prob=d.min_prob,
-                     fixed_length=d.fixed_length, timing_pairs=d.timing_pairs,
-                     request: gr.Request = None) -> dict[str, Any]:
+    def compare_json(*args, **kwargs) -> dict[str, Any]:
         """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
         both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
         accepted lengths and kept video-token counts; ``device`` the device that ran it; ``error`` holds a
         readable message when it failed."""
-        named = dict(locals())
+        named = bind_inputs(compare_json, args, kwargs)   # Gradio adds the request last
+        video, request = named["video"], named["request"]
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         with janitor.using([req.video, req.srt, req.truth]):
             return backend.run_json(req, session=getattr(request, "session_hash", None))
+
+    params = handler_parameters(d)   # one field table: names, order and defaults of both handlers
+    request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+    compare.__signature__ = inspect.Signature(params + [request_param, inspect.Parameter(
+        "progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress(track_tqdm=True))])
+    compare_json.__signature__ = inspect.Signature(params + [request_param], return_annotation=dict[str, Any])
+    compare.__annotations__ = compare_json.__annotations__ = {"request": gr.Request}   # Gradio passes it
 
     def stop(request: gr.Request):
         """Ask the session's Run to stop; the run says "Stopping…" and then "Stopped" itself."""

@@ -19,6 +19,7 @@ from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
 from app.summary import Speed, last as _last, summary_md
 from app.timing import MachineLoad, PairTiming, median_speedup, speed_note, speedup
 from app.worker import ClipReady, Failure, Outcome, Phase, Prefill, Record, RunEnd, Step
+from specvlm.analysis import metrics
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
@@ -34,7 +35,8 @@ PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (v
 
 @dataclasses.dataclass
 class RunProgress:
-    """One run as the page shows it (text pieces, timings, steps), folded from worker messages."""
+    """One run as the page shows it (text pieces, timings, steps), folded from worker messages; its tokens/s, τ
+    and tokens per target forward are :mod:`specvlm.analysis.metrics`' definitions."""
 
     name: str
     prefill: Prefill | None = None
@@ -67,15 +69,15 @@ class RunProgress:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.counts[-1] / self.elapsed if self.counts and self.elapsed > 0 else 0.0
+        return metrics.tokens_per_second(self.counts[-1] if self.counts else 0, self.elapsed)
 
     @property
     def tau(self) -> float:
-        return sum(self.accept) / len(self.accept) if self.accept else 0.0
+        return metrics.tau(self.accept)
 
     @property
     def tokens_per_forward(self) -> float:
-        return self.step_tokens / len(self.accept) if self.accept else 0.0
+        return metrics.tokens_per_target_forward(self.step_tokens, len(self.accept))
 
     def stats_md(self, speculative: bool) -> str:
         """'0.84 s · 37 tokens · 44.0 tok/s' (+ τ) with a phase marker."""

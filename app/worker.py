@@ -32,6 +32,7 @@ from app.pump import pump
 from app.settings import UserError
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
+from specvlm.types import PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
 
@@ -91,33 +92,38 @@ class ClipReady:
 
 @dataclasses.dataclass(frozen=True)
 class Prefill:
-    """A run's prefill facts (seconds) and, for a pruned run, its kept counts and heatmaps.
+    """A run's :class:`specvlm.types.PrefillInfo` (the engine's own record, without its tensors: the token
+    grid and the pruning sets stay in the worker) and, for a pruned run, its kept counts and heatmaps.
 
     ``heatmaps`` is None without pruning, else ``{"stages": [(image (H, W, 3) uint8, caption)],
     "scores": [...] or None, "fpt": frames per token, "note": str, "summary": str}``.
     """
 
     run: str
-    prefill_s: float
-    prune_s: float = 0.0
-    draft_prefill_s: float = 0.0
-    num_video_tokens: int = 0
+    info: PrefillInfo
     num_kept: int | None = None
     num_forced: int = 0
     heatmaps: dict | None = None
+    prefill_s = property(lambda self: self.info.prefill_s)
+    prune_s = property(lambda self: self.info.prune_s)
+    draft_prefill_s = property(lambda self: self.info.draft_prefill_s)
+    num_video_tokens = property(lambda self: self.info.num_video_tokens)
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One decode or verify step: its tokens, per-token (text, from_draft) pieces and timings."""
+    """One decode or verify step: the engine's :class:`specvlm.types.StepEvent` (its drafted tree left out:
+    the run's record keeps it) and its per-token (text, from_draft) pieces."""
 
     run: str
-    step: int
-    token_ids: tuple[int, ...]
+    event: StepEvent
     pieces: tuple[tuple[str, bool], ...]
-    accept_length: int
-    elapsed_s: float
-    num_generated: int
+
+    step = property(lambda self: self.event.step)
+    token_ids = property(lambda self: self.event.token_ids)
+    accept_length = property(lambda self: self.event.accept_length)
+    elapsed_s = property(lambda self: self.event.elapsed_s)
+    num_generated = property(lambda self: self.event.num_generated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,12 +311,10 @@ class TextSplitter:
 
 def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter) -> Any:
     """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill`."""
-    if hasattr(ev, "step"):
-        return Step(name, int(ev.step), tuple(int(t) for t in ev.token_ids), tuple(splitter.split(ev)),
-                    int(ev.accept_length), float(ev.elapsed_s), int(ev.num_generated))
+    if isinstance(ev, StepEvent):
+        return Step(name, dataclasses.replace(ev, tree=None), tuple(splitter.split(ev)))
     p = ev.prune
-    return Prefill(name, float(ev.prefill_s), float(ev.prune_s or 0.0), float(ev.draft_prefill_s or 0.0),
-                   int(ev.num_video_tokens or 0), None if p is None else int(p.num_kept),
+    return Prefill(name, dataclasses.replace(ev, prune=None, token_grid=None), None if p is None else int(p.num_kept),
                    forced_count(p), None if p is None else heatmaps(clip, ev))
 
 

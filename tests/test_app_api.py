@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_app_fakes import FakeEngine, free_port, sample_video  # noqa: E402
 
-from app.settings import COMPARE_INPUTS  # noqa: E402
+from app.settings import COMPARE_INPUTS, DEFAULT_PROMPT, RunSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,9 @@ def test_parameters_named_with_defaults_and_integer_types(served):
         for integer in ("depth", "top_k", "total", "frames", "max_new", "seed"):
             assert types[integer] == "integer", (name, integer, types[integer])
         assert types["drop_rate"] == "number" and types["custom"] == "string"
+        defaults = {p["parameter_name"]: p.get("parameter_default") for p in params}   # from app.settings.FIELDS
+        assert defaults["prompt"] == DEFAULT_PROMPT and defaults["hm_mode"] == "Pruning stages"
+        assert defaults["seed"] == RunSettings().seed and defaults["fixed_length"] is RunSettings().fixed_length
     labels = [r["label"] for r in api["/compare"]["returns"]]
     assert labels[:6] == ["Status", "Vanilla text", "Vanilla stats", "SpecVLM text", "SpecVLM stats", "Summary"]
     assert not any(lbl.startswith("value_") for lbl in labels)

@@ -84,6 +84,21 @@ def tau(accept_lengths: Sequence[int]) -> float:
     return float(sum(accept_lengths)) / len(accept_lengths)
 
 
+def tokens_per_second(num_tokens: int, decode_s: float) -> float:
+    """Decode speed: the tokens the decode steps produced per second of decode time.
+
+    Args:
+        num_tokens: tokens generated, the prefill's token included (it is not the decode's).
+        decode_s: decode wall time (s), prefill excluded.
+
+    Returns:
+        ``(num_tokens - 1) / decode_s``; 0.0 when nothing was decoded.
+
+    Source: docs/design.md §4.12.
+    """
+    return (num_tokens - 1) / decode_s if num_tokens > 1 and decode_s > 0 else 0.0
+
+
 def tokens_per_target_forward(num_tokens: int, num_forwards: int) -> float:
     """Generated tokens per target forward after prefill (τ + 1 on average for speculative).
 
@@ -114,9 +129,7 @@ class RunSummary:
         num_tokens: generated tokens, the prefill's token included.
         decode_s: decode wall time (s): from the prefill's token to the last step (excludes prefill,
             scoring, pruning and draft prefill); the last event's ``elapsed_s``.
-        tokens_per_s: tokens the decode steps produced per second of decode time,
-            ``(num_tokens - 1) / decode_s`` (the prefill's token is not the decode's); 0.0 when
-            nothing was decoded.
+        tokens_per_s: :func:`tokens_per_second`, ``(num_tokens - 1) / decode_s``.
         target_forwards: target forwards after prefill (verify steps, or vanilla decode steps).
         accept_lengths: accepted draft tokens per verify step (empty for vanilla).
         tau: τ, the mean of ``accept_lengths`` (:func:`tau`); 0.0 for vanilla.
@@ -161,7 +174,7 @@ def summarize(events: Iterable[Any], speculative: bool | None = None) -> RunSumm
     decode_s = steps[-1].elapsed_s if steps else 0.0
     accept = [s.accept_length for s in after] if speculative else []
     return RunSummary(
-        num_tokens=n, decode_s=decode_s, tokens_per_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+        num_tokens=n, decode_s=decode_s, tokens_per_s=tokens_per_second(n, decode_s),
         target_forwards=len(after), accept_lengths=accept, tau=tau(accept),
         tokens_per_target_forward=tokens_per_target_forward(sum(len(s.token_ids) for s in after), len(after)),
         draft_s=sum(s.draft_ms for s in steps) / 1e3, verify_s=sum(s.verify_ms for s in steps) / 1e3)
