@@ -7,9 +7,10 @@
   preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
 * Run brings the live panels into view and turns Stop red at once (class ``specvlm-running``); the
   run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.ui``).
-* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one, with no Stop between, is
-  ignored (the server disables Run while a run decodes, but its first update takes a moment; Run
-  holds clicks made while the previous run stops, so a double-click would otherwise run twice).
+* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one is ignored unless Stop was
+  clicked or the server enabled Run again in between (the server disables Run while a run decodes,
+  but its first update takes a moment; Run holds clicks made while the previous run stops, so a
+  double-click would otherwise run twice).
 * The subtitle and ground-truth boxes accept any file (so a wrong one gets a clear message instead of
   Gradio's bare "Error"); their file pickers still offer only ``.srt`` / ``.json``.
 * The heatmap captions wrap instead of being cut off.
@@ -102,6 +103,13 @@ _JS = """
     if (Date.now() - lastRun < __DOUBLE_CLICK_MS__) { ev.stopImmediatePropagation(); ev.preventDefault(); return; }
     lastRun = Date.now();
   }, true);
+  let wasDisabled = false;
+  new MutationObserver(() => {  // Run enabled again by the server (a run ended or stops): clicks count
+    const run = document.getElementById('run');
+    if (!run) return;
+    if (wasDisabled && !run.disabled) lastRun = 0;
+    wasDisabled = run.disabled;
+  }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['disabled']});
   document.addEventListener('error', (ev) => {
     const v = ev.target;
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;
