@@ -23,11 +23,6 @@ TRUTH = VIDEO.with_suffix(".json")
 PROMPT = "Describe this video in detail."
 MAX_NEW = 128  # the bundled presets' budget, so the CLI run below matches the in-process one
 
-pytestmark = pytest.mark.skipif(
-    not (TARGET / "config.json").exists(),
-    reason="bundled model not trained yet: assets/model/target is missing "
-           "(two runs of scripts/train_bundled.py: see 'Training command and time' in assets/model/README.md)")
-
 
 @pytest.fixture(scope="module")
 def truth() -> dict:

@@ -203,7 +203,6 @@ def test_draft_spread_over_devices_falls_back_to_draft_runner(pairs):
         assert type(make_draft_runner(pair, d_cache, R)) is FastDraftRunner
 
 
-@pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
 def test_bundled_pair_same_log_probs_and_lossless():
     from specvlm.models.loading import load_pair
 
@@ -231,7 +230,6 @@ def test_draft_cost_measures_both_runners(pairs):
         draft_cost(pair, 64, 16, width=0)
 
 
-@pytest.mark.skipif(not (BUNDLED / "draft" / "config.json").exists(), reason="bundled model not present")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_a_half_precision_draft_gets_the_fast_runner(dtype):
     """GPUs load in bf16 (fp16 without it): the norm check runs in float32, so the module's own rounding does
