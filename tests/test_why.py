@@ -1,4 +1,5 @@
 """Why a step failed: the target's video attention where the draft diverged, subtitle sources."""
+import copy
 from types import SimpleNamespace as NS
 
 import pytest
@@ -26,7 +27,7 @@ def test_rejections_are_refused_draft_continuations_only():
              _step(4, 0, 1)]                                           # no tree, nothing accepted: position 8
     assert why.rejections(steps) == [(1, 1, 0), (3, 7, 21), (4, 8, 0)]
     as_dict = [NS(**{**vars(s), "tree": None if s.tree is None else vars(s.tree)}) for s in steps]
-    assert why.rejections(as_dict) == why.rejections(steps)             # StepRecords carry trees as dicts
+    assert why.rejections(as_dict) == why.rejections(steps)             # trees read back as plain dicts too
 
 
 def test_word_and_subtitle_cue_of_a_step():
@@ -53,18 +54,15 @@ def test_attention_rows_equal_the_eager_attention_of_the_whole_sequence(run):
     assert rej, "the tiny draft should fail somewhere"
     positions = [p for _, p, _ in rej if p >= 1][:3]
     got = why.video_attention_at(pair, inputs, res.token_ids, positions)
-    model = pair.target
+    model = copy.deepcopy(pair.target)   # transformers' own eager attention, on a copy: the pair stays as built
     n = max(positions)
     ids = torch.cat([inputs.input_ids, torch.tensor([res.token_ids[:n]])], 1)
     gen = (inputs.next_position + torch.arange(n)).expand(inputs.positions.shape[0], n)
     pos = torch.cat([inputs.positions, gen], 1)[:, None, :]             # the engine's positions
     model.set_attn_implementation({"text_config": "eager"})
-    try:
-        with torch.no_grad():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, output_attentions=True,
-                        **{k: v for k, v in inputs.vision.items()})
-    finally:
-        model.set_attn_implementation({"text_config": "sdpa"})
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, output_attentions=True,
+                    **{k: v for k, v in inputs.vision.items()})
     L = inputs.input_ids.shape[1]
     rows = torch.tensor([L + p - 1 for p in positions])
     ref = torch.stack([a[0].float().mean(0)[rows][:, inputs.video_index] for a in out.attentions]).mean(0)

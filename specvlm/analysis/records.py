@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.types import PrefillInfo, PruneResult, StepEvent
+from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
 
 RECORD_FORMAT = "specvlm-run"
 RECORD_VERSION = 1
@@ -76,23 +76,6 @@ class PrefillRecord:
 
 
 @dataclass
-class StepRecord:
-    """One StepEvent as plain data; ``tree`` is a DraftTreeRecord as a dict (or None)."""
-
-    step: int
-    token_ids: list[int]
-    text: str
-    accept_length: int
-    from_draft: list[bool]
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-    tree_size: int = 0
-    elapsed_s: float = 0.0
-    num_generated: int = 0
-    tree: dict | None = None
-
-
-@dataclass
 class RunRecord:
     """One run, replayable without a model.
 
@@ -100,7 +83,7 @@ class RunRecord:
         settings: the DecodeConfig as a nested dict (``dataclasses.asdict``).
         prompt: the user prompt.
         prefill: :class:`PrefillRecord`.
-        steps: :class:`StepRecord` per StepEvent (step 0 = the prefill token).
+        steps: the stream's :class:`~specvlm.types.StepEvent` s (step 0 = the prefill token).
         token_text: id -> decoded text for every id in the outputs and trees (so a replay needs
             no tokenizer); empty when no tokenizer was given.
         timestamps: sampled-frame times (s), or [].
@@ -113,7 +96,7 @@ class RunRecord:
     settings: dict
     prompt: str
     prefill: PrefillRecord
-    steps: list[StepRecord]
+    steps: list[StepEvent]
     token_text: dict[int, str] = field(default_factory=dict)
     timestamps: list[float] = field(default_factory=list)
     thumbnails: list[str] = field(default_factory=list)
@@ -122,7 +105,7 @@ class RunRecord:
     why: list[dict] = field(default_factory=list)
 
     @property
-    def verify_steps(self) -> list[StepRecord]:
+    def verify_steps(self) -> list[StepEvent]:
         """Steps after the prefill token (one per target verify forward)."""
         return [s for s in self.steps if s.step > 0]
 
@@ -144,8 +127,8 @@ class RunRecord:
     def token_ids(self) -> list[int]:
         return [t for s in self.steps for t in s.token_ids]
 
-    def get_step(self, step: int) -> StepRecord:
-        """The StepRecord with ``step`` number; raises RecordError if absent."""
+    def get_step(self, step: int) -> StepEvent:
+        """The StepEvent with ``step`` number; raises RecordError if absent."""
         for s in self.steps:
             if s.step == int(step):
                 return s
@@ -192,11 +175,10 @@ def _prefill_record(info: PrefillInfo) -> PrefillRecord:
     )
 
 
-def _step_record(ev: StepEvent) -> StepRecord:
-    tree = dataclasses.asdict(ev.tree) if ev.tree is not None else None
-    return StepRecord(ev.step, [int(t) for t in ev.token_ids], ev.text, int(ev.accept_length),
-                      [bool(b) for b in ev.from_draft], float(ev.draft_ms), float(ev.verify_ms), int(ev.tree_size),
-                      float(ev.elapsed_s), int(ev.num_generated), tree)
+def _step_event(ev: StepEvent) -> StepEvent:
+    """The engine's StepEvent with plain ints, bools and floats (as it is saved and read back)."""
+    return dataclasses.replace(ev, token_ids=[int(t) for t in ev.token_ids], from_draft=[bool(b) for b in ev.from_draft],
+                               accept_length=int(ev.accept_length))
 
 
 def _thumbnails(frames: np.ndarray, frames_per_token: int, max_side: int) -> list[str]:
@@ -240,14 +222,14 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
         if isinstance(ev, PrefillInfo):
             info = ev
         else:
-            steps.append(_step_record(ev))
+            steps.append(_step_event(ev))
     if info is None:
         raise RecordError("the events hold no PrefillInfo: pass the whole stream.")
     settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
     rec = RunRecord(settings, prompt, _prefill_record(info), steps, meta=dict(meta or {}))
     if tokenizer is not None:
         ids = {t for s in steps for t in s.token_ids}
-        ids |= {t for s in steps if s.tree for t in s.tree["tokens"] + [s.tree["target_token"]]}
+        ids |= {t for s in steps if s.tree for t in s.tree.tokens + [s.tree.target_token]}
         ids |= {s.token_ids[-1] for s in steps if s.token_ids}
         rec.token_text = {int(t): tokenizer.decode([int(t)]) for t in sorted(ids)}
     if clip is not None:
@@ -279,7 +261,8 @@ def from_dict(d: dict) -> RunRecord:
         raise RecordError(f"run record version {version} is not supported (this code reads 1..{RECORD_VERSION}).")
     try:
         pre = PrefillRecord(**d["prefill"])
-        steps = [StepRecord(**s) for s in d["steps"]]
+        steps = [StepEvent(**{**s, "tree": DraftTreeRecord(**s["tree"]) if s.get("tree") else None})
+                 for s in d["steps"]]
         return RunRecord(d["settings"], d["prompt"], pre, steps, {int(k): v for k, v in d["token_text"].items()},
                          list(d.get("timestamps", [])), list(d.get("thumbnails", [])), dict(d.get("meta", {})),
                          version, list(d.get("why", [])))
@@ -424,8 +407,8 @@ def step_tree(record: RunRecord, step: int, tokenizer: Any = None) -> StepTree:
         raise RecordError(f"step {step} has no draft tree (step 0 is the prefill token; record with "
                           "record_trees=True to keep trees).")
     t = s.tree
-    toks, pars, lps = t["tokens"], t["parents"], t["draft_logprobs"]
-    path, bonus = list(t["accepted_nodes"]), int(t["target_token"])
+    toks, pars, lps = t.tokens, t.parents, t.draft_logprobs
+    path, bonus = list(t.accepted_nodes), int(t.target_token)
     ended = len(s.token_ids) < len(path) + 1  # EOS / the token budget cut this step's tokens
     if ended:  # show what was emitted, no more: the accepted path is cut like the output
         path = path[:len(s.token_ids)]

@@ -72,7 +72,7 @@ def rejections(steps: Sequence[Any]) -> list[tuple[int, int, int]]:
     draft tokens than it emitted minus one. Step 0 (the prefill token) is skipped.
 
     Args:
-        steps: :class:`specvlm.types.StepEvent` or :class:`specvlm.analysis.records.StepRecord` items in
+        steps: :class:`specvlm.types.StepEvent` items (a stream's or a run record's) in
             order (``tree`` a DraftTreeRecord, a dict of one, or None).
 
     Returns:
@@ -193,7 +193,7 @@ def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Seque
 
     Args:
         pair, inputs: the run's pair and prepared inputs.
-        steps: the run's StepEvents or StepRecords (with trees for exact rejections).
+        steps: the run's StepEvents (with trees for exact rejections).
         keep: the draft's kept video-token indices (None = it saw every video token).
         cues: the subtitle cues of the run; draft_saw_subtitles: False when the transcript was
             withheld from the draft (then a step's word found in a cue is reported).
