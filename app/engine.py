@@ -143,14 +143,14 @@ class Engine:
 
         from specvlm.engine.prepare import prepare
         from specvlm.analysis.why import explain_rejections
-        if record.prefill.method is None:
+        if record.prefill.prune is None:
             return record
         if truth is not None:
             inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
         else:
             inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
         with torch.inference_mode():
-            whys = explain_rejections(pair, inputs, record.steps, record.prefill.keep, cues=list(subtitles or []),
+            whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(subtitles or []),
                                       draft_saw_subtitles=subtitle_mode != "target",
                                       tokenizer=pair.processor.tokenizer)
         record.why = [dataclasses.asdict(w) for w in whys]

@@ -24,9 +24,10 @@ import plotly.graph_objects as go
 
 from app import plots
 from app.why_view import WHY_LEGEND, why_html, why_maps
-from specvlm.analysis.records import (PrefillRecord, RecordError, RunRecord, StepTree, TreeNodeView, load_json,
+from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
 from specvlm.spec.grid import grid_shape
+from specvlm.types import PrefillInfo
 
 CHART_ID = "specvlm-inspect-chart"
 STEP_ID = "specvlm-inspect-step"
@@ -229,7 +230,7 @@ def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) ->
 
     The kept set is chosen once per request (at prefill), so these are the maps at every step.
     """
-    info = record.prefill_info()
+    info = record.prefill
     if info.token_grid is None or info.prune is None:
         return []
     frames = record.frames()
@@ -248,12 +249,12 @@ def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) ->
 
 def summary_md(record: RunRecord) -> str:
     """One-paragraph summary: method, τ, steps, video tokens kept, subtitle tokens per model."""
-    p = record.prefill
-    kept = f"{p.num_kept}/{p.num_video_tokens}"
+    p, pr = record.prefill, record.prefill.prune
+    kept = f"{pr.num_kept if pr is not None else p.num_video_tokens}/{p.num_video_tokens}"
     subs = ""
     if p.target_subtitle_tokens or p.draft_subtitle_tokens:
         subs = f" · subtitle tokens: target {p.target_subtitle_tokens}, draft {p.draft_subtitle_tokens}"
-    return (f"**{record.settings.get('method', p.method or '?')}** · τ = {record.tau:.2f} over "
+    return (f"**{record.settings.get('method', (pr.method if pr is not None else None) or '?')}** · τ = {record.tau:.2f} over "
             f"{len(record.verify_steps)} verify steps · {len(record.token_ids)} tokens · video tokens kept "
             f"{kept}{subs}")
 
@@ -282,7 +283,7 @@ def _refresh(record: RunRecord | None, mode: str = "stages"):
             prune_maps(record, mode), step, step_view(record, step), why_html(record, step), why_maps(record, step))
 
 
-_EMPTY = RunRecord({}, "", PrefillRecord(0, 0, 0), [])
+_EMPTY = RunRecord({}, "", PrefillInfo(0, 0, 0, None, 0.0, 0.0, 0.0), [])
 
 
 def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def why_html(record: Any, step: int | float | None) -> str:
                 f"{len(record.why)} lowest-acceptance steps explained after the run.</i>")
     tok = html.escape(record.token_text.get(int(w["token_id"]), str(w["token_id"])))
     p = record.prefill
-    kept = f"{p.num_kept} of {p.num_video_tokens}" if p.method is not None else "all"
+    kept = f"{p.prune.num_kept} of {p.num_video_tokens}" if p.prune is not None else "all"
     share = float(w["share_unseen"])
     out = [f'The target refused the draft here and wrote <b>"{tok}"</b>'
            + (f' (in "{html.escape(w["word"])}")' if w.get("word") else "") + ". "
@@ -71,7 +71,7 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
     w = step_why(record, step)
     if w is None:
         return []
-    info = record.prefill_info()
+    info = record.prefill
     frames = record.frames()
     if info.token_grid is None or frames is None:
         return []

@@ -146,7 +146,7 @@ def test_keep_text_forces_the_text_tokens(engine, clip_files):
         last["status"]
     k = p.prune.num_kept                                   # the page says what the forced tokens replace
     assert f"count against the draft's {k}-token budget: {n} of its Stage I/II picks gave way" in last["status"]
-    assert rec.prefill.forced == p.prune.forced.tolist()
+    assert rec.prefill.prune.forced.tolist() == p.prune.forced.tolist()
 
 
 def test_keep_text_and_subtitles_together(engine, clip_files):

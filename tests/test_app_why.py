@@ -45,12 +45,12 @@ def test_why_words_and_maps_of_an_explained_step(explained):
     w = rec.why[0]
     text = wv.why_html(rec, w["step"])
     assert "refused the draft" in text and f"{w['share_unseen']:.0%}" in text
-    assert f"kept {rec.prefill.num_kept} of {rec.prefill.num_video_tokens}" in text
+    assert f"kept {rec.prefill.prune.num_kept} of {rec.prefill.num_video_tokens}" in text
     maps = wv.why_maps(rec, w["step"], max_images=3)
     assert 1 <= len(maps) <= 3 and all(img.dtype == np.uint8 for img, _ in maps)
     grid = np.asarray(rec.prefill.token_grid).reshape(-1, 3)
     shown = {int(c.split()[1]) // rec.prefill.frames_per_token for _, c in maps}   # "frame <t> ..." captions
-    kept_here = [g for g in shown if np.isin(np.nonzero(grid[:, 0] == g)[0], rec.prefill.keep).any()]
+    kept_here = [g for g in shown if np.isin(np.nonzero(grid[:, 0] == g)[0], rec.prefill.prune.keep.numpy()).any()]
     green = [(img == np.array(wv.SEEN_RGB, np.uint8)).all(-1).any() for img, _ in maps]
     assert sum(green) == len(kept_here)                                   # the draft's kept cells are outlined
     assert "of the attention" in maps[0][1]

@@ -71,8 +71,8 @@ def test_app_random_pruning_honours_the_seed():
         s = RunSettings(preset=preset, method="random", seed=seed, num_frames=8, max_new_tokens=2)
         ups = list(backend.run(RunRequest(video, "Describe the video.", s), session=f"seed{seed}"))
         rec = ups[-1]["record"]
-        assert rec is not None and rec.prefill.method == "random"
-        return list(rec.prefill.keep)
+        assert rec is not None and rec.prefill.prune.method == "random"
+        return rec.prefill.prune.keep.tolist()
 
     first = kept(1)
     assert 0 < len(first) and kept(1) == first

@@ -1,10 +1,11 @@
 """Run records for failure inspection: where speculation breaks, step by step.
 
 A :class:`RunRecord` is everything needed to replay the inspection of one
-speculative run without a model: settings, prompt, the pruning sets and scores,
-and per verify step the emitted tokens, the accepted length, timings and the
-drafted tree (:class:`specvlm.types.DraftTreeRecord`). It is built from a
-stream's events (:func:`record_from_events`), saved as one plain, versioned JSON
+speculative run without a model: settings, prompt, and the stream's own events: the
+:class:`~specvlm.types.PrefillInfo` (pruning sets and scores) and per verify step the
+:class:`~specvlm.types.StepEvent` (emitted tokens, accepted length, timings, the drafted tree,
+:class:`specvlm.types.DraftTreeRecord`). It is built from a stream's events
+(:func:`record_from_events`), saved as one plain, versioned JSON
 file (:func:`save_json` / :func:`load_json`) and queried with
 :func:`lowest_accept_steps` and :func:`step_tree`.
 
@@ -38,51 +39,13 @@ class RecordError(ValueError):
 
 # --------------------------------------------------------------------------- records
 @dataclass
-class PrefillRecord:
-    """The essentials of a :class:`PrefillInfo` as plain lists (JSON-ready).
-
-    Attributes:
-        num_prompt_tokens, num_video_tokens, num_draft_prompt_tokens: L, V, draft prompt length.
-        prefill_s, prune_s, draft_prefill_s: timings (s).
-        frames_per_token: frames covered by one video token along time.
-        method: pruning method, or None (vanilla).
-        keep, stage1, stage2: kept / Stage I / Stage II video-token indices (sorted).
-        forced: indices forced to be kept (``force_keep``), or None.
-        scores: float (V,) text-to-video attention scores, or None.
-        token_grid: (V, 3) (frame group, row, col) per video token, or None.
-        target_subtitle_tokens, draft_subtitle_tokens: transcript tokens each model saw.
-    """
-
-    num_prompt_tokens: int
-    num_video_tokens: int
-    num_draft_prompt_tokens: int
-    prefill_s: float = 0.0
-    prune_s: float = 0.0
-    draft_prefill_s: float = 0.0
-    frames_per_token: int = 1
-    method: str | None = None
-    keep: list[int] = field(default_factory=list)
-    stage1: list[int] = field(default_factory=list)
-    stage2: list[int] = field(default_factory=list)
-    forced: list[int] | None = None
-    scores: list[float] | None = None
-    token_grid: list[list[int]] | None = None
-    target_subtitle_tokens: int = 0
-    draft_subtitle_tokens: int = 0
-
-    @property
-    def num_kept(self) -> int:
-        return len(self.keep) if self.method is not None else self.num_video_tokens
-
-
-@dataclass
 class RunRecord:
     """One run, replayable without a model.
 
     Attributes:
         settings: the DecodeConfig as a nested dict (``dataclasses.asdict``).
         prompt: the user prompt.
-        prefill: :class:`PrefillRecord`.
+        prefill: the stream's :class:`~specvlm.types.PrefillInfo` (saved by :func:`prefill_to_dict`).
         steps: the stream's :class:`~specvlm.types.StepEvent` s (step 0 = the prefill token).
         token_text: id -> decoded text for every id in the outputs and trees (so a replay needs
             no tokenizer); empty when no tokenizer was given.
@@ -95,7 +58,7 @@ class RunRecord:
 
     settings: dict
     prompt: str
-    prefill: PrefillRecord
+    prefill: PrefillInfo
     steps: list[StepEvent]
     token_text: dict[int, str] = field(default_factory=dict)
     timestamps: list[float] = field(default_factory=list)
@@ -134,20 +97,6 @@ class RunRecord:
                 return s
         raise RecordError(f"step {step} is not in this run (steps 0..{len(self.steps) - 1}).")
 
-    def prefill_info(self) -> PrefillInfo:
-        """A :class:`PrefillInfo` (with PruneResult) rebuilt from the record, for the app's plots."""
-        p = self.prefill
-        prune = None
-        if p.method is not None:
-            lt = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-            prune = PruneResult(lt(p.keep), lt(p.stage1), lt(p.stage2),
-                                None if p.scores is None else torch.tensor(p.scores, dtype=torch.float32),
-                                p.num_video_tokens, p.method, None if p.forced is None else lt(p.forced))
-        grid = None if p.token_grid is None else torch.tensor(p.token_grid, dtype=torch.long).reshape(-1, 3)
-        return PrefillInfo(p.num_prompt_tokens, p.num_video_tokens, p.num_draft_prompt_tokens, prune, p.prefill_s,
-                           p.prune_s, p.draft_prefill_s, grid, p.frames_per_token, p.target_subtitle_tokens,
-                           p.draft_subtitle_tokens)
-
     def frames(self) -> np.ndarray | None:
         """uint8 (T, h, w, 3) frames from the thumbnails (each repeated ``frames_per_token`` times)."""
         if not self.thumbnails:
@@ -162,17 +111,40 @@ def _ints(x: Any) -> list[int]:
     return [] if x is None else [int(v) for v in torch.as_tensor(x).reshape(-1).tolist()]
 
 
-def _prefill_record(info: PrefillInfo) -> PrefillRecord:
+def prefill_to_dict(info: PrefillInfo) -> dict:
+    """The engine's PrefillInfo as plain JSON data: counts, timings, the pruning method (None for vanilla)
+    and its index sets and scores as lists, the token grid as (V, 3) nested lists."""
     pr = info.prune
-    grid = None if info.token_grid is None else torch.as_tensor(info.token_grid).long().tolist()
-    return PrefillRecord(
-        info.num_prompt_tokens, info.num_video_tokens, info.num_draft_prompt_tokens, float(info.prefill_s),
-        float(info.prune_s), float(info.draft_prefill_s), int(info.frames_per_token),
-        pr.method if pr is not None else None, _ints(pr.keep if pr else None), _ints(pr.stage1 if pr else None),
-        _ints(pr.stage2 if pr else None), _ints(pr.forced) if pr is not None and pr.forced is not None else None,
-        [float(v) for v in pr.scores.tolist()] if pr is not None and pr.scores is not None else None, grid,
-        int(getattr(info, "target_subtitle_tokens", 0)), int(getattr(info, "draft_subtitle_tokens", 0)),
-    )
+    return {
+        "num_prompt_tokens": int(info.num_prompt_tokens), "num_video_tokens": int(info.num_video_tokens),
+        "num_draft_prompt_tokens": int(info.num_draft_prompt_tokens), "prefill_s": float(info.prefill_s),
+        "prune_s": float(info.prune_s), "draft_prefill_s": float(info.draft_prefill_s),
+        "frames_per_token": int(info.frames_per_token), "method": pr.method if pr is not None else None,
+        "keep": _ints(pr.keep if pr else None), "stage1": _ints(pr.stage1 if pr else None),
+        "stage2": _ints(pr.stage2 if pr else None),
+        "forced": _ints(pr.forced) if pr is not None and pr.forced is not None else None,
+        "scores": [float(v) for v in pr.scores.tolist()] if pr is not None and pr.scores is not None else None,
+        "token_grid": None if info.token_grid is None else torch.as_tensor(info.token_grid).long().tolist(),
+        "target_subtitle_tokens": int(info.target_subtitle_tokens),
+        "draft_subtitle_tokens": int(info.draft_subtitle_tokens),
+    }
+
+
+def prefill_from_dict(d: dict) -> PrefillInfo:
+    """Inverse of :func:`prefill_to_dict`: the PrefillInfo with its PruneResult (int64 / float32 tensors)."""
+    lt = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    prune = None
+    if d.get("method") is not None:
+        prune = PruneResult(lt(d["keep"]), lt(d["stage1"]), lt(d["stage2"]),
+                            None if d.get("scores") is None else torch.tensor(d["scores"], dtype=torch.float32),
+                            int(d["num_video_tokens"]), d["method"], None if d.get("forced") is None else lt(d["forced"]))
+    grid = d.get("token_grid")
+    return PrefillInfo(int(d["num_prompt_tokens"]), int(d["num_video_tokens"]), int(d["num_draft_prompt_tokens"]),
+                       prune, float(d.get("prefill_s", 0.0)), float(d.get("prune_s", 0.0)),
+                       float(d.get("draft_prefill_s", 0.0)),
+                       None if grid is None else torch.tensor(grid, dtype=torch.long).reshape(-1, 3),
+                       int(d.get("frames_per_token", 1)), int(d.get("target_subtitle_tokens", 0)),
+                       int(d.get("draft_subtitle_tokens", 0)))
 
 
 def _step_event(ev: StepEvent) -> StepEvent:
@@ -226,7 +198,7 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
     if info is None:
         raise RecordError("the events hold no PrefillInfo: pass the whole stream.")
     settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
-    rec = RunRecord(settings, prompt, _prefill_record(info), steps, meta=dict(meta or {}))
+    rec = RunRecord(settings, prompt, info, steps, meta=dict(meta or {}))
     if tokenizer is not None:
         ids = {t for s in steps for t in s.token_ids}
         ids |= {t for s in steps if s.tree for t in s.tree.tokens + [s.tree.target_token]}
@@ -242,7 +214,9 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
 # --------------------------------------------------------------------------- JSON
 def to_dict(record: RunRecord) -> dict:
     """Plain JSON-ready dict with a ``format`` tag (token_text keys as strings)."""
-    d = dataclasses.asdict(record)
+    d = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    d["prefill"] = prefill_to_dict(record.prefill)
+    d["steps"] = [dataclasses.asdict(s) for s in record.steps]
     d["token_text"] = {str(k): v for k, v in record.token_text.items()}
     return {"format": RECORD_FORMAT, **d}
 
@@ -260,7 +234,7 @@ def from_dict(d: dict) -> RunRecord:
     if version > RECORD_VERSION or version < 1:
         raise RecordError(f"run record version {version} is not supported (this code reads 1..{RECORD_VERSION}).")
     try:
-        pre = PrefillRecord(**d["prefill"])
+        pre = prefill_from_dict(d["prefill"])
         steps = [StepEvent(**{**s, "tree": DraftTreeRecord(**s["tree"]) if s.get("tree") else None})
                  for s in d["steps"]]
         return RunRecord(d["settings"], d["prompt"], pre, steps, {int(k): v for k, v in d["token_text"].items()},

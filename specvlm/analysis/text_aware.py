@@ -96,7 +96,7 @@ def stage_shares(prune: Any, text_tokens: Any) -> dict:
     """What share of the text-covering tokens each stage kept.
 
     Args:
-        prune: a PruneResult or PrefillRecord (``keep``, ``stage1``, ``stage2``, ``forced``,
+        prune: a PruneResult (``keep``, ``stage1``, ``stage2``, ``forced``,
             ``num_video_tokens``).
         text_tokens: int indices of the tokens covering the text.
 
