@@ -11,7 +11,7 @@ import torch
 from conftest import make_clip
 from specvlm.config import DecodeConfig, VideoConfig
 from specvlm.engine.prepare import prepare
-from specvlm.engine.stopping import stop_between_layers
+from specvlm.engine.stopping import install_stop_checks, stop_between_layers
 from specvlm.engine.stream import generate, stream
 from specvlm.types import PrefillInfo, Stopped
 from specvlm.video import backends, load_video
@@ -36,15 +36,17 @@ def test_a_stop_during_the_prefill_ends_it_between_layers(method):
     pair = pair_from_models(*tiny_qwen2_5_vl(layers=4))
     clip, cfg = make_clip(16), DecodeConfig(method=method, max_new_tokens=8)
     full = _layer_calls(pair.target)
+    layers = [m for mod in pair.target.modules() if isinstance(mod, torch.nn.ModuleList) for m in mod]
+    hooks = [len(m._forward_pre_hooks) for m in layers]
     list(stream(pair, prepare(pair, clip, PROMPT), cfg))  # a whole run: prefill + 8 steps
     per_run = full[0]
     full[0] = 0
     checks = []
     stop = lambda: checks.append(1) or len(checks) > 3  # noqa: E731  True at the 4th check: inside the prefill
-    assert list(stream(pair, prepare(pair, clip, PROMPT), cfg, should_stop=stop)) == []  # no PrefillInfo: it never finished
+    inputs = prepare(pair, clip, PROMPT)
+    assert list(stream(pair, inputs, cfg, should_stop=stop)) == []  # no PrefillInfo: it never finished
     assert 0 < full[0] < per_run // 2    # a few layers ran, then the prefill ended
-    layers = [m for mod in pair.target.modules() if isinstance(mod, torch.nn.ModuleList) for m in mod]
-    assert all(len(m._forward_pre_hooks) == 1 for m in layers)  # the stop checks are gone; the counter stays
+    assert [len(m._forward_pre_hooks) for m in layers] == hooks  # a request adds nothing to the shared models
 
 
 def test_stop_checks_leave_the_output_unchanged():
@@ -61,9 +63,12 @@ def test_stop_checks_leave_the_output_unchanged():
 def test_stop_checks_act_only_in_the_thread_that_asked():
     layer = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
     model = torch.nn.Sequential(*layer)
+    install_stop_checks(layer)
+    install_stop_checks(layer)  # once per module
+    assert len(layer[0]._forward_pre_hooks) == 1
     flag = threading.Event()
     with pytest.raises(Stopped):
-        with stop_between_layers(flag.is_set, layer):
+        with stop_between_layers(flag.is_set):
             model(torch.zeros(1, 2))  # not stopped yet
             other: list[BaseException] = []
             flag.set()
@@ -72,7 +77,8 @@ def test_stop_checks_act_only_in_the_thread_that_asked():
             t.join()
             assert other == []   # another thread's forward on the same model is not stopped
             model(torch.zeros(1, 2))  # this thread's is
-    model(torch.zeros(1, 2))  # and the hooks are gone after the block
+    flag.set()
+    model(torch.zeros(1, 2))  # outside the block the check is inert
 
 
 def _run_catching(model, errors):

@@ -1,13 +1,15 @@
 """Stop checks inside a prefill: a ``should_stop`` callback polled before every layer.
 
 A prefill is one forward per model over the whole prompt (thousands of video tokens), so the
-decode loop's check before every step cannot end it; on a CPU a long video's prefill takes
-minutes. :func:`stop_between_layers` registers, for the duration of a ``with`` block, a forward
-pre-hook on every module held in an ``nn.ModuleList`` of the given models (the decoder layers and
-the vision encoder's blocks) that raises :class:`specvlm.types.Stopped` once ``should_stop()``
-returns True. The hooks act only in the thread that entered the block (a concurrent request on
-the same models is not affected) and are removed when it exits; a check costs one Python call
-per layer.
+decode loop's check before every step cannot end it: on a CPU a long video's prefill takes
+minutes, most of it in the vision encoder (the bundled model on 256 frames of a 30 s clip: ~15 s of
+a ~21 s prefill). Checks are installed once, when a pair is built (:func:`install_stop_checks`,
+from :func:`specvlm.models.pair.pair_from_models`, like the engine's attention): a forward pre-hook
+on every module held in an ``nn.ModuleList`` (the decoder layers and the vision encoder's blocks)
+that reads the calling thread's current callback. :func:`stop_between_layers` sets that callback
+for the duration of a ``with`` block, on its thread only: nothing on the shared models changes per
+request, and a concurrent request on another thread is not affected. Outside a block a check is
+one thread-local lookup per layer.
 
 Source: docs/design.md §8 (a Stop button must stop the work, not only the UI).
 """
@@ -22,14 +24,32 @@ import torch
 
 from specvlm.types import Stopped
 
+_LOCAL = threading.local()   # .should_stop: the calling thread's callback inside stop_between_layers
+
+
+def _check(_module: torch.nn.Module, _args: Any) -> None:
+    should_stop = getattr(_LOCAL, "should_stop", None)
+    if should_stop is not None and should_stop():
+        raise Stopped("the prefill was stopped")
+
+
+def install_stop_checks(model: torch.nn.Module) -> None:
+    """Put the stop check before every layer of ``model`` (each child of an ``nn.ModuleList``); once per
+    module, so calling it again adds nothing. The checks act only inside :func:`stop_between_layers`."""
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.ModuleList):
+            for layer in mod:
+                if _check not in layer._forward_pre_hooks.values():
+                    layer.register_forward_pre_hook(_check)
+
 
 @contextlib.contextmanager
-def stop_between_layers(should_stop: Callable[[], bool] | None, *models: Any) -> Iterator[None]:
-    """Inside the block, ``should_stop()`` is polled before every layer of ``models`` (this thread only).
+def stop_between_layers(should_stop: Callable[[], bool] | None) -> Iterator[None]:
+    """Inside the block, on this thread, ``should_stop()`` is polled before every layer of models with
+    :func:`install_stop_checks` (and once on entry).
 
     Args:
-        should_stop: the callback (None: no checks, nothing registered).
-        *models: the models whose layers check (duplicates, e.g. a Self-SD draft, count once).
+        should_stop: the callback (None: no checks).
 
     Raises:
         Stopped: ``should_stop()`` returned True on entry or before a layer.
@@ -37,24 +57,11 @@ def stop_between_layers(should_stop: Callable[[], bool] | None, *models: Any) ->
     if should_stop is None:
         yield
         return
-    owner = threading.get_ident()
-
-    def check(_module: torch.nn.Module, _args: Any) -> None:
-        if threading.get_ident() == owner and should_stop():
-            raise Stopped("the prefill was stopped")
-
-    handles, seen = [], set()
-    for model in models:
-        if model is None or id(model) in seen:
-            continue
-        seen.add(id(model))
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.ModuleList):
-                handles.extend(layer.register_forward_pre_hook(check) for layer in mod)
+    if should_stop():
+        raise Stopped("the prefill was stopped")
+    before = getattr(_LOCAL, "should_stop", None)
+    _LOCAL.should_stop = should_stop
     try:
-        if should_stop():
-            raise Stopped("the prefill was stopped")
         yield
     finally:
-        for h in handles:
-            h.remove()
+        _LOCAL.should_stop = before

@@ -205,7 +205,7 @@ def _stream_vanilla(pair, inputs, config, reuse, should_stop):
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
     inputs = inputs.for_target()
-    with Timer(dev) as t_pre, stop_between_layers(should_stop, pair.target):
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
         tp = _prefill(pair, inputs, False, reuse)
     yield PrefillInfo(inputs.input_ids.shape[1], inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
@@ -231,7 +231,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     method = config.prune.method
     t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
-    with Timer(dev) as t_pre, stop_between_layers(should_stop, pair.target):
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
         tp = _prefill(pair, t_in, method in SCORE_METHODS, reuse)
     # 4.3-4.6 pruning (pure)
     with Timer() as t_prune:
@@ -240,7 +240,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
     # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
     d_in = inputs.draft_inputs or inputs
-    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop, pair.draft):
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
         keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
         d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
     yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from specvlm.engine.attention import use_fast_attention
+from specvlm.engine.stopping import install_stop_checks
 from specvlm.models.adapter import Adapter, video_geometry
 from specvlm.models.errors import ModelLoadError, TokenizerMismatchError
 from specvlm.models.registry import adapter_for
@@ -120,9 +121,11 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
 
     The pair takes the models over: once, here, their language models are set to this engine's
     attention (``specvlm_gqa``, :mod:`specvlm.engine.attention`; transformers' SDPA path for everything
-    but the engine's short masked queries, so ``model.generate()`` still works). Nothing about the
-    models changes after that: decoding requests choose their attention per call, so concurrent
-    requests on one pair do not disturb each other.
+    but the engine's short masked queries, so ``model.generate()`` still works), and their layers get
+    the engine's stop check (:func:`specvlm.engine.stopping.install_stop_checks`: inert unless a
+    request with ``should_stop`` is prefilling on that thread). Nothing about the models changes after
+    that: decoding requests choose their attention and stop callback per call, so concurrent requests
+    on one pair do not disturb each other.
 
     Args:
         target: the target model.
@@ -140,6 +143,7 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     adapter = adapter_for(target)
     if draft is None or draft is target:
         use_fast_attention(target)
+        install_stop_checks(target)
         return ModelPair(target, target, processor, adapter, adapter, name or "Self-SD", _vocab_size(target))
     d_adapter = adapter_for(draft)
     if d_adapter.family != adapter.family:
@@ -154,6 +158,8 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
                              f"{t_geo}): pass the draft's processor (draft_processor) so it gets its own prompt.")
     use_fast_attention(target)
     use_fast_attention(draft)
+    install_stop_checks(target)
+    install_stop_checks(draft)
     shared = min(_vocab_size(target), _vocab_size(draft))
     return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared,
                      draft_processor if t_geo != d_geo else None)
