@@ -7,20 +7,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import shutil
-import tempfile
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
-import numpy as np
 
 from app import plots, preview
 from app.backend import Backend
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
+from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
@@ -104,86 +102,6 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     demo.specvlm_components = c
     demo.specvlm_janitor = janitor
     return demo
-
-
-def gradio_upload_dir() -> str:
-    """The folder Gradio stores uploads in (``GRADIO_TEMP_DIR``, else ``<tmp>/gradio``)."""
-    from gradio.utils import get_upload_folder
-    return get_upload_folder()
-
-
-def queued_files(demo: gr.Blocks) -> set[str] | None:
-    """Paths of files referenced by requests waiting in the demo's queue (None if unknown).
-
-    Gradio stores uploads by content hash, so two users sending the same file share one path:
-    a finished request must not delete a file that a queued one will read.
-    """
-    q = getattr(demo, "_queue", None)
-    if q is None:
-        return set()
-    try:
-        found: set[str] = set()
-        for eq in list(q.event_queue_per_concurrency_id.values()):
-            for ev in list(eq.queue):
-                body = getattr(ev, "data", None)
-                _collect_paths(getattr(body, "data", None), found)
-        return found
-    except Exception:  # a Gradio upgrade changed the internals: keep files (delete_cache cleans up)
-        log.warning("could not inspect the Gradio queue", exc_info=True)
-        return None
-
-
-def queued_runs(demo: gr.Blocks) -> int:
-    """Runs waiting in the demo's GPU queue for a device (0 when unknown)."""
-    try:
-        eq = demo._queue.event_queue_per_concurrency_id.get(GPU_QUEUE)
-        return len(eq.queue) if eq is not None else 0
-    except Exception:  # a Gradio upgrade changed the internals: the count is only informative
-        return 0
-
-
-@contextlib.contextmanager
-def request_scratch(root: str | None = None) -> Iterator[Path]:
-    """A private temporary folder for one request, removed with everything in it at the end."""
-    folder = Path(tempfile.mkdtemp(prefix="specvlm-req-", dir=root))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def gallery_files(items: Sequence[Any] | None, folder: Path) -> list[Any]:
-    """Gallery items with numpy images written to PNG files in ``folder``.
-
-    Gradio caches numpy images under a hash of their bytes and rewrites that file on every
-    request, so when two users get the same image (same example, same settings) one of them can
-    download it half-written. Files are copied into the cache atomically and reused instead.
-    """
-    from PIL import Image
-    out = []
-    for item in items or []:
-        img, cap = item if isinstance(item, (tuple, list)) else (item, None)
-        if isinstance(img, np.ndarray):
-            path = folder / f"frame-{uuid.uuid4().hex[:12]}.png"
-            Image.fromarray(np.ascontiguousarray(img, dtype=np.uint8)).save(path, format="PNG")
-            img = str(path)
-        out.append((img, cap))
-    return out
-
-
-def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
-    if depth > 6:
-        return
-    if isinstance(obj, dict):
-        if isinstance(obj.get("path"), str):
-            out.add(obj["path"])
-        for v in obj.values():
-            _collect_paths(v, out, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _collect_paths(v, out, depth + 1)
-    elif hasattr(obj, "path") and isinstance(getattr(obj, "path"), str):
-        out.add(obj.path)
 
 
 def _input_column(backend: Backend) -> dict[str, Any]:
@@ -327,10 +245,14 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         video, request, progress = named["video"], named["request"], named["progress"]
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         session = getattr(request, "session_hash", None)
-        with janitor.using([req.video, req.srt, req.truth]), request_scratch(scratch_dir) as tmp, \
+        files = [req.video, req.srt, req.truth]
+        with janitor.using(files), request_scratch(scratch_dir) as tmp, \
                 contextlib.closing(backend.run(req, session=session, waiting=waiting,
                                                progress=lambda f, desc: progress(f, desc=desc))) as updates:
+            _keep_for_next_run(janitor, session, [])  # a Run held for this one now uses its own files
             for upd in updates:
+                if upd.get("ui_state") == "queued":  # a Run waits for this one: its files stay until it starts
+                    _keep_for_next_run(janitor, session, files)
                 err = upd.pop("error", None)
                 if err:
                     gr.Warning(err)
@@ -388,6 +310,13 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         None, None, None, js="() => document.getElementById('run').click()")  # the same Run, timed N times
 
 
+def _keep_for_next_run(janitor: UploadJanitor, session: str | None, files: list[str | None]) -> None:
+    """Hold ``files`` for the session's next Run (the page holds the click until this run ends, so no request
+    refers to them meanwhile); an empty list lets them go."""
+    for i in range(3):
+        janitor.hold(session, f"next-run-{i}", files[i] if i < len(files) else None)
+
+
 def _button_updates(c: dict[str, Any], state: str | None, speed_note: str | None, pairs: Any) -> dict[Any, Any]:
     """Run / Stop / repeat-timing button updates for a run's ``ui_state`` and final ``speed_note``."""
     out: dict[Any, Any] = {}
@@ -408,7 +337,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     """Events: Run and Stop (:func:`_wire_run`), subtitles, preset, heatmap toggle, and upload
     bookkeeping (the janitor deletes uploads nobody shows or uses any more)."""
     previews: OrderedDict[str, str] = OrderedDict()  # preview file name -> the upload it stands for
-    _wire_run(backend, c, janitor, scratch_dir, previews, waiting=lambda: queued_runs(demo))
+    _wire_run(backend, c, janitor, scratch_dir, previews, waiting=lambda: queued_runs(demo, GPU_QUEUE))
     demo.load(None, js=page_js())
 
     def show_subtitles(path, request: gr.Request):

@@ -162,7 +162,7 @@ def test_devices_flag_and_the_default_device_list():
 def test_app_py_devices_flag(capsys):
     import importlib.util
 
-    from app import ui
+    from app import gradio_io, ui
 
     spec = importlib.util.spec_from_file_location("app_main", ROOT / "app.py")
     mod = importlib.util.module_from_spec(spec)
@@ -176,4 +176,4 @@ def test_app_py_devices_flag(capsys):
     demo = ui.build_demo(Backend(FakeEngine(), devices=["cpu", "cpu"]), examples=[])
     fns = {fn.api_name: fn for fn in demo.fns.values()}
     assert fns["compare"].concurrency_limit == 2 and fns["compare_json"].concurrency_limit == 2
-    assert ui.queued_runs(demo) == 0   # nothing queued (and no server): the status line's count
+    assert gradio_io.queued_runs(demo, ui.GPU_QUEUE) == 0   # nothing queued (and no server): the status line's count

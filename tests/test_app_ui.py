@@ -518,3 +518,32 @@ def test_preset_info_shows_project_paths_relative():
     bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
     text, _, _ = b.preset_info(bundled)
     assert str(root) not in text and "assets/model/target" in text and "assets/model/draft" in text
+
+
+def test_a_stopped_runs_upload_stays_for_the_run_held_behind_it():
+    """The page holds a Run clicked while the last one stops, so no request refers to its video meanwhile: the
+    stopped run keeps the upload for it (even if the page's own hold is gone), and the next run lets it go."""
+    import uuid
+    from types import SimpleNamespace
+
+    from app.ui import build_demo, gradio_upload_dir
+    b = Backend(FakeEngine(step_s=0.01), update_interval_s=0.02)
+    demo = build_demo(b, examples=[])
+    compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
+    folder = Path(gradio_upload_dir()) / f"test-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    video = folder / "clip.mp4"
+    video.write_bytes(b"\x00" * 16)
+    request = SimpleNamespace(session_hash="held")
+    run = compare(str(video), max_new=1000, request=request, progress=lambda *a, **k: None)
+    for upd in run:
+        if any("decoding" in str(v) for v in upd.values()):
+            b.stop("held")
+            assert b.queue_next("held")   # Run clicked while it stops
+            break
+    for _ in run:
+        pass
+    assert video.exists()                  # kept for the held Run
+    for _ in compare(str(video), max_new=4, request=request, progress=lambda *a, **k: None):
+        pass
+    assert not video.exists()              # that Run used it; nothing holds it any more

@@ -194,7 +194,7 @@ def test_gradio_rejects_uploads_over_max_file_size(server):
 def test_gallery_images_are_written_as_files_in_the_request_folder(tmp_path):
     from PIL import Image
 
-    from app.ui import gallery_files, request_scratch
+    from app.gradio_io import gallery_files, request_scratch
     img = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
     with request_scratch(str(tmp_path)) as d:
         (path, cap), (url, none) = gallery_files([(img, "frames 0-1"), ("http://x/y.png", None)], d)
