@@ -136,3 +136,15 @@ def test_stop_while_decoding_then_run(page_and_engine):
     _order(seen, "Vanilla decoding", "Stopping", "Stopped.", "Done.")
     assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]
 
+
+
+def test_the_summary_offers_a_timing_repeat_that_runs_the_median(page_and_engine):
+    page, eng = page_and_engine   # the runs above are a fraction of a second: the caveat and the offer show
+    assert "Timing caveat" in page.locator("#summary").inner_text()
+    streams = len(eng.streams)
+    page.locator("#repeat-timing").click()
+    page.locator("#summary").get_by_text("median of 5 interleaved pairs of runs").first.wait_for(timeout=60_000)
+    assert eng.streams[streams:] == ["vanilla", "specvlm"] * 5
+    assert page.locator("#timing-pairs input[type=number]").input_value() == "5"
+    page.wait_for_function("() => { const b = document.getElementById('repeat-timing');"
+                           " return !b || b.offsetParent === null; }", timeout=30_000)  # no offer at 5 pairs
