@@ -86,7 +86,9 @@ def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int)
     """
     reasons = []
     short = min(decode_s) if decode_s else 0.0
+    longer = ""
     if short < MIN_DECODE_S:
+        longer = ", or turn on Fixed length for a longer decode"
         reasons.append(f"a decode took only {short:.2f} s (a handful of steps, so timer and scheduling noise "
                        "weigh heavily)")
     if other_cores is not None and other_cores >= BUSY_CORES:
@@ -96,8 +98,7 @@ def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int)
     if pairs > 1:
         return f"Timing caveat: {'; '.join(reasons)}. The speedup is the median of {pairs} interleaved pairs of runs."
     return (f"Timing caveat: {'; '.join(reasons)}, so this single run's speedup may be far off. Repeat the "
-            f"measurement (the median of {SUGGESTED_REPEATS} interleaved runs), or tick **Fixed length** for a "
-            "longer decode.")
+            f"measurement (the median of {SUGGESTED_REPEATS} interleaved runs){longer}.")
 
 
 class LoadMeter:

@@ -73,6 +73,7 @@ def test_speed_note_names_short_decodes_and_busy_cpus():
     assert speed_note([2.0, 1.0], 0.1, 1) == ""
     busy = speed_note([2.0, 1.0], 1.6, 1)
     assert "other processes kept 1.6 CPU cores busy" in busy and "may be far off" in busy
+    assert "Fixed length" not in busy and "Fixed length" in speed_note([0.2, 0.1], None, 1)  # only for short ones
     both = speed_note([0.2, 0.1], 1.0, 5)
     assert "only 0.10 s" in both and "median of 5 interleaved pairs" in both
     assert speedup(10, 1.0, 10, 0.5) == pytest.approx(2.0) and speedup(0, 1.0, 10, 0.5) is None
