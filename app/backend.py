@@ -26,53 +26,20 @@ from typing import Any
 
 from app import uploads
 from app.devices import DevicePool, Slot, wait_in_line
+from app.extras import cues_text, request_extras
 from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
-                               synthetic_caveat)
+                               parse_model_spec, shown_name, synthetic_caveat)
 from app.runs import RunRegistry
 from app.engine import Engine
-from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
-                          check_subtitle_mode)
+from app.settings import MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt
 from app.summary import comparison_json
 from app.view import RunView, final_status
 from app import zerogpu
 from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, handle_failure
 
-__all__ = ["Backend", "parse_model_spec", "shown_name", "WORKER_PREFIX"]
+__all__ = ["Backend", "WORKER_PREFIX"]
 
 log = logging.getLogger(__name__)
-
-
-def shown_name(model: str) -> str:
-    """A model id as shown in the UI: local folders inside the project relative to it, Hub ids as they are."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        path = Path(model)
-        return path.resolve().relative_to(root).as_posix() if path.exists() else model
-    except (ValueError, OSError):
-        return model
-
-
-def parse_model_spec(text: str) -> tuple[str, str | None]:
-    """Split a custom model field into (target, draft or None).
-
-    Args:
-        text: ``"target"``, ``"target + draft"`` or ``"target, draft"``.
-
-    Returns:
-        (target, draft); draft None means Self-SD.
-
-    Raises:
-        UserError: empty target.
-    """
-    for sep in ("+", ","):
-        if sep in text:
-            target, draft = (s.strip() for s in text.split(sep, 1))
-            break
-    else:
-        target, draft = text.strip(), ""
-    if not target:
-        raise UserError("The custom model field needs a Hub id or local path (optionally 'target + draft').")
-    return target, (draft or None)
 
 
 class Backend:
@@ -285,7 +252,7 @@ class Backend:
             cues = self.load_cues(path)
         except ImportError:
             return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
-        return "\n".join(f"[{_mmss(c.start_s)} - {_mmss(c.end_s)}] {c.text}" for c in cues)
+        return cues_text(cues)
 
     def load_cues(self, path: str | None) -> list[Any]:
         """The cues of an uploaded .srt (empty without a file).
@@ -455,7 +422,7 @@ class Backend:
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
         dec, vid = build_configs(s, self.limits)
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
-        cues, mode, truth, notes = self._extras(request)
+        cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)
         meta: dict[str, Any] = {}
         if cues:
@@ -471,40 +438,3 @@ class Backend:
                        forced_requested=truth is not None, plot_interval_s=self.plot_interval_s,
                        caveat=synthetic_caveat(target, path, hub_ok=hub_reachable(self.engine)))
         return job, view, name
-
-    def _extras(self, request: RunRequest) -> tuple[list[Any], str, dict[str, Any] | None, list[str]]:
-        """(subtitle cues, subtitle mode, ground truth to force, input notes) from the uploads.
-
-        Raises:
-            UserError: bad subtitle mode, unreadable .srt, or a malformed ground-truth .json.
-        """
-        s, srt, truth_path = request.settings, request.srt, request.truth
-        mode = check_subtitle_mode(s.subtitle_mode)
-        notes: list[str] = []
-        try:
-            cues = self.load_cues(srt)
-        except ImportError as e:
-            raise UserError(f"The subtitle reader is not installed: {e}") from e
-        if cues:
-            who = {"both": "both models", "target": "the target (and vanilla) only", "draft": "the draft only",
-                   "none": "neither model (ignored)"}[mode]
-            notes.append(f"{len(cues)} subtitle cue{'s' if len(cues) != 1 else ''} shown to {who}")
-        elif srt:
-            notes.append(f"the subtitle file {Path(srt).name!r} has no cues, so no transcript was added")
-        truth = None
-        if s.keep_text:
-            d = self.load_truth(truth_path)
-            if d is None:
-                notes.append("no on-screen-text tokens were forced: no ground-truth .json was given "
-                             "(only generated clips have one)")
-            elif not d.get("text"):
-                notes.append(f"no on-screen-text tokens were forced: {Path(truth_path).name!r} says the clip has "
-                             "no burned-in text")
-            else:
-                truth = d
-        return cues, mode, truth, notes
-
-
-def _mmss(t: float) -> str:
-    m, s = divmod(float(t), 60)
-    return f"{int(m):02d}:{s:04.1f}"

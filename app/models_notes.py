@@ -1,5 +1,5 @@
-"""What the page says about models: load errors in one line, presets that need an unreachable Hub, and
-the bundled model's caveat on a video it was not trained for.
+"""What the page says about models: names as shown, the custom model field, load errors in one line,
+presets that need an unreachable Hub, and the bundled model's caveat on a video it was not trained for.
 
 The Hub answer comes from :func:`specvlm.models.hub.hub_reachable` (asked at most once per process,
 through the engine facade, so tests can fake it).
@@ -12,6 +12,41 @@ import filecmp
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from app.settings import UserError
+
+def shown_name(model: str) -> str:
+    """A model id as shown in the UI: local folders inside the project relative to it, Hub ids as they are."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        path = Path(model)
+        return path.resolve().relative_to(root).as_posix() if path.exists() else model
+    except (ValueError, OSError):
+        return model
+
+
+def parse_model_spec(text: str) -> tuple[str, str | None]:
+    """Split a custom model field into (target, draft or None).
+
+    Args:
+        text: ``"target"``, ``"target + draft"`` or ``"target, draft"``.
+
+    Returns:
+        (target, draft); draft None means Self-SD.
+
+    Raises:
+        UserError: empty target.
+    """
+    for sep in ("+", ","):
+        if sep in text:
+            target, draft = (s.strip() for s in text.split(sep, 1))
+            break
+    else:
+        target, draft = text.strip(), ""
+    if not target:
+        raise UserError("The custom model field needs a Hub id or local path (optionally 'target + draft').")
+    return target, (draft or None)
+
 
 HUB_UNREACHABLE = ("The Hugging Face Hub is not reachable from this server: only the bundled models and models "
                    "already in the local cache load.")

@@ -13,7 +13,8 @@ import pytest
 from test_app_fakes import STAGE1, STAGE2, FakeEngine, prefill_info
 
 from app import plots
-from app.backend import Backend, parse_model_spec
+from app.backend import Backend
+from app.models_notes import parse_model_spec
 from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs
 from app.view import OUTPUT_KEYS, pick_heatmaps
 
@@ -508,7 +509,7 @@ def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
 
 
 def test_preset_info_shows_project_paths_relative():
-    from app.backend import shown_name as _shown
+    from app.models_notes import shown_name as _shown
     from specvlm.models.presets import PRESETS
     root = Path(__file__).resolve().parents[1]
     assert _shown(str(root / "assets" / "model" / "target")) == "assets/model/target"
