@@ -207,3 +207,19 @@ def test_export_writes_loadable_models_from_checkpoints(smoke_pair, tmp_path):
     trained = torch.load(work / "smoke" / "target" / "ckpt.pt", weights_only=False)["model"]
     for k, v in pair.target.state_dict().items():
         assert torch.equal(v, trained[k]), k
+
+
+def test_attention_losses_over_an_empty_selection_are_zero_not_nan(tmp_path):
+    ids = torch.tensor([[1, 9, 9, 9, 2]])
+    att = [torch.tensor([[0.1, 0.3, 0.3, 0.2, 0.1]], requires_grad=True)]
+    none = torch.zeros(3)
+    for loss, _ in (tlosses.focus_loss(att, ids, 9, none),
+                    tlosses.spread_focus_loss(att, ids, 9, none, torch.zeros(3, dtype=torch.long)),
+                    tlosses.routing_loss([a[:, None, :] for a in att], ids, 9, torch.zeros(3, dtype=torch.long),
+                                         torch.tensor([[True]]), torch.tensor([[0]]))):   # names object 0: no token
+        assert float(loss) == 0.0
+    from scripts.training.checkpoints import save_loss_plot
+    save_loss_plot(tmp_path / "l.png", [(1, 3.0), (2, float("nan")), (3, 2.0), (4, 1.5)], "loss")
+    from PIL import Image
+    img = np.asarray(Image.open(tmp_path / "l.png").convert("RGB"))
+    assert (img == np.array([30, 90, 200], np.uint8)).all(-1).any()               # the curve is drawn

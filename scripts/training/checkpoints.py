@@ -54,6 +54,7 @@ def save_loss_plot(path: Path, losses: list[tuple[int, float]], title: str) -> N
     img = Image.new("RGB", (W, H), "white")
     d = ImageDraw.Draw(img)
     d.text((m, 8), title, fill="black")
+    losses = [(s, v) for s, v in losses if np.isfinite(v)]
     if len(losses) >= 2:
         steps = np.array([s for s, _ in losses], float)
         vals = np.log10(np.maximum(np.array([v for _, v in losses], float), 1e-4))

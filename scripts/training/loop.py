@@ -5,6 +5,7 @@ with the decay; state is checkpointed every ``--ckpt-minutes`` and a rerun resum
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -158,7 +159,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
     bar = tqdm(total=steps if steps else int(budget), initial=step if steps else int(elapsed),
                unit="step" if steps else "s", desc=phase, mininterval=5 if sys.stdout.isatty() else 60,
                file=sys.stdout, dynamic_ncols=False, ncols=110)
-    ema = None
+    ema = float("nan")   # the running loss (nan until a first finite loss)
     rng = np.random.default_rng([args.seed, 7, step])
     while (step < steps if steps else elapsed < budget) and (args.max_steps is None or step < args.max_steps):
         t0 = time.time()
@@ -182,7 +183,8 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
         elapsed += dt
         lv = float(loss.detach())
         losses.append((step, lv))
-        ema = lv if ema is None else 0.98 * ema + 0.02 * lv
+        if math.isfinite(lv):   # a loss term over an empty selection is nan (no gradient): keep it out of the EMA
+            ema = lv if not math.isfinite(ema) else 0.98 * ema + 0.02 * lv
         T, H, W, B = batch["meta"]
         bar.set_postfix_str(f"step {step} loss {ema:.3f} lr {lr:.1e} {T}f{H}x{W}b{B} {dt:.2f}s", refresh=False)
         bar.update((step if steps else int(elapsed)) - bar.n)

@@ -184,6 +184,8 @@ def focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_id:
     obj = torch.zeros(vmask.shape, dtype=torch.float32)
     obj[vmask] = cover.float()
     has = obj.sum(1) > 0
+    if not bool(has.any()):      # no object/text pixel in any row: nothing to focus on
+        return per_layer[0].new_zeros(()), float("nan")
     losses, shares = [], []
     for a in per_layer:
         share = (a * obj).sum(1) / (a * vmask.float()).sum(1).clamp(min=1e-9)
@@ -219,6 +221,8 @@ def spread_focus_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, vi
     n_things = (per_obj[:, 1:] > 0).sum(1).clamp(min=1)
     q = c / per_obj.gather(1, lab).clamp(min=1e-9) / n_things[:, None]
     has = q.sum(1) > 0
+    if not bool(has.any()):      # no named thing on any labelled token
+        return per_layer[0].new_zeros(()), float("nan")
     cov = torch.zeros(vmask.shape, dtype=torch.float32)
     cov[vmask] = cover.float()
     losses, shares = [], []
@@ -248,10 +252,12 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
     lab = torch.zeros(vmask.shape, dtype=torch.long)
     lab[vmask] = obj_labels
     target = (lab[:, None, :] == (obj + 1)[:, :, None]) & vmask[:, None, :]     # (B, R, L)
+    ok = valid & target.any(-1)
+    if not bool(ok.any()):       # the named objects cover no labelled token (e.g. hidden under the text)
+        return per_layer[0].new_zeros(()), float("nan")
     losses, shares = [], []
     for a in per_layer:
         share = (a * target).sum(-1) / (a * vmask[:, None, :]).sum(-1).clamp(min=1e-9)
-        ok = valid & target.any(-1)
         losses.append(-torch.log(share[ok] + 1e-4).mean())
         shares.append(float(share[ok].detach().mean()))
     return torch.stack(losses).mean(), float(np.mean(shares))
