@@ -28,7 +28,7 @@ def find_examples(folder: Path = EXAMPLES_DIR) -> list[list[Any]]:
     """Example rows ``[video, prompt, subtitles or None, ground truth or None]`` from ``folder/*.mp4``.
 
     A ``.srt`` with the same stem next to a video is used as its subtitles, a ``.json`` with the
-    same stem as its ground truth (written by ``specvlm.bench.synth.write_truth`` for generated clips).
+    same stem as its ground truth (written by ``specvlm.bench.clipfiles.write_truth`` for generated clips).
     """
     if not folder.is_dir():
         return []

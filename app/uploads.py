@@ -111,7 +111,7 @@ def check_box(path: str, box: str) -> None:
 
 
 def load_truth(path: str | None) -> dict[str, Any] | None:
-    """The ground truth of a generated clip (``specvlm.bench.synth.write_truth``'s JSON), or None without a file.
+    """The ground truth of a generated clip (``specvlm.bench.clipfiles.write_truth``'s JSON), or None without a file.
 
     Only what forcing needs is checked: ``width``, ``height``, ``fps`` and ``text`` (null, or an
     object with ``start_frame``, ``end_frame`` and a 4-number ``box``).

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specvlm.bench import captions
 from specvlm.bench import synth
 
 SPECIAL_TOKENS = [
@@ -61,9 +62,9 @@ def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
     from specvlm.text.prompting import subtitle_block
 
     rng = np.random.default_rng(seed)
-    lines = list(synth.DESCRIBE_PROMPTS) + ["user", "assistant", "system", "You are a helpful assistant."]
+    lines = list(captions.DESCRIBE_PROMPTS) + ["user", "assistant", "system", "You are a helpful assistant."]
     lines += [w.lower() for w in synth.WORDS] + list(synth.WORDS) + [str(i) for i in range(100)]
-    lines += list(synth.FACT_QUESTIONS.values()) + list(scenes.FILLERS)
+    lines += list(captions.FACT_QUESTIONS.values()) + list(scenes.FILLERS)
     for i in range(n_scenes):
         nobj = 1 + i % 3
         spec = synth.SceneSpec(num_frames=8, height=56, width=56, num_objects=nobj, text_prob=0.5)
@@ -73,8 +74,8 @@ def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
         if i % 2:
             truth = scenes.with_subtitles(truth, seed + i)
             lines.append(subtitle_block(list(truth.cues), np.arange(truth.num_frames) / truth.fps, 2))
-        lines.append(synth.describe(truth))
-        lines += [q + " " + a for q, a in synth.questions(truth, rng)]
+        lines.append(captions.describe(truth))
+        lines += [q + " " + a for q, a in captions.questions(truth, rng)]
     return lines
 
 

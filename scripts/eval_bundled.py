@@ -6,7 +6,7 @@ never written to disk), on a SHORT set (16 frames) and a LONG set (128 frames
 of 168x168 px = 2,304 video tokens by default):
 
 * attribute accuracy of the greedy (vanilla) detailed description vs the ground
-  truth, read back with :func:`specvlm.bench.synth.parse_caption`: colour, shape and
+  truth, read back with :func:`specvlm.bench.captions.parse_caption`: colour, shape and
   motion per ground-truth object (predicted objects matched to true ones by the
   best assignment), object count, on-screen text ("" when there is none);
 * with the engine at r = 0.9 (λ = 0.4, default dynamic tree), the mean accepted
@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 from specvlm import assets  # noqa: E402
+from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
 
@@ -94,7 +95,7 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
         a missing prediction counts as wrong); count/text/text_presence/exact -> 0 or 1;
         ``motion_pairs``: [true motion, predicted motion or None] per true object under that assignment.
     """
-    p = synth.parse_caption(pred_text)
+    p = captions.parse_caption(pred_text)
     true = list(truth.objects)
     pred = list(p["objects"])
     n = len(true)
@@ -117,7 +118,7 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
         "count": int(p["count"] == n),
         "text": int(p["text"] is not None and p["text"] == true_text),
         "text_presence": int(p["text"] is not None and (p["text"] != "") == (true_text != "")),
-        "exact": int(pred_text.strip() == synth.describe(truth)),
+        "exact": int(pred_text.strip() == captions.describe(truth)),
         "motion_pairs": [[t.motion, slots[j]["motion"] if slots[j] is not None else None]
                          for t, j in zip(true, best_perm)],
     }
@@ -247,7 +248,7 @@ def eval_video(job: tuple[str, int]) -> dict:
     van = generate(std, inputs, cfg("vanilla"), prefill=shared.get(std, "vanilla"))
     rec: dict = {
         "set": kind, "index": index, "seed": seed, "frames": spec.num_frames, "size": [spec.height, spec.width],
-        "fps": spec.fps, "video_tokens": inputs.num_video_tokens, "truth": synth.describe(truth),
+        "fps": spec.fps, "video_tokens": inputs.num_video_tokens, "truth": captions.describe(truth),
         "pred": van.text, "new_tokens": len(van.token_ids), "correct": score_caption(van.text, truth),
         "vanilla_decode_s": van.decode_s, "tau": {}, "identical": {}, "first_divergence": {}, "decode_s": {},
     }
@@ -598,7 +599,7 @@ def parse_args(argv=None):
     ap.add_argument("--long-fps", type=float, default=8.0)
     ap.add_argument("--methods", default=",".join(METHODS), help="speculative methods (default %(default)s)")
     ap.add_argument("--pairs", default="std,self", help="std (bundled draft) and/or self (Self-SD)")
-    ap.add_argument("--prompt", default=synth.DESCRIBE_PROMPTS[0])
+    ap.add_argument("--prompt", default=captions.DESCRIBE_PROMPTS[0])
     ap.add_argument("--max-new-tokens", type=int, default=64, help="captions are <= ~40 tokens")
     ap.add_argument("--drop-rate", type=float, default=0.9, help="r")
     ap.add_argument("--top-p", type=float, default=0.4, help="λ")

@@ -48,6 +48,7 @@ from scripts import eval_bundled as eb  # noqa: E402
 from scripts.training import scenes  # noqa: E402
 from specvlm import assets  # noqa: E402
 from specvlm.analysis import why  # noqa: E402
+from specvlm.bench import captions
 from specvlm.bench import synth  # noqa: E402
 from specvlm.config import TreeConfig  # noqa: E402
 
@@ -79,7 +80,7 @@ def score(pred: str, truth: synth.SceneTruth) -> dict:
     right (or, without one, none is reported)."""
     out = eb.score_caption(pred, truth)
     want = truth.fact.sentence[:-1].lower() if truth.fact is not None else None
-    out["fact"] = int(synth.parse_caption(pred)["fact"] == want)
+    out["fact"] = int(captions.parse_caption(pred)["fact"] == want)
     return out
 
 
@@ -137,7 +138,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
     van = generate(pair, given, cfg("vanilla"), prefill=shared.get(pair, "vanilla"))
     rec = {"set": kind, "index": index, "seed": truth.seed, "frames": truth.num_frames,
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
-           "truth": synth.describe(truth), "pred": van.text, "correct": score(van.text, truth),
+           "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
     targets = _sparse_tokens(truth, given)
     runs = [(m, given, shared) for m in args.methods]
@@ -319,7 +320,7 @@ def parse_args(argv=None):
     ap.add_argument("--long-side", type=int, default=168, help="long clips are SIDExSIDE px (168 -> 2,304 tokens)")
     ap.add_argument("--long-fps", type=float, default=8.0)
     ap.add_argument("--methods", default=",".join(METHODS), help="pruning methods (default %(default)s)")
-    ap.add_argument("--prompt", default=synth.DESCRIBE_PROMPTS[0])
+    ap.add_argument("--prompt", default=captions.DESCRIBE_PROMPTS[0])
     ap.add_argument("--max-new-tokens", type=int, default=72)
     ap.add_argument("--drop-rate", type=float, default=0.9, help="r")
     ap.add_argument("--top-p", type=float, default=0.4, help="λ")

@@ -17,6 +17,8 @@ import argparse
 from pathlib import Path
 
 from scripts.training import scenes
+from specvlm.bench import captions
+from specvlm.bench import clipfiles
 from specvlm.bench import synth
 
 # name -> (seed, SceneSpec); seeds >= 2e9, outside the training range (< 1e8)
@@ -53,7 +55,7 @@ def srt_from_truth(truth: synth.SceneTruth) -> str:
     for o in truth.objects:
         a = o.start_frame / fps
         cues.append((a, min(a + 3.0, dur), f"The {o.name} {'appears and ' if o.enters else ''}"
-                                           f"{synth.motion_phrase(o.motion)}."))
+                                           f"{captions.motion_phrase(o.motion)}."))
         if o.leaves:
             b = o.end_frame / fps
             cues.append((max(0.0, b - 2.0), b, f"The {o.name} leaves."))
@@ -70,19 +72,19 @@ def main() -> None:
     out = Path(args.out)
     for name, (seed, spec) in SAMPLES.items():
         frames, truth = synth.generate(seed, spec)
-        synth.write_mp4(out / f"{name}.mp4", frames, fps=spec.fps)
-        synth.write_truth(out / f"{name}.json", truth)
+        clipfiles.write_mp4(out / f"{name}.mp4", frames, fps=spec.fps)
+        clipfiles.write_truth(out / f"{name}.json", truth)
         if name == "shapes_long":
             (out / f"{name}.srt").write_text(srt_from_truth(truth), encoding="utf-8")
         size = (out / f"{name}.mp4").stat().st_size
-        print(f"{name}: {frames.shape} {size / 1024:.0f} KiB  | {synth.describe(truth)}")
+        print(f"{name}: {frames.shape} {size / 1024:.0f} KiB  | {captions.describe(truth)}")
     for name, (seed, spec) in SPARSE_SAMPLES.items():
         frames, truth = scenes.sparse_scene(seed, spec)
         truth = scenes.with_subtitles(truth, seed, scenes.SubtitleSpec(fact_prob=1.0, fillers=(3, 4)))
-        synth.write_mp4(out / f"{name}.mp4", frames, fps=spec.fps, crf=18)
-        synth.write_truth(out / f"{name}.json", truth)
+        clipfiles.write_mp4(out / f"{name}.mp4", frames, fps=spec.fps, crf=18)
+        clipfiles.write_truth(out / f"{name}.json", truth)
         scenes.write_srt(out / f"{name}.srt", truth.cues)
-        print(f"{name}: {frames.shape} | {synth.describe(truth)}")
+        print(f"{name}: {frames.shape} | {captions.describe(truth)}")
 
 
 if __name__ == "__main__":

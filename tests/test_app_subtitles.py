@@ -15,6 +15,7 @@ from app.backend import Backend
 from app.engine import Engine
 from app.settings import RunRequest, RunSettings
 
+from specvlm.bench import clipfiles
 from specvlm.bench import synth
 from specvlm.analysis.text_aware import text_tokens_from_truth
 from specvlm.types import PrefillInfo
@@ -75,8 +76,8 @@ def clip_files(tmp_path_factory):
     frames, truth = synth.generate(5, synth.SceneSpec(num_frames=8, height=112, width=112, fps=4.0, text_prob=1.0,
                                                       num_objects=1, enter_leave_prob=0.0))
     assert truth.text is not None
-    video = synth.write_mp4(folder / "clip.mp4", frames, truth.fps)
-    truth_path = synth.write_truth(folder / "clip.json", truth)
+    video = clipfiles.write_mp4(folder / "clip.mp4", frames, truth.fps)
+    truth_path = clipfiles.write_truth(folder / "clip.json", truth)
     srt = folder / "clip.srt"
     srt.write_text(SRT, encoding="utf-8")
     return SimpleNamespace(video=str(video), truth=str(truth_path), srt=str(srt))

@@ -312,7 +312,7 @@ def test_early_stop_setting_reaches_the_tree_config():
 # ---- subtitles and on-screen-text forcing (issue 8) ----------------------------------------
 
 def _truth_file(path, text=True):
-    """A minimal ground-truth .json (what specvlm.bench.synth.write_truth writes, trimmed to what forcing needs)."""
+    """A minimal ground-truth .json (what specvlm.bench.clipfiles.write_truth writes, trimmed to what forcing needs)."""
     import json
     d = dict(seed=1, width=32, height=32, num_frames=8, fps=2.0, background="flat", objects=[],
              text=dict(text="HI", start_frame=0, end_frame=8, box=[4, 4, 20, 12]) if text else None)

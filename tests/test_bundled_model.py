@@ -76,7 +76,7 @@ def test_description_matches_ground_truth(vanilla, truth):
 
     The held-out accuracy goal (>= 90% mean over 200 clips) is measured by scripts/eval_bundled.py
     (assets/model/eval.json), not here."""
-    from specvlm.bench.synth import parse_caption
+    from specvlm.bench.captions import parse_caption
 
     got = parse_caption(vanilla.text)
     assert vanilla.token_ids, "nothing generated"

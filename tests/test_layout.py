@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 450
-AWAITING_SPLIT = {"specvlm/bench/synth.py": 594}
+AWAITING_SPLIT: dict[str, int] = {}
 """Modules over the limit whose split is pending; each may not grow, and leaves this table once split."""
 
 

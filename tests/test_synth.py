@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from specvlm.bench import captions
+from specvlm.bench import clipfiles
 from specvlm.bench import synth
 
 
@@ -72,10 +74,10 @@ def test_text_is_drawn_in_its_box_and_span():
 def test_caption_mentions_every_attribute_and_parses_back():
     for seed in range(40):
         _, truth = synth.generate(seed, _spec())
-        cap = synth.describe(truth)
+        cap = captions.describe(truth)
         for o in truth.objects:
             assert o.colour in cap and o.shape in cap
-        parsed = synth.parse_caption(cap)
+        parsed = captions.parse_caption(cap)
         assert parsed["count"] == len(truth.objects)
         canonical = sorted(truth.objects, key=lambda o: (list(synth.COLOURS).index(o.colour),
                                                          synth.SHAPES.index(o.shape)))
@@ -85,38 +87,38 @@ def test_caption_mentions_every_attribute_and_parses_back():
 
 
 def test_caption_direction_is_one_word_and_old_phrases_still_parse():
-    assert synth.motion_phrase("left to right") == "moves right"
-    assert synth.motion_phrase("right to left") == "moves left"
-    old = synth.parse_caption("two objects. red circle moves left to right. blue square moves right to left.")
-    new = synth.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
+    assert captions.motion_phrase("left to right") == "moves right"
+    assert captions.motion_phrase("right to left") == "moves left"
+    old = captions.parse_caption("two objects. red circle moves left to right. blue square moves right to left.")
+    new = captions.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
     for got in (old, new):
         assert [o["motion"] for o in got["objects"]] == ["left to right", "right to left"]
-    garbled = synth.parse_caption("one object. red circle moves left to left.")   # what the old weights say
+    garbled = captions.parse_caption("one object. red circle moves left to left.")   # what the old weights say
     assert garbled["objects"][0]["motion"] is None
 
 
 def test_count_follows_the_object_clauses_and_both_orders_parse():
     for seed in range(20):
         _, truth = synth.generate(seed, _spec())
-        sents = [x.strip() for x in synth.describe(truth).split(".") if x.strip()]
+        sents = [x.strip() for x in captions.describe(truth).split(".") if x.strip()]
         n = len(truth.objects)
         assert sents[n].endswith("object" if n == 1 else "objects")          # right after the n clauses
         assert all(sents[k].split()[0] in synth.COLOURS for k in range(n))
-    first = synth.parse_caption("two objects. red circle moves right. blue square stays still. no text.")
-    last = synth.parse_caption("red circle moves right. blue square stays still. two objects. no text.")
+    first = captions.parse_caption("two objects. red circle moves right. blue square stays still. no text.")
+    last = captions.parse_caption("red circle moves right. blue square stays still. two objects. no text.")
     assert first == last and first["count"] == 2 and len(first["objects"]) == 2
 
 
 def test_questions_are_answerable():
     _, truth = synth.generate(3, _spec(num_objects=2, text_prob=1.0))
-    qa = dict(synth.questions(truth, np.random.default_rng(0)))
+    qa = dict(captions.questions(truth, np.random.default_rng(0)))
     assert qa["How many objects are there?"] == "two."
     assert qa["What text appears?"] == truth.text.text + "."
 
 
 def test_truth_json_round_trip(tmp_path):
     _, truth = synth.generate(9, _spec(text_prob=1.0))
-    path = synth.write_truth(tmp_path / "clip.json", truth)
+    path = clipfiles.write_truth(tmp_path / "clip.json", truth)
     import json
     back = synth.SceneTruth.from_dict(json.loads(path.read_text()))
     assert back.to_dict() == truth.to_dict()
@@ -125,7 +127,7 @@ def test_truth_json_round_trip(tmp_path):
 def test_mp4_round_trip(tmp_path):
     av = pytest.importorskip("av")
     frames, _ = synth.generate(1, _spec(num_frames=12, height=112, width=140))
-    path = synth.write_mp4(tmp_path / "clip.mp4", frames, fps=8)
+    path = clipfiles.write_mp4(tmp_path / "clip.mp4", frames, fps=8)
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         assert s.codec_context.name == "h264"
@@ -139,4 +141,4 @@ def test_rejects_bad_sizes(tmp_path):
         synth.generate(0, _spec(height=40))
     frames, _ = synth.generate(0, _spec(height=112, width=112))
     with pytest.raises(synth.SynthError):
-        synth.write_mp4(tmp_path / "x.mp4", frames[:, :111], fps=8)
+        clipfiles.write_mp4(tmp_path / "x.mp4", frames[:, :111], fps=8)

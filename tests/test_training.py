@@ -15,6 +15,7 @@ from scripts.training import data as tdata  # noqa: E402
 from scripts.training import losses as tlosses  # noqa: E402
 from scripts.training import loop as tloop  # noqa: E402
 from scripts.training import model as tmodel  # noqa: E402
+from specvlm.bench import captions
 from specvlm.bench import synth  # noqa: E402
 
 
@@ -345,12 +346,12 @@ def test_eval_scores_motion_per_object_and_tabulates_confusion():
     a, b = sorted(truth.objects, key=lambda o: (list(synth.COLOURS).index(o.colour), synth.SHAPES.index(o.shape)))
     wrong = next(m for m in synth.MOTIONS if m not in (a.motion, b.motion))
     # the second object named with a wrong motion, the first exactly right
-    pred = (f"two objects. {a.colour} {a.shape} {synth.motion_phrase(a.motion)}. "
-            f"{b.colour} {b.shape} {synth.motion_phrase(wrong)}. no text. plain background.")
+    pred = (f"two objects. {a.colour} {a.shape} {captions.motion_phrase(a.motion)}. "
+            f"{b.colour} {b.shape} {captions.motion_phrase(wrong)}. no text. plain background.")
     sc = ev.score_caption(pred, truth)
     assert sc["motion"] == [1, 2]
     assert sorted(map(tuple, sc["motion_pairs"])) == sorted([(a.motion, a.motion), (b.motion, wrong)])
-    missing = ev.score_caption(f"one object. {a.colour} {a.shape} {synth.motion_phrase(a.motion)}.", truth)
+    missing = ev.score_caption(f"one object. {a.colour} {a.shape} {captions.motion_phrase(a.motion)}.", truth)
     assert [b.motion, None] in missing["motion_pairs"]
     conf = ev.motion_confusion([{"correct": sc}, {"correct": missing}, {"correct": {}}])
     assert conf[a.motion][a.motion] == 2 and conf[b.motion] == {wrong: 1, "missing": 1}

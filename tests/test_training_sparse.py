@@ -13,6 +13,7 @@ from scripts.training import data as tdata  # noqa: E402
 from scripts.training import losses as tlosses  # noqa: E402
 from scripts.training import model as tmodel  # noqa: E402
 from scripts.training import scenes  # noqa: E402
+from specvlm.bench import captions
 from specvlm.bench import synth  # noqa: E402
 from specvlm.text.prompting import subtitle_block  # noqa: E402
 from specvlm.text.subtitles import load_srt  # noqa: E402
@@ -63,18 +64,18 @@ def test_subtitle_fact_is_said_in_one_cue_and_reported_by_the_caption(tmp_path):
         assert all(fact.value not in c.text for i, c in enumerate(sub.cues) if i != fact.cue)
         starts = [c.start_s for c in sub.cues]
         assert starts == sorted(starts) and sub.cues[-1].end_s <= 32 / 4.0 + 1e-6
-        cap = synth.describe(sub)
+        cap = captions.describe(sub)
         assert fact.sentence in cap and cap.endswith("background.")
-        assert synth.parse_caption(cap)["fact"] == fact.sentence[:-1].lower()
-        assert synth.parse_caption(synth.describe(truth))["fact"] is None
+        assert captions.parse_caption(cap)["fact"] == fact.sentence[:-1].lower()
+        assert captions.parse_caption(captions.describe(truth))["fact"] is None
         block = subtitle_block(list(sub.cues), np.arange(32) / 4.0, 2)             # every cue reaches the prompt
         assert fact.cue_text in block
         back = synth.SceneTruth.from_dict(json.loads(json.dumps(sub.to_dict())))
         assert back == sub
     scenes.write_srt(tmp_path / "a.srt", sub.cues)
     assert [c.text for c in load_srt(tmp_path / "a.srt")] == [c.text for c in sub.cues]
-    qa = dict(synth.questions(sub, np.random.default_rng(0)))
-    assert qa[synth.FACT_QUESTIONS[fact.kind]] == fact.value + "."
+    qa = dict(captions.questions(sub, np.random.default_rng(0)))
+    assert qa[captions.FACT_QUESTIONS[fact.kind]] == fact.value + "."
 
 
 def test_sparse_batch_puts_the_transcript_where_the_app_does(processor):
@@ -89,7 +90,7 @@ def test_sparse_batch_puts_the_transcript_where_the_app_does(processor):
         between = tok.decode(ids[tdata.after_video(ids.tolist(), vid):start])
         assert between.startswith("<|vision_end|>Subtitles:\n[t=") and between.endswith("\n")
         rest = tok.decode(ids[start:])
-        assert any(rest.startswith(p) for p in synth.DESCRIBE_PROMPTS)               # the prompt right after it
+        assert any(rest.startswith(p) for p in captions.DESCRIBE_PROMPTS)               # the prompt right after it
     rows = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid,
                               tok("<|im_start|>assistant\n")["input_ids"], batch["text_start"])
     assert int(rows[0][0, 0]) == int(batch["text_start"][0])                      # Stage I's queries: after it

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from scripts.training import scenes
+from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.text.prompting import subtitle_block, user_text
 
@@ -96,16 +97,16 @@ def conversation(truth, rng: np.random.Generator, p_describe: float, n_q: int, b
     """
     video = {"type": "video"}
     if rng.random() < p_describe:
-        prompt = synth.DESCRIBE_PROMPTS[0] if rng.random() < 0.7 else \
-            synth.DESCRIBE_PROMPTS[rng.integers(len(synth.DESCRIBE_PROMPTS))]
+        prompt = captions.DESCRIBE_PROMPTS[0] if rng.random() < 0.7 else \
+            captions.DESCRIBE_PROMPTS[rng.integers(len(captions.DESCRIBE_PROMPTS))]
         msgs = [{"role": "user", "content": [video, {"type": "text", "text": user_text(prompt, block)}]},
-                {"role": "assistant", "content": synth.describe(truth)}]
+                {"role": "assistant", "content": captions.describe(truth)}]
         if rng.random() < 0.3:  # a follow-up question (cheap extra supervision)
-            q, a = synth.questions(truth, rng)[0]
+            q, a = captions.questions(truth, rng)[0]
             msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         return msgs
     msgs: list[dict] = []
-    for k, (q, a) in enumerate(synth.questions(truth, rng)[:n_q]):
+    for k, (q, a) in enumerate(captions.questions(truth, rng)[:n_q]):
         content = [video, {"type": "text", "text": user_text(q, block)}] if k == 0 else [{"type": "text", "text": q}]
         msgs += [{"role": "user", "content": content}, {"role": "assistant", "content": a}]
     return msgs

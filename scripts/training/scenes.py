@@ -9,7 +9,7 @@ object, :func:`scripts.training.losses.spread_focus_loss`) finds them.
 
 :func:`with_subtitles` gives any scene a subtitle track: filler cues that say nothing the caption
 reports, and optionally one cue that states a fact (a two-digit code, a name, a flag colour) that
-only the subtitles carry; :func:`specvlm.bench.synth.describe` then reports it ("code 42."). With the
+only the subtitles carry; :func:`specvlm.bench.captions.describe` then reports it ("code 42."). With the
 transcript withheld from the draft (subtitle mode ``target``) the draft cannot predict it.
 
 Everything is drawn from a seed with numpy (the same seed gives the same clip everywhere).
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.text.subtitles import Cue
 
