@@ -35,7 +35,8 @@ from app.settings import MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError,
 from app.summary import comparison_json
 from app.view import RunView, final_status
 from app import zerogpu
-from app.worker import WORKER_PREFIX, DecodeWorker, RunJob, drop_frames, handle_failure
+from app.failures import drop_frames, handle_failure
+from app.worker import WORKER_PREFIX, DecodeWorker, RunJob
 
 __all__ = ["Backend", "WORKER_PREFIX"]
 

@@ -7,13 +7,10 @@ Source: docs/design.md §2 (data flow), §3 (layout).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from app.settings import Limits
-
-log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -120,36 +117,35 @@ class Engine:
             return inputs
         return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
-    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any, job: Any = None) -> Any:
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
         """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab);
-        with the run's ``job`` (subtitles, subtitle mode, ground truth) also why its lowest-acceptance steps
-        failed (:meth:`explain`; a failure there is logged and leaves the record without explanations)."""
+        :meth:`explain` adds why its lowest-acceptance steps failed."""
         from specvlm.analysis.records import record_from_events
-        rec = record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
-        if job is not None:
-            try:
-                self.explain(rec, pair, clip, prompt, subtitles=job.subtitles, subtitle_mode=job.subtitle_mode,
-                             truth=job.truth)
-            except Exception:  # the record without explanations is still useful
-                log.warning("could not explain the run's failing steps", exc_info=True)
-        return rec
+        return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
 
     def explain(self, record: Any, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
-                subtitle_mode: str = "both", truth: dict[str, Any] | None = None) -> Any:
+                subtitle_mode: str = "both", truth: dict[str, Any] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Any:
         """Add to a speculative run's record why its lowest-acceptance steps failed: the target's video
         attention where the draft diverged and the withheld subtitle cue holding the step's word
-        (:func:`specvlm.analysis.why.explain_rejections`, one extra target forward). Returns the record."""
+        (:func:`specvlm.analysis.why.explain_rejections`, one extra target forward over the whole prompt,
+        about as long as a prefill). Returns the record.
+
+        Raises:
+            specvlm.types.Stopped: ``should_stop()`` returned True (polled before every layer).
+        """
         import torch
 
         from specvlm.engine.prepare import prepare
         from specvlm.analysis.why import explain_rejections
+        from specvlm.engine.stopping import stop_between_layers
         if record.prefill.prune is None:
             return record
         if truth is not None:
             inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
         else:
             inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
-        with torch.inference_mode():
+        with torch.inference_mode(), stop_between_layers(should_stop):
             whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(subtitles or []),
                                       draft_saw_subtitles=subtitle_mode != "target",
                                       tokenizer=pair.processor.tokenizer)

@@ -29,7 +29,8 @@ OUTPUT_KEYS = (
 for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export."""
 
 PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (vanilla)"),
-          "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs")}
+          "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs"),
+          "explain": (0.95, "Explaining the failing steps")}
 """Worker phase -> (progress fraction, description)."""
 
 
@@ -179,6 +180,9 @@ class RunView:
             return {"status": f"Prefill, scoring and pruning ({self.runs['spec'].name})…"}
         if name == "repeat":
             return {"status": "Timing runs: more interleaved vanilla / speculative pairs…"}
+        if name == "explain":
+            return {"status": "Both runs finished. Explaining the lowest-acceptance steps for Inspect (one more "
+                              "target pass over the prompt; Stop skips it)…"}
         return {}
 
     def _clip(self, msg: ClipReady) -> None:
@@ -263,6 +267,7 @@ class RunView:
             stopped: the run was stopped (recorded in :attr:`stopped`).
             next_queued: a Run is waiting for this one to end (the status says it starts now).
         """
+        stopped = stopped and self.outcome is None  # a Stop while explaining steps keeps the finished comparison
         self.stopped = stopped
         for st in self.runs.values():
             if not st.done:

@@ -23,16 +23,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import plots
 from app.pump import pump
+from app.failures import free_memory, handle_failure
 from app.settings import UserError
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
-from specvlm.types import PrefillInfo, StepEvent
+from specvlm.types import PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class RunJob:
 @dataclasses.dataclass(frozen=True)
 class Phase:
     """A phase starts: ``frames`` (decoding the video), ``vanilla`` or ``spec`` (prefill of that run),
-    ``repeat`` (more timing pairs)."""
+    ``repeat`` (more timing pairs), ``explain`` (why the speculative run's failing steps failed, after both
+    results were sent)."""
 
     name: str
 
@@ -223,7 +224,11 @@ class DecodeWorker:
             sp = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, None, timed_only=True)
             yield [PairTiming(i, job.pairs, *_decode_time(v), *_decode_time(sp))]
         dtype = getattr(getattr(pair, "target", None), "dtype", None) or "float32"
-        yield [_outcome(van, spec, decode, dtype), meter.stop()] + self._record(spec, job, pair, clip)
+        rec = self._record(spec, job, pair, clip)
+        yield [_outcome(van, spec, decode, dtype), meter.stop()] + ([Record(_to_dict(rec))] if rec else [])
+        if rec is not None and hasattr(self.engine, "explain"):
+            yield [Phase("explain")]
+            yield from self._explain(rec, job, pair, clip)
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
@@ -262,20 +267,42 @@ class DecodeWorker:
                 yield [_message(name, it, clip, splitter) for it in items] + ([RunEnd(name)] if finished else [])
         return events
 
-    def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> list[Any]:
-        """The speculative run's :class:`Record` (empty if the engine keeps none; never fails the run)."""
+    def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> Any:
+        """The speculative run's record (None if the engine keeps none; never fails the run)."""
         make = getattr(self.engine, "make_record", None)
         if make is None or not events:
-            return []
+            return None
         try:
-            from specvlm.analysis.records import to_dict
-            rec = make(events, job.dec, job.prompt, pair, clip, job)
-            if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
-                rec.meta.update(job.record_meta)
-            return [Record(to_dict(rec))]
+            rec = make(events, job.dec, job.prompt, pair, clip)
         except Exception:  # inspection is optional; the comparison already succeeded
             log.warning("could not build the run record", exc_info=True)
-            return []
+            return None
+        if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
+            rec.meta.update(job.record_meta)
+        return rec
+
+    def _explain(self, rec: Any, job: RunJob, pair: Any, clip: Any) -> Iterator[list[Any]]:
+        """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
+        ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
+        leaves the record already sent as it was."""
+        batches = pump(lambda stop: [self.engine.explain(rec, pair, clip, job.prompt, subtitles=list(job.subtitles),
+                                                         subtitle_mode=job.subtitle_mode, truth=job.truth,
+                                                         should_stop=stop)],
+                       f"{WORKER_PREFIX}explain", self.update_interval_s)
+        explained = None
+        try:
+            with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
+                for items, _ in batches:
+                    explained = items[-1] if items else explained
+                    if not items:
+                        yield []
+        except Stopped:
+            return
+        except Exception:  # the record without explanations is still useful
+            log.warning("could not explain the run's failing steps", exc_info=True)
+            return
+        if explained is not None:
+            yield [Record(_to_dict(explained))]
 
 
 class TextSplitter:
@@ -342,6 +369,11 @@ def forced_count(prune: Any) -> int:
     return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
 
 
+def _to_dict(rec: Any) -> dict:
+    from specvlm.analysis.records import to_dict
+    return to_dict(rec)
+
+
 def _decode_time(events: list[Any]) -> tuple[float, int]:
     """(decode seconds, tokens generated) of a run's events (the last step's clock and count)."""
     steps = [ev for ev in events if hasattr(ev, "step")]
@@ -398,52 +430,3 @@ def _decoder(pair: Any) -> Callable[[list[int]], str] | None:
 
 
 # ---- failures --------------------------------------------------------------------------------
-
-def handle_failure(engine: Any, e: BaseException) -> tuple[str, bool]:
-    """(one readable sentence, whether to free accelerator memory) for an exception that ended a run.
-    Unexpected errors are logged with their traceback; the traceback's frames are then cleared, since
-    they pin the failed step's tensors (KV cache, activations)."""
-    msg = failure_message(e, _is_oom(engine, e))
-    unexpected = not isinstance(e, ValueError)
-    if unexpected:
-        log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
-    drop_frames(e)
-    return msg, unexpected
-
-
-def failure_message(e: BaseException, oom: bool) -> str:
-    """One readable sentence for an error that ended a run."""
-    if isinstance(e, UserError):
-        return str(e)
-    if isinstance(e, ValueError):  # the engine's typed input errors
-        return f"Invalid input: {e}"
-    if oom:
-        return "Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
-    return f"Decoding failed: {type(e).__name__}: {e}"
-
-
-def _is_oom(engine: Any, e: BaseException) -> bool:
-    try:
-        return bool(engine.is_oom(e))
-    except Exception:
-        return isinstance(e, MemoryError)
-
-
-def free_memory(engine: Any) -> None:
-    """Release cached accelerator memory (never fails)."""
-    try:
-        engine.free_memory()
-    except Exception:
-        pass
-
-
-def drop_frames(exc: BaseException | None) -> None:
-    """Clear the local variables of every finished frame in an exception's traceback chain so
-    the tensors they reference (KV cache, activations) can be freed right away."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if exc.__traceback__ is not None:
-            traceback.clear_frames(exc.__traceback__)
-            exc.__traceback__ = None
-        exc = exc.__cause__ or exc.__context__

@@ -71,3 +71,37 @@ def test_a_withheld_cue_holding_the_steps_word_is_named(explained):
                          rec.thumbnails, rec.meta, why=[w])
     text = wv.why_html(rec2, w["step"])
     assert '"The code is 42."' in text and "(2.0-3.5 s)" in text and "did not get" in text
+
+
+class _ClipEngine(Engine):
+    """The real engine reading a generated clip instead of a file."""
+
+    def load_video(self, path, config, should_stop=None):
+        return make_clip(num_frames=8, side=112)
+
+
+def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
+    from app.view import RunView
+    from app.worker import DecodeWorker, Outcome, Phase, Record, RunJob
+    from specvlm.config import VideoConfig
+    from specvlm.types import Stopped
+
+    pair = pairs[("qwen", "std")]
+    cfg = DecodeConfig(method="specvlm", max_new_tokens=24, prune=PruneConfig(drop_rate=0.75))
+    job = RunJob("clip.mp4", PROMPT, cfg, VideoConfig(num_frames=8), ("t", "d"),
+                 subtitles=(Cue(0.0, 1.0, "one two three"),), subtitle_mode="target")
+    worker = DecodeWorker(_ClipEngine(), lambda *a: pair, 0.01)
+    msgs = [m for batch in worker.run(job) for m in batch]
+    kinds = [type(m).__name__ if not isinstance(m, Phase) else f"Phase:{m.name}" for m in msgs]
+    at = kinds.index("Outcome")
+    assert kinds.index("Record") < kinds.index("Phase:explain") and at < kinds.index("Phase:explain")  # Inspect first
+    records = [m for m in msgs if isinstance(m, Record)]
+    assert not records[0].data.get("why") and records[-1].data["why"]      # then comes the explained record
+    with pytest.raises(Stopped):                                          # Stop reaches the extra target pass
+        _ClipEngine().explain(ins.from_dict(records[0].data), pair, make_clip(num_frames=8, side=112), PROMPT,
+                              should_stop=lambda: True)
+    view = RunView("SpecVLM", cfg)
+    for m in msgs:
+        if isinstance(m, Outcome):
+            view.fold([m])
+    assert not view.final(stopped=True)["status"].startswith("**Stopped")  # a Stop while explaining: Done
