@@ -88,7 +88,7 @@ def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int)
     short = min(decode_s) if decode_s else 0.0
     longer = ""
     if short < MIN_DECODE_S:
-        longer = ", or turn on Fixed length for a longer decode"
+        longer = ", or ask for more new tokens with Fixed length on for a longer decode"
         reasons.append(f"a decode took only {short:.2f} s (a handful of steps, so timer and scheduling noise "
                        "weigh heavily)")
     if other_cores is not None and other_cores >= BUSY_CORES:

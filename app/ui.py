@@ -176,7 +176,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
         with gr.Row():
-            c["temperature"] = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature",
+            c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")
             c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
                                             label="Nucleus top-p (sampling)", elem_id="top-p-sampling")
