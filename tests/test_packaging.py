@@ -81,7 +81,7 @@ def test_the_wheel_carries_every_bundled_file(tmp_path, monkeypatch):
 
 VERMIN = [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "--target=3.10-", "--violations",
           "--no-tips"]
-"""Minimum Python 3.10 (ZeroGPU runs 3.10.13 or 3.12.12); violations only."""
+"""Minimum Python 3.10 (ZeroGPU offers Python 3.10.13 and 3.12.12); violations only."""
 
 
 def test_the_code_needs_nothing_newer_than_python_3_10():
