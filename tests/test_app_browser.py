@@ -6,6 +6,7 @@ checks that the heatmap gallery and the plotly charts rendered, and saves a scre
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -19,16 +20,30 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _browser_or_skip():
-    try:
-        from playwright.sync_api import sync_playwright  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"browser test skipped: the playwright Python package is not installed ({e})")
+def _browser() -> str:
+    """The Chromium launcher for the browser tests; fails (never skips) when Chromium is missing."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
-        pytest.skip("browser test skipped: no chromium executable on PATH "
-                    "(install the Debian package: apt-get install -y chromium)")
+        pytest.fail("no chromium executable on PATH: `make test` installs it (apt-get install -y chromium)")
     return _without_realtime(exe)
+
+
+@contextlib.contextmanager
+def served_page(demo, port: int, exe: str, viewport: tuple[int, int] = (1400, 1000)):
+    """A headless Chromium page opened on the launched ``demo`` at ``port``; closes the browser and the demo
+    afterwards."""
+    from playwright.sync_api import sync_playwright
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+                yield page
+            finally:
+                browser.close()
+    finally:
+        demo.close()
 
 
 def _without_realtime(exe: str) -> str:
@@ -49,9 +64,7 @@ def _without_realtime(exe: str) -> str:
 
 
 def test_browser_upload_run_and_render(tmp_path):
-    exe = _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
+    exe = _browser()
     from app.backend import Backend
     from app.ui import build_demo
     video = sample_video()
@@ -62,36 +75,27 @@ def test_browser_upload_run_and_render(tmp_path):
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     shot = ROOT / "artifacts" / "app_browser.png"
     shot.parent.mkdir(exist_ok=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#video input[type=file]").set_input_files(str(video))
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)  # preview ready
-                _set_slider(page, "max-new-tokens", 64)
-                _set_slider(page, "frames", 8)
-                page.locator("#run").click()
-                for panel in ("#vanilla-stats", "#spec-stats"):
-                    page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=240_000)
-                page.locator("#status").get_by_text("Done").wait_for(timeout=60_000)
-                assert "Outputs identical" in page.locator("#summary").inner_text()
-                spec = page.locator("#spec-text")
-                assert spec.locator(".tok").count() > 0
-                assert page.locator("#vanilla-text").inner_text().strip() == spec.inner_text().strip()
-                page.locator("#heatmaps img").first.wait_for(timeout=30_000)
-                assert page.locator("#heatmaps img").count() >= 1
-                for plot in ("#accept-plot", "#time-plot"):
-                    page.locator(f"{plot} .js-plotly-plot").first.wait_for(timeout=30_000)
-                    assert page.locator(f"{plot} .main-svg").count() >= 1
-                assert page.locator("#accept-plot .bars path").count() >= 1  # the bars were drawn
-                page.screenshot(path=str(shot), full_page=True)
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#video input[type=file]").set_input_files(str(video))
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)  # preview ready
+        _set_slider(page, "max-new-tokens", 64)
+        _set_slider(page, "frames", 8)
+        page.locator("#run").click()
+        for panel in ("#vanilla-stats", "#spec-stats"):
+            page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=240_000)
+        page.locator("#status").get_by_text("Done").wait_for(timeout=60_000)
+        assert "Outputs identical" in page.locator("#summary").inner_text()
+        spec = page.locator("#spec-text")
+        assert spec.locator(".tok").count() > 0
+        assert page.locator("#vanilla-text").inner_text().strip() == spec.inner_text().strip()
+        page.locator("#heatmaps img").first.wait_for(timeout=30_000)
+        assert page.locator("#heatmaps img").count() >= 1
+        for plot in ("#accept-plot", "#time-plot"):
+            page.locator(f"{plot} .js-plotly-plot").first.wait_for(timeout=30_000)
+            assert page.locator(f"{plot} .main-svg").count() >= 1
+        assert page.locator("#accept-plot .bars path").count() >= 1  # the bars were drawn
+        page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     if os.environ.get("SPECVLM_UPDATE_SCREENSHOT") == "1":  # opt-in: tests never touch tracked files
         (ROOT / "docs").mkdir(exist_ok=True)
@@ -109,38 +113,27 @@ def _set_slider(page, elem_id: str, value: int) -> None:
 
 def test_browser_stop_then_error():
     """Stop (its own queue) ends a long decode mid-way; then a bad setting shows a readable error."""
-    exe = _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
+    exe = _browser()
     from app.backend import Backend
     from app.ui import build_demo
     eng = FakeEngine(step_s=0.01)
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#video input[type=file]").set_input_files(str(sample_video()))
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                _set_slider(page, "max-new-tokens", 1024)  # ~10 s per run at 10 ms per token
-                page.locator("#run").click()
-                page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=30_000)
-                page.locator("#stop").click()
-                page.locator("#status").get_by_text("Stopped").wait_for(timeout=10_000)
-                assert "stopped" in page.locator("#vanilla-stats").inner_text()
-                assert eng.streams == ["vanilla"]  # the engine loop ended; SpecVLM never started
-                polls = eng.stop_polls
-                page.wait_for_timeout(300)
-                assert eng.stop_polls == polls
-                page.locator("#custom-model textarea, #custom-model input").first.fill(" + x")
-                page.locator("#run").click()  # a bad setting: a readable error, the server keeps running
-                page.locator("#status").get_by_text("custom model field").wait_for(timeout=30_000)
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#video input[type=file]").set_input_files(str(sample_video()))
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)
+        _set_slider(page, "max-new-tokens", 1024)  # ~10 s per run at 10 ms per token
+        page.locator("#run").click()
+        page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=30_000)
+        page.locator("#stop").click()
+        page.locator("#status").get_by_text("Stopped").wait_for(timeout=10_000)
+        assert "stopped" in page.locator("#vanilla-stats").inner_text()
+        assert eng.streams == ["vanilla"]  # the engine loop ended; SpecVLM never started
+        polls = eng.stop_polls
+        page.wait_for_timeout(300)
+        assert eng.stop_polls == polls
+        page.locator("#custom-model textarea, #custom-model input").first.fill(" + x")
+        page.locator("#run").click()  # a bad setting: a readable error, the server keeps running
+        page.locator("#status").get_by_text("custom model field").wait_for(timeout=30_000)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_app_browser import CHROMIUM_ARGS, _browser_or_skip, _set_slider
+from test_app_browser import _browser, _set_slider, served_page
 from test_app_fakes import FakeEngine, free_port, sample_video
 
 STATUS_LOG_JS = """() => {
@@ -28,34 +28,23 @@ STATUS_LOG_JS = """() => {
 
 @pytest.fixture(scope="module")
 def page_and_engine():
-    exe = _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
+    exe = _browser()
     from app.backend import Backend
     from app.ui import build_demo
     eng = FakeEngine(step_s=0.0)
     demo = build_demo(Backend(eng, update_interval_s=0.05), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#video input[type=file]").set_input_files(str(sample_video()))
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))  # page shows it
-                _set_slider(page, "frames", 40)
-                _set_slider(page, "max-new-tokens", 1000)
-                page.evaluate(STATUS_LOG_JS)
-                eng.janitor = demo.specvlm_janitor  # for failure messages
-                yield page, eng
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#video input[type=file]").set_input_files(str(sample_video()))
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)
+        _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))  # page shows it
+        _set_slider(page, "frames", 40)
+        _set_slider(page, "max-new-tokens", 1000)
+        page.evaluate(STATUS_LOG_JS)
+        eng.janitor = demo.specvlm_janitor  # for failure messages
+        yield page, eng
 
 
 def _wait_until(cond, timeout_s: float = 30.0) -> None:

@@ -2,7 +2,7 @@
 Stop during a long prefill, then a Run clicked at once ends Done with no second click."""
 from __future__ import annotations
 
-from test_app_browser import CHROMIUM_ARGS, _browser_or_skip, _set_slider
+from test_app_browser import _browser, _set_slider, served_page
 from test_app_browser_stop import STATUS_LOG_JS, _order, _wait_until
 from test_app_fakes import free_port
 
@@ -10,10 +10,8 @@ from test_app_fakes import free_port
 def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
     """The bundled model, 256 frames of world.mp4 (a prefill of ~22k video tokens, about 20 s here): Stop 1 s
     into it, click Run at once and lower the frames meanwhile; the held click runs with 8 frames and ends Done."""
-    exe = _browser_or_skip()
+    exe = _browser()
     from gradio.media import get_video
-    from playwright.sync_api import sync_playwright
-
     from app.backend import Backend
     from app.engine import Engine
     from app.ui import build_demo
@@ -21,34 +19,25 @@ def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
     demo = build_demo(backend, examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#video input[type=file]").set_input_files(get_video("world.mp4"))
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))
-                _set_slider(page, "frames", 256)
-                _set_slider(page, "max-new-tokens", 16)
-                page.evaluate(STATUS_LOG_JS)
-                page.locator("#run").click()
-                page.locator("#status p").get_by_text("Prefill (vanilla)").wait_for(timeout=120_000)
-                page.wait_for_timeout(1000)
-                page.locator("#stop").click()
-                page.locator("#run").click()            # held until the stopped run has ended
-                _set_slider(page, "frames", 8)          # read when the held click is sent
-                page.wait_for_function("() => { const s = window.__statuses || [];"
-                                       " const i = s.findIndex(t => t.startsWith('Stopped.'));"
-                                       " return i >= 0 && s.slice(i).some(t => t.startsWith('Done.')); }",
-                                       timeout=180_000)
-                seen = page.evaluate("() => window.__statuses")
-                assert "Outputs identical" in page.locator("#summary").inner_text()
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#video input[type=file]").set_input_files(get_video("world.mp4"))
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)
+        _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))
+        _set_slider(page, "frames", 256)
+        _set_slider(page, "max-new-tokens", 16)
+        page.evaluate(STATUS_LOG_JS)
+        page.locator("#run").click()
+        page.locator("#status p").get_by_text("Prefill (vanilla)").wait_for(timeout=120_000)
+        page.wait_for_timeout(1000)
+        page.locator("#stop").click()
+        page.locator("#run").click()            # held until the stopped run has ended
+        _set_slider(page, "frames", 8)          # read when the held click is sent
+        page.wait_for_function("() => { const s = window.__statuses || [];"
+                               " const i = s.findIndex(t => t.startsWith('Stopped.'));"
+                               " return i >= 0 && s.slice(i).some(t => t.startsWith('Done.')); }",
+                               timeout=180_000)
+        seen = page.evaluate("() => window.__statuses")
+        assert "Outputs identical" in page.locator("#summary").inner_text()
     _order(seen, "Prefill (vanilla)… 256 frames", "Stopping", "Stopped.", "Prefill (vanilla)… 8 frames", "Done.")
     assert not backend.active_workers()

@@ -2,7 +2,7 @@
 font size at every depth (Gradio's page style shrinks each nested list to 90%, so depth 8 would be 43%)."""
 from __future__ import annotations
 
-from test_app_browser import CHROMIUM_ARGS, _browser_or_skip
+from test_app_browser import _browser, served_page
 from test_app_fakes import free_port
 
 from app.inspect_view import tree_html
@@ -21,26 +21,16 @@ def _chain(depth: int) -> StepTree:
 
 
 def test_tree_nodes_keep_their_size_at_depth():
-    exe = _browser_or_skip()
+    exe = _browser()
     import gradio as gr
-    from playwright.sync_api import sync_playwright
     with gr.Blocks() as demo:
         gr.HTML(tree_html(_chain(DEPTH)), elem_id="tree")
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1200, "height": 900})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#tree .tree-node").first.wait_for(timeout=60_000)
-                sizes = page.evaluate("() => Array.from(document.querySelectorAll('#tree .tree-node'))"
-                                      ".map(e => parseFloat(getComputedStyle(e).fontSize))")
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe, viewport=(1200, 900)) as page:
+        page.locator("#tree .tree-node").first.wait_for(timeout=60_000)
+        sizes = page.evaluate("() => Array.from(document.querySelectorAll('#tree .tree-node'))"
+                              ".map(e => parseFloat(getComputedStyle(e).fontSize))")
     assert len(sizes) == DEPTH
     assert max(sizes) - min(sizes) < 0.01, sizes      # the same size at depth 1 and depth 8
     assert min(sizes) >= 12, sizes                    # and readable

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
-from test_app_browser import CHROMIUM_ARGS, _browser_or_skip
+from test_app_browser import _browser, served_page
 from test_app_browser_ux import ProbingEngine
 from test_app_fakes import free_port
 
 
 def test_wrong_uploads_say_why_before_run(tmp_path):
-    exe = _browser_or_skip()
+    exe = _browser()
     import imageio_ffmpeg
-    from playwright.sync_api import sync_playwright
-
     from app.backend import Backend
     from app.ui import build_demo
     audio = tmp_path / "song.mp4"
@@ -25,27 +23,18 @@ def test_wrong_uploads_say_why_before_run(tmp_path):
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.wait_for_function("() => { const i = document.querySelector('#truth input[type=file]');"
-                                       " return i && i.accept === '.json'; }", timeout=30_000)  # the picker's filter
-                page.locator("#video input[type=file]").set_input_files(str(audio))
-                note = page.locator("#video-note")
-                note.get_by_text("Cannot use this video").wait_for(timeout=60_000)
-                assert "audio-only" in note.inner_text() and str(tmp_path) not in note.inner_text()
-                page.locator("#truth input[type=file]").set_input_files(str(srt))
-                truth_note = page.locator("#truth-note")
-                truth_note.get_by_text("takes a .json file").wait_for(timeout=60_000)
-                said = truth_note.inner_text()
-                assert "'talk.srt' is not one" in said and "Subtitles (.srt)" in said
-                assert page.locator("#truth").get_by_text("Error", exact=True).count() == 0  # no bare red badge
-                assert eng.read == []   # nothing was decoded: no Run was pressed
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.wait_for_function("() => { const i = document.querySelector('#truth input[type=file]');"
+                               " return i && i.accept === '.json'; }", timeout=30_000)  # the picker's filter
+        page.locator("#video input[type=file]").set_input_files(str(audio))
+        note = page.locator("#video-note")
+        note.get_by_text("Cannot use this video").wait_for(timeout=60_000)
+        assert "audio-only" in note.inner_text() and str(tmp_path) not in note.inner_text()
+        page.locator("#truth input[type=file]").set_input_files(str(srt))
+        truth_note = page.locator("#truth-note")
+        truth_note.get_by_text("takes a .json file").wait_for(timeout=60_000)
+        said = truth_note.inner_text()
+        assert "'talk.srt' is not one" in said and "Subtitles (.srt)" in said
+        assert page.locator("#truth").get_by_text("Error", exact=True).count() == 0  # no bare red badge
+        assert eng.read == []   # nothing was decoded: no Run was pressed

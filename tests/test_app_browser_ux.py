@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_app_browser import CHROMIUM_ARGS, _browser_or_skip, _set_slider
+from test_app_browser import _browser, _set_slider, served_page
 from test_app_fakes import FakeEngine, free_port
 
 
@@ -62,9 +62,7 @@ def _upload(page, path: Path, fmt: str) -> None:
 
 
 def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
-    exe = _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
+    exe = _browser()
     from app.backend import Backend
     from app.ui import build_demo
     gif, hevc = _gif(tmp_path / "anim.gif"), _hevc(tmp_path / "clip_hevc.mp4")
@@ -72,56 +70,47 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                stop_cls = lambda: page.locator("#stop").get_attribute("class") or ""  # noqa: E731
-                assert "secondary" in stop_cls() and "specvlm-running" not in stop_cls()  # nothing runs: plain
-                accept = page.locator("#video input[type=file]").get_attribute("accept") or ""
-                assert ".gif" in accept and ".mkv" in accept
+    with served_page(demo, port, exe) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        stop_cls = lambda: page.locator("#stop").get_attribute("class") or ""  # noqa: E731
+        assert "secondary" in stop_cls() and "specvlm-running" not in stop_cls()  # nothing runs: plain
+        accept = page.locator("#video input[type=file]").get_attribute("accept") or ""
+        assert ".gif" in accept and ".mkv" in accept
 
-                _upload(page, gif, "GIF")                       # accepted (was: "Invalid file type")
-                page.reload(wait_until="domcontentloaded")      # a fresh page: the video box takes a new file
-                page.locator("#run").wait_for(timeout=60_000)
-                _upload(page, hevc, "HEVC")                     # a preview instead of the red toast
-                page.wait_for_timeout(1500)
-                body = page.locator("body").inner_text()
-                assert "not playable" not in body and "Invalid file type" not in body
+        _upload(page, gif, "GIF")                       # accepted (was: "Invalid file type")
+        page.reload(wait_until="domcontentloaded")      # a fresh page: the video box takes a new file
+        page.locator("#run").wait_for(timeout=60_000)
+        _upload(page, hevc, "HEVC")                     # a preview instead of the red toast
+        page.wait_for_timeout(1500)
+        body = page.locator("body").inner_text()
+        assert "not playable" not in body and "Invalid file type" not in body
 
-                _set_slider(page, "max-new-tokens", 160)
-                page.evaluate("window.scrollTo(0, 0)")
-                bg = "() => getComputedStyle(document.querySelector('#stop')).backgroundColor"
-                page.add_style_tag(content="#stop { transition: none !important; }")  # colours as the class says
-                idle = page.evaluate(bg)
-                page.locator("#run").click()
-                red = page.wait_for_function(     # red while the run is active (read in the same frame as the class)
-                    f"idle => ({bg})() !== idle ? ({bg})() : null", arg=idle, timeout=30_000).json_value()
-                page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=60_000)
-                assert page.evaluate(bg) == red                 # still red once the run's own updates arrive
-                assert "Error" not in page.locator("#status").inner_text(), page.locator("#status").inner_text()
-                top = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
-                assert 0 <= top < 300, top                      # the live panels are in view, near the top
-                for panel in ("#vanilla-stats", "#spec-stats"):
-                    page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=120_000)
-                page.wait_for_function("() => !document.querySelector('#stop').classList.contains('specvlm-running')",
-                                       timeout=30_000)          # plain again once the run ended
-                page.wait_for_function(f"idle => ({bg})() === idle", arg=idle, timeout=10_000)
-                plain = page.evaluate(bg)
-                assert red != plain, (red, plain)
-                assert eng.read and Path(eng.read[-1]).name == hevc.name  # the run read the upload, not the preview
+        _set_slider(page, "max-new-tokens", 160)
+        page.evaluate("window.scrollTo(0, 0)")
+        bg = "() => getComputedStyle(document.querySelector('#stop')).backgroundColor"
+        page.add_style_tag(content="#stop { transition: none !important; }")  # colours as the class says
+        idle = page.evaluate(bg)
+        page.locator("#run").click()
+        red = page.wait_for_function(     # red while the run is active (read in the same frame as the class)
+            f"idle => ({bg})() !== idle ? ({bg})() : null", arg=idle, timeout=30_000).json_value()
+        page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=60_000)
+        assert page.evaluate(bg) == red                 # still red once the run's own updates arrive
+        assert "Error" not in page.locator("#status").inner_text(), page.locator("#status").inner_text()
+        top = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
+        assert 0 <= top < 300, top                      # the live panels are in view, near the top
+        for panel in ("#vanilla-stats", "#spec-stats"):
+            page.locator(panel).get_by_text("done", exact=False).wait_for(timeout=120_000)
+        page.wait_for_function("() => !document.querySelector('#stop').classList.contains('specvlm-running')",
+                               timeout=30_000)          # plain again once the run ended
+        page.wait_for_function(f"idle => ({bg})() === idle", arg=idle, timeout=10_000)
+        plain = page.evaluate(bg)
+        assert red != plain, (red, plain)
+        assert eng.read and Path(eng.read[-1]).name == hevc.name  # the run read the upload, not the preview
 
-                page.locator("#heatmaps .caption-label").first.wait_for(timeout=30_000)
-                cut = page.evaluate("""() => Array.from(document.querySelectorAll('#heatmaps .caption-label'))
-                    .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1).length""")
-                n = page.locator("#heatmaps .caption-label").count()
-                assert n >= 1 and cut == 0, (n, cut)            # captions wrap instead of being cut off
-                body = page.locator("body").inner_text()
-                assert "not playable" not in body
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+        page.locator("#heatmaps .caption-label").first.wait_for(timeout=30_000)
+        cut = page.evaluate("""() => Array.from(document.querySelectorAll('#heatmaps .caption-label'))
+            .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1).length""")
+        n = page.locator("#heatmaps .caption-label").count()
+        assert n >= 1 and cut == 0, (n, cut)            # captions wrap instead of being cut off
+        body = page.locator("body").inner_text()
+        assert "not playable" not in body

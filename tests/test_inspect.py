@@ -189,15 +189,10 @@ def test_build_inspect_tab_and_refresh(tiny_run):
 def test_browser_click_a_bar_shows_its_tree(known, tmp_path):
     """Real chromium: clicking a bar of the chart (plotly_click hook) and a table row pick the step;
     a run file can be uploaded and exported."""
-    import shutil
-    import socket
-
     import gradio as gr
-    pytest.importorskip("playwright.sync_api")
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("no chromium executable on PATH")
-    from playwright.sync_api import sync_playwright
+    from test_app_browser import _browser, served_page
+    from test_app_fakes import free_port
+    exe = _browser()
 
     other = ins.load_json(ins.save_json(known, tmp_path / "k.json"))
     other.steps = other.steps[:2]
@@ -206,36 +201,22 @@ def test_browser_click_a_bar_shows_its_tree(known, tmp_path):
         st = gr.State(None)
         iv.build_inspect_tab(st)
         demo.load(lambda: known, None, st)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    args = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=args, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1300, "height": 1100})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                title = page.locator(".specvlm-tree b").first
-                page.get_by_text("Step 2", exact=True).wait_for(timeout=60_000)  # default: lowest accepted
-                bars = page.locator(f"#{iv.CHART_ID} .bars path")
-                bars.first.wait_for(timeout=30_000)
-                page.wait_for_timeout(500)
-                bars.nth(0).click(force=True)  # step 1
-                page.get_by_text("Step 1", exact=True).wait_for(timeout=30_000)
-                assert page.locator(".tree-accepted").count() == 2 and "target:" in page.inner_text(".specvlm-tree")
-                page.locator('#specvlm-inspect-table [role=row][data-index="0"] [role=gridcell]').first.click()
-                page.get_by_text("Step 2", exact=True).wait_for(timeout=30_000)
-                assert title.inner_text() == "Step 2"
-                with page.expect_download(timeout=30_000) as dl:
-                    page.get_by_text("Export this run").click()
-                assert ins.to_dict(ins.load_json(dl.value.path())) == ins.to_dict(known)
-                page.locator("input[type=file]").first.set_input_files(upload)
-                page.get_by_text("over 1 verify steps", exact=False).first.wait_for(timeout=30_000)
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with served_page(demo, port, exe, viewport=(1300, 1100)) as page:
+        title = page.locator(".specvlm-tree b").first
+        page.get_by_text("Step 2", exact=True).wait_for(timeout=60_000)  # default: lowest accepted
+        bars = page.locator(f"#{iv.CHART_ID} .bars path")
+        bars.first.wait_for(timeout=30_000)
+        page.wait_for_timeout(500)
+        bars.nth(0).click(force=True)  # step 1
+        page.get_by_text("Step 1", exact=True).wait_for(timeout=30_000)
+        assert page.locator(".tree-accepted").count() == 2 and "target:" in page.inner_text(".specvlm-tree")
+        page.locator('#specvlm-inspect-table [role=row][data-index="0"] [role=gridcell]').first.click()
+        page.get_by_text("Step 2", exact=True).wait_for(timeout=30_000)
+        assert title.inner_text() == "Step 2"
+        with page.expect_download(timeout=30_000) as dl:
+            page.get_by_text("Export this run").click()
+        assert ins.to_dict(ins.load_json(dl.value.path())) == ins.to_dict(known)
+        page.locator("input[type=file]").first.set_input_files(upload)
+        page.get_by_text("over 1 verify steps", exact=False).first.wait_for(timeout=30_000)
