@@ -49,6 +49,24 @@ def test_a_stop_during_the_prefill_ends_it_between_layers(method):
     assert [len(m._forward_pre_hooks) for m in layers] == hooks  # a request adds nothing to the shared models
 
 
+@pytest.mark.parametrize("method", ["vanilla", "specvlm"])
+def test_the_language_model_stops_between_layers_without_module_hooks(method):
+    """Decoder layers carry no hook (a decode step takes PyTorch's plain module path); the engine's
+    attention checks instead, so a stop that comes once the vision encoder is done still ends the
+    prefill at the next decoder layer."""
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny import tiny_qwen2_5_vl
+    pair = pair_from_models(*tiny_qwen2_5_vl(layers=4))
+    layers = pair.adapter.language_model(pair.target).layers
+    assert all(not m._forward_pre_hooks for m in pair.adapter.language_model(pair.target).modules())
+    reached, last = [], [0]
+    layers[1].register_forward_pre_hook(lambda *_: reached.append(1))
+    layers[3].register_forward_pre_hook(lambda *_: last.__setitem__(0, last[0] + 1))
+    events = list(stream(pair, prepare(pair, make_clip(16), PROMPT), DecodeConfig(method=method, max_new_tokens=4),
+                         should_stop=lambda: bool(reached)))
+    assert events == [] and reached and last[0] == 0   # stopped in decoder layer 1: layers 2-3 never ran
+
+
 def test_stop_checks_leave_the_output_unchanged():
     from specvlm.models.pair import pair_from_models
     from specvlm.testing.tiny import tiny_qwen2_5_vl

@@ -28,6 +28,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from specvlm.engine import stopping
+
 ATTN_IMPL = "specvlm_gqa"
 MAX_GROUPED_QUERY = 256
 
@@ -169,6 +171,7 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
         transformers' SDPA path.
     """
+    stopping.check()   # the decoder layers' stop check (a prefill inside stop_between_layers)
     mode, sink = getattr(_MODE, "value", None) or (None, None)
     if mode == "weights":
         return _eager_with_weights(module, query, key, value, attention_mask, dropout, scaling, sink)

@@ -3,13 +3,19 @@
 A prefill is one forward per model over the whole prompt (thousands of video tokens), so the
 decode loop's check before every step cannot end it: on a CPU a long video's prefill takes
 minutes, most of it in the vision encoder (the bundled model on 256 frames of a 30 s clip: ~15 s of
-a ~21 s prefill). Checks are installed once, when a pair is built (:func:`install_stop_checks`,
-from :func:`specvlm.models.pair.pair_from_models`, like the engine's attention): a forward pre-hook
-on every module held in an ``nn.ModuleList`` (the decoder layers and the vision encoder's blocks)
-that reads the calling thread's current callback. :func:`stop_between_layers` sets that callback
-for the duration of a ``with`` block, on its thread only: nothing on the shared models changes per
-request, and a concurrent request on another thread is not affected. Outside a block a check is
-one thread-local lookup per layer.
+a ~21 s prefill). The check (:func:`check`) reads the calling thread's current callback; it runs
+
+* before every block of the vision encoder (and any other ``nn.ModuleList`` outside the language
+  model): a forward pre-hook installed once, when a pair is built (:func:`install_stop_checks`,
+  from :func:`specvlm.models.pair.pair_from_models`, like the engine's attention). These blocks run
+  only in a prefill;
+* at the start of every decoder layer's attention: the engine's attention function calls it
+  (:func:`specvlm.engine.attention.gqa_attention`). A decode step therefore pays one thread-local
+  lookup per layer and no module hook (a hook puts every layer call on PyTorch's slower hooked path).
+
+:func:`stop_between_layers` sets the callback for the duration of a ``with`` block, on its thread
+only: nothing on the shared models changes per request, and a concurrent request on another thread
+is not affected.
 
 Source: docs/design.md §8 (a Stop button must stop the work, not only the UI).
 """
@@ -27,17 +33,25 @@ from specvlm.types import Stopped
 _LOCAL = threading.local()   # .should_stop: the calling thread's callback inside stop_between_layers
 
 
-def _check(_module: torch.nn.Module, _args: Any) -> None:
+def check() -> None:
+    """Raise :class:`~specvlm.types.Stopped` if the calling thread is inside :func:`stop_between_layers`
+    and its callback returns True; otherwise return (outside a block: one thread-local lookup)."""
     should_stop = getattr(_LOCAL, "should_stop", None)
     if should_stop is not None and should_stop():
         raise Stopped("the prefill was stopped")
 
 
-def install_stop_checks(model: torch.nn.Module) -> None:
-    """Put the stop check before every layer of ``model`` (each child of an ``nn.ModuleList``); once per
-    module, so calling it again adds nothing. The checks act only inside :func:`stop_between_layers`."""
+def _check(_module: torch.nn.Module, _args: Any) -> None:
+    check()
+
+
+def install_stop_checks(model: torch.nn.Module, language_model: torch.nn.Module | None = None) -> None:
+    """Put the stop check before every layer of ``model`` (each child of an ``nn.ModuleList``) outside
+    ``language_model``, whose layers are checked by the engine's attention instead; once per module, so
+    calling it again adds nothing. The checks act only inside :func:`stop_between_layers`."""
+    skip = {id(m) for m in language_model.modules()} if language_model is not None else set()
     for mod in model.modules():
-        if isinstance(mod, torch.nn.ModuleList):
+        if isinstance(mod, torch.nn.ModuleList) and id(mod) not in skip:
             for layer in mod:
                 if _check not in layer._forward_pre_hooks.values():
                     layer.register_forward_pre_hook(_check)

@@ -143,7 +143,7 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     adapter = adapter_for(target)
     if draft is None or draft is target:
         use_fast_attention(target)
-        install_stop_checks(target)
+        install_stop_checks(target, adapter.language_model(target))
         return ModelPair(target, target, processor, adapter, adapter, name or "Self-SD", _vocab_size(target))
     d_adapter = adapter_for(draft)
     if d_adapter.family != adapter.family:
@@ -158,8 +158,8 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
                              f"{t_geo}): pass the draft's processor (draft_processor) so it gets its own prompt.")
     use_fast_attention(target)
     use_fast_attention(draft)
-    install_stop_checks(target)
-    install_stop_checks(draft)
+    install_stop_checks(target, adapter.language_model(target))
+    install_stop_checks(draft, d_adapter.language_model(draft))
     shared = min(_vocab_size(target), _vocab_size(draft))
     return ModelPair(target, draft, processor, adapter, d_adapter, name or "Std-SD", shared,
                      draft_processor if t_geo != d_geo else None)
