@@ -38,6 +38,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -207,24 +208,36 @@ class SharedPrefill:
 _W: dict = {}
 
 
-def init_worker(args) -> None:
-    """Load the pair(s) once per process."""
+def load_worker_pair(args, draft: str | None):
+    """The pair a worker process evaluates with (CPU, float32), after fixing its threads and seed."""
     import torch
 
     from specvlm.models.loading import load_pair
-    from specvlm.models.pair import pair_from_models
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    draft = args.draft if "std" in args.pairs else None
-    std = load_pair(args.target, draft, device="cpu", dtype="float32")
+    return load_pair(args.target, draft, device="cpu", dtype="float32")
+
+
+def decode_config(args, method: str):
+    """The DecodeConfig of one evaluated method ("vanilla" or a pruning method) from the command line."""
+    from specvlm.config import DecodeConfig, PruneConfig
+    return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, tree=args.tree_config,
+                        prune=PruneConfig(method=method if method != "vanilla" else "specvlm",
+                                          drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed))
+
+
+def init_worker(args) -> None:
+    """Load the pair(s) once per process."""
+    from specvlm.models.pair import pair_from_models
+
+    std = load_worker_pair(args, args.draft if "std" in args.pairs else None)
     _W["pairs"] = {"std": std, "self": pair_from_models(std.target, std.processor, name="Self-SD")}
     _W["args"] = args
 
 
 def eval_video(job: tuple[str, int]) -> dict:
     """Evaluate one held-out clip; returns its record (see the module docstring)."""
-    from specvlm.config import DecodeConfig, PruneConfig
     from specvlm.engine.stream import generate
     from specvlm.engine.prepare import prepare
     from specvlm.video import frames_to_clip
@@ -239,12 +252,7 @@ def eval_video(job: tuple[str, int]) -> dict:
     inputs = prepare(std, clip, args.prompt)
     shared = SharedPrefill(inputs, enabled=not args.no_shared_prefill)
 
-    def cfg(method: str) -> DecodeConfig:
-        return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens,
-                            prune=PruneConfig(method=method if method != "vanilla" else "specvlm",
-                                              drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed),
-                            tree=args.tree_config)
-
+    cfg = functools.partial(decode_config, args)
     van = generate(std, inputs, cfg("vanilla"), prefill=shared.get(std, "vanilla"))
     rec: dict = {
         "set": kind, "index": index, "seed": seed, "frames": spec.num_frames, "size": [spec.height, spec.width],

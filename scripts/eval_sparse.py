@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -104,19 +105,12 @@ _W: dict = {}
 
 def init_worker(args) -> None:
     """Load the pair once per process."""
-    import torch
-
-    from specvlm.models.loading import load_pair
-
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    _W["pair"] = load_pair(args.target, args.draft, device="cpu", dtype="float32")
+    _W["pair"] = eb.load_worker_pair(args, args.draft)
     _W["args"] = args
 
 
 def eval_clip(job: tuple[str, int]) -> dict:
     """Evaluate one clip; returns its record (see the module docstring)."""
-    from specvlm.config import DecodeConfig, PruneConfig
     from specvlm.engine.stream import generate
     from specvlm.engine.prepare import prepare
     from specvlm.video import frames_to_clip
@@ -128,11 +122,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
     clip = frames_to_clip(frames, truth.fps)
     cues = list(truth.cues) or None
 
-    def cfg(method: str) -> DecodeConfig:
-        return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, tree=args.tree_config,
-                            prune=PruneConfig(method=method if method != "vanilla" else "specvlm",
-                                              drop_rate=args.drop_rate, top_p=args.top_p, seed=args.seed))
-
+    cfg = functools.partial(eb.decode_config, args)
     given = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="both")
     shared = eb.SharedPrefill(given)
     van = generate(pair, given, cfg("vanilla"), prefill=shared.get(pair, "vanilla"))
