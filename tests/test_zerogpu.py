@@ -265,8 +265,12 @@ def space():
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD"):
         env.pop(name, None)
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_space.py")], capture_output=True, text=True,
-                       cwd=ROOT, env=env, timeout=400)
+    try:
+        r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_space.py")], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=400)
+    except subprocess.TimeoutExpired as e:
+        out = [(x or b"").decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)]
+        pytest.fail(f"zerogpu_space.py ran past 400 s; stdout tail:\n{out[0][-3000:]}\nstderr tail:\n{out[1][-6000:]}")
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert r.returncode == 0 and line, (r.stdout[-2000:], r.stderr[-4000:])
     return json.loads(line[len("RESULT "):])

@@ -250,7 +250,11 @@ def main() -> None:
             print("RESULT-ERROR " + json.dumps(out, default=str), flush=True)
         finally:
             _thread.interrupt_main()  # ends app.py's server loop
+            threading.Timer(30, os._exit, (3,)).start()  # and the process, should the server loop not end
 
+    # interrupt_main() raises KeyboardInterrupt only where SIGINT has Python's handler; a shell starts a
+    # background job with SIGINT ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=driver, name="zerogpu-driver", daemon=True).start()
     sys.argv = ["app.py"]
     try:
