@@ -59,8 +59,9 @@ def install_stop_checks(model: torch.nn.Module, language_model: torch.nn.Module 
 
 @contextlib.contextmanager
 def stop_between_layers(should_stop: Callable[[], bool] | None) -> Iterator[None]:
-    """Inside the block, on this thread, ``should_stop()`` is polled before every layer of models with
-    :func:`install_stop_checks` (and once on entry).
+    """Inside the block, on this thread, ``should_stop()`` is polled before every vision block of models with
+    :func:`install_stop_checks`, at the start of every decoder layer's attention (the engine's
+    ``specvlm_gqa``), and once on entry.
 
     Args:
         should_stop: the callback (None: no checks).
