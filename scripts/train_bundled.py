@@ -29,7 +29,8 @@ them under SpecVLM pruning.
 objects, an object that flashes on a few frames, brief small text, distractor shapes) to 70% of
 the clips of 48+ frames and 15% of the shorter ones, and a subtitle track to 40% of all clips,
 placed in the prompt as the app places it (:mod:`specvlm.text.prompting`), often with a fact (a code,
-a name, a flag colour) that the description reports; ``--focus-mode spread`` trains the prompt's
+a name, a flag colour) that the description reports (``--fact-weight`` counts the fact's words in answers
+more); ``--focus-mode spread`` trains the prompt's
 video attention towards an equal share per named object or text, so Stage I keeps a flash's few
 tokens first; ``--salient-prob`` makes part of the draft's pruned batches keep those tokens first.
 
@@ -117,6 +118,9 @@ def parse_args(argv=None):
                          "shape words) should attend to that object's video tokens (0 = off; needs --focus-weight > 0)")
     ap.add_argument("--attr-weight", type=float, default=3.0,
                     help="target: cross-entropy weight of shape and motion words (1 = plain loss)")
+    ap.add_argument("--fact-weight", type=float, default=1.0,
+                    help="target: cross-entropy weight of a subtitle fact's kind and value words in answers (after "
+                         "the transcript; 1 = plain loss)")
     ap.add_argument("--diag-every", type=int, default=50,
                     help="target: steps between held-out right-vs-shuffled-video loss checks")
     ap.add_argument("--seed", type=int, default=0)

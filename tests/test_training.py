@@ -284,6 +284,23 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
     torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
 
 
+def test_fact_words_are_weighted_only_after_the_transcript(processor):
+    ids = tdata.fact_token_ids(processor.tokenizer)
+    assert len(ids) >= 3
+    logits = torch.randn(2, 6, len(processor.tokenizer) + 8)
+    f = ids[0]
+    labels = torch.tensor([[tdata.IGNORE, f, 7, f, 9, tdata.IGNORE]] * 2)
+    start = torch.tensor([3, 0])     # row 0: the first fact token lies in the transcript
+    ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                           reduction="none", ignore_index=tdata.IGNORE).view(2, 5)
+    got = tlosses.weighted_lm_loss(logits, labels, [], 1.0, ids, 50.0, start)
+    want = (ce[0, 0] + ce[0, 1] + 50 * ce[0, 2] + ce[0, 3]
+            + 50 * ce[1, 0] + ce[1, 1] + 50 * ce[1, 2] + ce[1, 3]) / (50 * 3 + 5)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tlosses.weighted_lm_loss(logits, labels, [], 1.0, ids, 1.0, start),
+                               ce[:, :4].mean())
+
+
 def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):
     from specvlm.bench import synth
     tok = processor.tokenizer

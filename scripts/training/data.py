@@ -288,6 +288,14 @@ def attribute_token_ids(tokenizer) -> list[int]:
     return sorted(set(ids))
 
 
+def fact_token_ids(tokenizer) -> list[int]:
+    """Token ids that state a subtitle fact in an answer: the kind words (``code``, ``name``, ``flag``) and
+    every value (codes 10-99, :data:`specvlm.bench.synth.NAMES`, colours), spaced and bare single tokens
+    (weighted ``--fact-weight`` after the transcript)."""
+    words = list(synth.FACT_KINDS) + [str(n) for n in range(10, 100)] + list(synth.NAMES) + list(synth.COLOURS)
+    return sorted({i for w in words for i in single_ids(tokenizer, w)})
+
+
 def _clip(recipe: DataRecipe, rng: np.random.Generator, T: int, H: int, W: int, fps: float,
           n_obj: int | None) -> tuple[np.ndarray, synth.SceneTruth]:
     """One training clip: a sparse scene or a plain one (per the recipe), maybe with subtitles."""

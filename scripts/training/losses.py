@@ -12,11 +12,14 @@ import torch.nn.functional as F
 from scripts.training.data import AUX_HEADS, IGNORE, after_video, model_inputs
 
 def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
-                     weight: float) -> torch.Tensor:
+                     weight: float, fact_ids: list[int] | None = None, fact_weight: float = 1.0,
+                     text_start: torch.Tensor | None = None) -> torch.Tensor:
     """Next-token cross-entropy with tokens in ``weighted_ids`` counted ``weight`` times.
 
-    logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Equals the model's own
-    loss when ``weight`` is 1.
+    logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Tokens in ``fact_ids`` predicted at
+    or after ``text_start[b]`` (int64 (B,): after the video and the subtitle transcript, so the
+    transcript's own words are not weighted) count ``fact_weight`` times (the larger weight wins).
+    Equals the model's own loss when both weights are 1.
     """
     tgt = labels[:, 1:]
     mask = tgt != IGNORE
@@ -24,6 +27,11 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: l
     w = torch.ones_like(ce)
     if weighted_ids and weight != 1.0:
         w = torch.where(torch.isin(tgt[mask], torch.tensor(weighted_ids)), weight, 1.0)
+    if fact_ids and fact_weight != 1.0 and text_start is not None:
+        pos = torch.arange(1, labels.shape[1])[None, :].expand_as(tgt)
+        after = (pos >= text_start[:, None].to(pos))[mask]
+        fact = after & torch.isin(tgt[mask], torch.tensor(fact_ids))
+        w = torch.where(fact, torch.maximum(w, torch.tensor(fact_weight, dtype=w.dtype)), w)
     return (ce * w).sum() / w.sum()
 
 
