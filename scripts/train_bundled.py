@@ -17,6 +17,8 @@ target on scenes weighted towards two and three objects (``--polish-objects``, n
 curriculum, ``--polish-describe`` share of descriptions) with its own short schedule
 (peak ``--polish-lr``, same losses): the multi-object captions are where a from-scratch
 run stays weakest (it copies the previous object's motion or names an object twice).
+``--polish-recipe`` gives that phase (and the draft after it) another data recipe: a target
+that first learns the plain scenes, then the sparse-information mix.
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the (polished) target's vision tower, embeddings, first layer, norm and
@@ -52,6 +54,9 @@ Examples (from the repository root):
     python -m scripts.train_bundled --target-minutes 60 --draft-minutes 22
     python -m scripts.train_bundled --recipe sparse --focus-mode spread --salient-prob 0.5 \
         --target-steps 3600 --draft-steps 450 --work runs/sparse --out runs/sparse/model
+    python -m scripts.train_bundled --recipe bundled --target-steps 3000 --polish-recipe sparse \
+        --polish-steps 1500 --polish-lr 1e-3 --fact-weight 3 --focus-mode spread --salient-prob 0.5 \
+        --draft-steps 450 --work runs/staged --out runs/staged/model    # plain scenes first
 """
 from __future__ import annotations
 
@@ -96,6 +101,9 @@ def parse_args(argv=None):
     ap.add_argument("--recipe", choices=("bundled", "sparse"), default="bundled",
                     help="data recipe: bundled (large objects) or sparse (plus long sparse-information scenes and "
                          "subtitle tracks, scripts/training/scenes.py)")
+    ap.add_argument("--polish-recipe", choices=("same", "bundled", "sparse"), default="same",
+                    help="data recipe of the polish phase and of the draft distilled after it (same = --recipe): "
+                         "e.g. a target first trained on plain scenes, then polished on the sparse mix")
     ap.add_argument("--focus-mode", choices=("share", "spread"), default="share",
                     help="target focus loss: share = -log(share of the prompt's video attention on object/text "
                          "pixels); spread = cross-entropy against an equal share per named object/text")
@@ -138,18 +146,25 @@ def parse_args(argv=None):
     return args
 
 
+def data_recipe(name: str, args) -> DataRecipe:
+    """The :class:`DataRecipe` called ``name`` ("bundled" or "sparse"), at ``--token-budget``; tiny under ``--smoke``."""
+    if args.smoke:
+        return SMOKE_RECIPE if name == "bundled" else dataclasses.replace(
+            SMOKE_RECIPE, frames=(8, 48), p_sparse_long=1.0, p_subtitles=0.5, min_cover=0.03)
+    recipe = DataRecipe(token_budget=args.token_budget)
+    return dataclasses.replace(recipe, **SPARSE_RECIPE_CHANGES) if name == "sparse" else recipe
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     command = "python -m scripts.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    recipe = DataRecipe(token_budget=args.token_budget)
-    if args.recipe == "sparse":
-        recipe = dataclasses.replace(recipe, **SPARSE_RECIPE_CHANGES)
+    recipe = data_recipe(args.recipe, args)
+    polished = args.polish_minutes > 0 or args.polish_steps
+    late = data_recipe(args.recipe if args.polish_recipe == "same" or not polished else args.polish_recipe, args)
     if args.smoke:
-        recipe = SMOKE_RECIPE if args.recipe == "bundled" else dataclasses.replace(
-            SMOKE_RECIPE, frames=(8, 48), p_sparse_long=1.0, p_subtitles=0.5, min_cover=0.03)
         args.max_steps = args.max_steps or 5
         args.work = str(Path(args.work) / "smoke")
         args.out = str(Path(args.work) / "model")
@@ -167,8 +182,8 @@ def main(argv=None) -> None:
         info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
                 "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
                 "command": command}
-        if args.polish_minutes > 0 or args.polish_steps:
-            precipe = dataclasses.replace(recipe, object_weights=args.polish_objects, curriculum=0.0,
+        if polished:
+            precipe = dataclasses.replace(late, object_weights=args.polish_objects, curriculum=0.0,
                                           p_describe=args.polish_describe)
             target, pstate = train_phase(args, "polish", processor, precipe, args.polish_minutes,
                                          init=tstate, lr=args.polish_lr, steps=args.polish_steps)
@@ -180,10 +195,11 @@ def main(argv=None) -> None:
         target.eval()
         for p in target.parameters():
             p.requires_grad_(False)
-        draft, dstate = train_phase(args, "draft", processor, recipe, args.draft_minutes, teacher=target,
+        draft, dstate = train_phase(args, "draft", processor, late, args.draft_minutes, teacher=target,
                                     steps=args.draft_steps)
         info = {"phase": "draft", "steps": dstate["step"], "minutes": dstate["elapsed"] / 60,
-                "size": dstate["size"], "distilled_from": "target", "command": command}
+                "size": dstate["size"], "distilled_from": "target", "recipe": dataclasses.asdict(late),
+                "command": command}
         save_final(draft, processor, Path(args.out) / "draft", dstate["losses"], "draft loss", info)
     print(f"all done in {(time.time() - t_start) / 60:.1f} min this run; models in {args.out}", flush=True)
 

@@ -189,6 +189,18 @@ def test_smoke_run_with_polish_phase_continues_the_target(tmp_path, capsys):
         assert "three probabilities" in capsys.readouterr().err
 
 
+def test_polish_recipe_trains_the_polish_phase_and_the_draft_on_another_mix(tmp_path, capsys):
+    import json
+    tb.main(["--smoke", "--work", str(tmp_path), "--polish-steps", "2", "--polish-recipe", "sparse",
+             "--draft-steps", "2"])
+    model = tmp_path / "smoke" / "model"
+    target = json.loads((model / "target" / "training_info.json").read_text())
+    draft = json.loads((model / "draft" / "training_info.json").read_text())
+    assert target["recipe"]["p_sparse_long"] == 0.0 and target["recipe"]["p_subtitles"] == 0.0
+    assert target["polish"]["recipe"]["p_sparse_long"] == 1.0 and target["polish"]["recipe"]["p_subtitles"] == 0.5
+    assert draft["recipe"]["p_sparse_long"] == 1.0 and draft["steps"] == 2
+
+
 def test_object_weights_set_the_number_of_objects(processor, monkeypatch):
     seen = []
     real = synth.generate
