@@ -55,7 +55,7 @@ Examples (from the repository root):
     python -m scripts.train_bundled --recipe sparse --focus-mode spread --salient-prob 0.5 \
         --target-steps 3600 --draft-steps 450 --work runs/sparse --out runs/sparse/model
     python -m scripts.train_bundled --recipe bundled --target-steps 3000 --polish-recipe sparse \
-        --polish-steps 1500 --polish-lr 1e-3 --fact-weight 3 --focus-mode spread --salient-prob 0.5 \
+        --polish-steps 1500 --polish-lr 1e-3 --fact-weight 5 --focus-mode spread --salient-prob 0.5 \
         --draft-steps 450 --work runs/staged --out runs/staged/model    # plain scenes first
 """
 from __future__ import annotations

@@ -296,21 +296,28 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
     torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
 
 
-def test_fact_words_are_weighted_only_after_the_transcript(processor):
-    ids = tdata.fact_token_ids(processor.tokenizer)
-    assert len(ids) >= 3
-    logits = torch.randn(2, 6, len(processor.tokenizer) + 8)
-    f = ids[0]
-    labels = torch.tensor([[tdata.IGNORE, f, 7, f, 9, tdata.IGNORE]] * 2)
-    start = torch.tensor([3, 0])     # row 0: the first fact token lies in the transcript
-    ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                           reduction="none", ignore_index=tdata.IGNORE).view(2, 5)
-    got = tlosses.weighted_lm_loss(logits, labels, [], 1.0, ids, 50.0, start)
-    want = (ce[0, 0] + ce[0, 1] + 50 * ce[0, 2] + ce[0, 3]
-            + 50 * ce[1, 0] + ce[1, 1] + 50 * ce[1, 2] + ce[1, 3]) / (50 * 3 + 5)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(tlosses.weighted_lm_loss(logits, labels, [], 1.0, ids, 1.0, start),
-                               ce[:, :4].mean())
+def test_fact_mask_marks_the_fact_words_in_answers_and_weights_them(processor):
+    recipe = dataclasses.replace(tdata.SMOKE_RECIPE, frames=(48,), p_sparse_long=1.0, p_subtitles=1.0, p_describe=1.0)
+    tok = processor.tokenizer
+    found = 0
+    for step in range(6):
+        batch = tdata.make_batch(processor, recipe, seed=3, step=step, single_object=False)
+        for b, row in enumerate(batch["fact"]):
+            marked = row.nonzero().flatten().tolist()
+            assert all(j >= int(batch["text_start"][b]) for j in marked)     # never the transcript's own words
+            words = {tok.decode(batch["input_ids"][b, j:j + 1]).strip() for j in marked}
+            if marked:
+                found += 1
+                assert words <= set(tdata.synth.FACT_KINDS) | set(tdata.synth.NAMES) | set(tdata.synth.COLOURS) \
+                    | {str(n) for n in range(10, 100)}
+    assert found >= 2
+    logits = torch.randn(1, 5, len(tok) + 8)
+    labels = torch.tensor([[tdata.IGNORE, 4, 7, 4, tdata.IGNORE]])
+    fact = torch.tensor([[False, False, False, True, False]])
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:], reduction="none", ignore_index=tdata.IGNORE)
+    torch.testing.assert_close(tlosses.weighted_lm_loss(logits, labels, [], 1.0, fact, 50.0),
+                               (ce[0] + ce[1] + 50 * ce[2]) / 52, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tlosses.weighted_lm_loss(logits, labels, [], 1.0, fact, 1.0), ce[:3].mean())
 
 
 def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):

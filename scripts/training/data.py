@@ -52,7 +52,7 @@ SPARSE_RECIPE_CHANGES = dict(
 SMOKE_RECIPE = DataRecipe(frames=(8,), sides=(56,), token_budget=400, max_batch=4)
 
 
-BATCH_EXTRAS = ("meta", "aux", "text_start", "labels")
+BATCH_EXTRAS = ("meta", "aux", "text_start", "labels", "fact")
 """Keys of a :func:`make_batch` batch that are not model inputs."""
 
 
@@ -288,12 +288,17 @@ def attribute_token_ids(tokenizer) -> list[int]:
     return sorted(set(ids))
 
 
-def fact_token_ids(tokenizer) -> list[int]:
-    """Token ids that state a subtitle fact in an answer: the kind words (``code``, ``name``, ``flag``) and
-    every value (codes 10-99, :data:`specvlm.bench.synth.NAMES`, colours), spaced and bare single tokens
-    (weighted ``--fact-weight`` after the transcript)."""
-    words = list(synth.FACT_KINDS) + [str(n) for n in range(10, 100)] + list(synth.NAMES) + list(synth.COLOURS)
-    return sorted({i for w in words for i in single_ids(tokenizer, w)})
+def fact_mask(input_ids: torch.Tensor, truths: list, tokenizer, text_start: torch.Tensor) -> torch.Tensor:
+    """bool (B, L): positions at or after ``text_start[b]`` (after the video and the subtitle transcript)
+    whose token is one of the clip's subtitle-fact words (its kind, ``code`` / ``name`` / ``flag``, and its
+    value, spaced or bare); all False for a clip without a fact. Weighted ``--fact-weight`` in the LM loss."""
+    out = torch.zeros(input_ids.shape, dtype=torch.bool)
+    for b, truth in enumerate(truths):
+        if truth.fact is None:
+            continue
+        ids = torch.tensor(single_ids(tokenizer, truth.fact.kind) + single_ids(tokenizer, truth.fact.value))
+        out[b, int(text_start[b]):] = torch.isin(input_ids[b, int(text_start[b]):], ids)
+    return out
 
 
 def _clip(recipe: DataRecipe, rng: np.random.Generator, T: int, H: int, W: int, fps: float,
@@ -335,8 +340,9 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         attention_mask, mm_token_type_ids, pixel_values_videos (P, 1176),
         video_grid_thw (B, 3), second_per_grid_ts (B,), labels (B, L)) plus
         ``meta`` (T, H, W, B), ``aux`` (per-video-token labels, see
-        :func:`token_labels`, concatenated over the batch) and ``text_start`` int64 (B,): the first
-        position after the video and the subtitle transcript (where Stage I's queries start).
+        :func:`token_labels`, concatenated over the batch), ``text_start`` int64 (B,): the first
+        position after the video and the subtitle transcript (where Stage I's queries start), and
+        ``fact`` bool (B, L): :func:`fact_mask`.
     """
     rng = np.random.default_rng([seed, step])
     T = int(rng.choice(recipe.frames))
@@ -383,4 +389,5 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
                                         for ids, text, block in zip(ids_rows, texts, blocks)])
     batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
     batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok, batch["text_start"])
+    batch["fact"] = fact_mask(batch["input_ids"], truths, tok, batch["text_start"])
     return batch

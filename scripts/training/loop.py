@@ -14,8 +14,7 @@ import numpy as np
 import torch
 
 from scripts.training.checkpoints import Checkpointer
-from scripts.training.data import (SMOKE_RECIPE, DataRecipe, attribute_token_ids, fact_token_ids, make_batch,
-                                   model_inputs)
+from scripts.training.data import SMOKE_RECIPE, DataRecipe, attribute_token_ids, make_batch, model_inputs
 from scripts.training.losses import (
     FOCUS,
     FOCUS_IMPL,
@@ -53,7 +52,7 @@ def phase_size(args, phase: str) -> ModelSize:
 
 
 def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header: list[int],
-                attr_ids: list[int], args, fact_ids: list[int] | None = None) -> tuple[torch.Tensor, dict]:
+                attr_ids: list[int], args) -> tuple[torch.Tensor, dict]:
     """Target objective on one batch: weighted LM loss + probe loss + focus and routing losses.
 
     Returns:
@@ -71,8 +70,8 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
         logits = model(**inputs).logits
     finally:
         FOCUS["rows"] = FOCUS["attr_rows"] = None
-    loss = weighted_lm_loss(logits, batch["labels"], attr_ids, args.attr_weight, fact_ids,
-                            getattr(args, "fact_weight", 1.0), batch.get("text_start"))
+    loss = weighted_lm_loss(logits, batch["labels"], attr_ids, args.attr_weight, batch.get("fact"),
+                            getattr(args, "fact_weight", 1.0))
     aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
     loss = loss + args.aux_weight * aux_loss
     if args.focus_weight > 0 and FOCUS["out"]:
@@ -139,7 +138,6 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
     feats_box = capture_video_features(model) if is_target else None
     header = processor.tokenizer("<|im_start|>assistant\n")["input_ids"]
     attr_ids = attribute_token_ids(processor.tokenizer)
-    fact_ids = fact_token_ids(processor.tokenizer)
     if is_target and args.focus_weight > 0:
         register_focus()
         model.set_attn_implementation({"text_config": FOCUS_IMPL})
@@ -174,7 +172,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             if is_target:
-                loss, aux_acc = target_loss(model, probe, feats_box, batch, header, attr_ids, args, fact_ids)
+                loss, aux_acc = target_loss(model, probe, feats_box, batch, header, attr_ids, args)
             else:
                 loss = distill_loss(model, teacher, batch, rng, args)
         opt.zero_grad(set_to_none=True)

@@ -12,14 +12,12 @@ import torch.nn.functional as F
 from scripts.training.data import AUX_HEADS, IGNORE, after_video, model_inputs
 
 def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
-                     weight: float, fact_ids: list[int] | None = None, fact_weight: float = 1.0,
-                     text_start: torch.Tensor | None = None) -> torch.Tensor:
+                     weight: float, fact_mask: torch.Tensor | None = None, fact_weight: float = 1.0) -> torch.Tensor:
     """Next-token cross-entropy with tokens in ``weighted_ids`` counted ``weight`` times.
 
-    logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Tokens in ``fact_ids`` predicted at
-    or after ``text_start[b]`` (int64 (B,): after the video and the subtitle transcript, so the
-    transcript's own words are not weighted) count ``fact_weight`` times (the larger weight wins).
-    Equals the model's own loss when both weights are 1.
+    logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Label positions set in ``fact_mask``
+    (bool (B, L), :func:`scripts.training.data.fact_mask`: a subtitle fact's words in the answers) count
+    ``fact_weight`` times (the larger weight wins). Equals the model's own loss when both weights are 1.
     """
     tgt = labels[:, 1:]
     mask = tgt != IGNORE
@@ -27,11 +25,8 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: l
     w = torch.ones_like(ce)
     if weighted_ids and weight != 1.0:
         w = torch.where(torch.isin(tgt[mask], torch.tensor(weighted_ids)), weight, 1.0)
-    if fact_ids and fact_weight != 1.0 and text_start is not None:
-        pos = torch.arange(1, labels.shape[1])[None, :].expand_as(tgt)
-        after = (pos >= text_start[:, None].to(pos))[mask]
-        fact = after & torch.isin(tgt[mask], torch.tensor(fact_ids))
-        w = torch.where(fact, torch.maximum(w, torch.tensor(fact_weight, dtype=w.dtype)), w)
+    if fact_mask is not None and fact_weight != 1.0:
+        w = torch.where(fact_mask[:, 1:][mask], torch.clamp(w, min=fact_weight), w)
     return (ce * w).sum() / w.sum()
 
 
