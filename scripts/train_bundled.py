@@ -32,7 +32,7 @@ objects, an object that flashes on a few frames, brief small text, distractor sh
 the clips of 48+ frames and 15% of the shorter ones, and a subtitle track to 40% of all clips,
 placed in the prompt as the app places it (:mod:`specvlm.text.prompting`), often with a fact (a code,
 a name, a flag colour) that the description reports (``--fact-weight`` counts the fact's words in answers
-more); ``--focus-mode spread`` trains the prompt's
+more; ``--fact-route-weight`` trains the positions that write them to attend to them in the transcript); ``--focus-mode spread`` trains the prompt's
 video attention towards an equal share per named object or text, so Stage I keeps a flash's few
 tokens first; ``--salient-prob`` makes part of the draft's pruned batches keep those tokens first.
 
@@ -129,6 +129,9 @@ def parse_args(argv=None):
     ap.add_argument("--fact-weight", type=float, default=1.0,
                     help="target: cross-entropy weight of a subtitle fact's kind and value words in answers (after "
                          "the transcript; 1 = plain loss)")
+    ap.add_argument("--fact-route-weight", type=float, default=0.0,
+                    help="target: weight of the fact routing loss: a position that writes a subtitle fact's word "
+                         "attends to that word in the transcript (0 = off; needs --focus-weight > 0)")
     ap.add_argument("--diag-every", type=int, default=50,
                     help="target: steps between held-out right-vs-shuffled-video loss checks")
     ap.add_argument("--seed", type=int, default=0)

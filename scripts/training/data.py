@@ -289,16 +289,55 @@ def attribute_token_ids(tokenizer) -> list[int]:
 
 
 def fact_mask(input_ids: torch.Tensor, truths: list, tokenizer, text_start: torch.Tensor) -> torch.Tensor:
-    """bool (B, L): positions at or after ``text_start[b]`` (after the video and the subtitle transcript)
-    whose token is one of the clip's subtitle-fact words (its kind, ``code`` / ``name`` / ``flag``, and its
-    value, spaced or bare); all False for a clip without a fact. Weighted ``--fact-weight`` in the LM loss."""
+    """bool (B, L): where the answers write the clip's subtitle fact: at or after ``text_start[b]`` (after the
+    video and the subtitle transcript), each fact kind word (`` code`` / `` name`` / `` flag``) and the value
+    token right after it ("flag purple": not the colour of "purple triangle"); all False for a clip without
+    a fact. Weighted ``--fact-weight`` in the LM loss."""
     out = torch.zeros(input_ids.shape, dtype=torch.bool)
     for b, truth in enumerate(truths):
         if truth.fact is None:
             continue
-        ids = torch.tensor(single_ids(tokenizer, truth.fact.kind) + single_ids(tokenizer, truth.fact.value))
-        out[b, int(text_start[b]):] = torch.isin(input_ids[b, int(text_start[b]):], ids)
+        kind = torch.isin(input_ids[b], torch.tensor(single_ids(tokenizer, truth.fact.kind)))
+        value = torch.isin(input_ids[b], torch.tensor(single_ids(tokenizer, truth.fact.value)))
+        kind[:int(text_start[b])] = False
+        out[b] = kind
+        out[b, 1:] |= kind[:-1] & value[1:]
     return out
+
+
+def fact_rows(input_ids: torch.Tensor, fact: torch.Tensor, truths: list, tokenizer,
+              text_start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query rows that should read a subtitle fact from the transcript: for the fact routing loss.
+
+    A row is a position after the transcript whose next token is one of the clip's fact words
+    (``fact`` of :func:`fact_mask`, shifted by one); its target keys are the same words inside the
+    transcript (after the video, before ``text_start[b]``: the cue "The code is 42." holds `` code`` and `` 42``).
+
+    Returns:
+        idx int64 (B, R), valid bool (B, R) (False for clips without a fact or whose transcript does not
+        hold the words), target bool (B, L): the transcript positions of the fact words.
+    """
+    B, L = input_ids.shape
+    video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    target = torch.zeros(B, L, dtype=torch.bool)
+    rows: list[list[int]] = []
+    for b, truth in enumerate(truths):
+        found: list[int] = []
+        if truth.fact is not None:
+            words = torch.tensor(single_ids(tokenizer, truth.fact.kind) + single_ids(tokenizer, truth.fact.value))
+            ids = input_ids[b]
+            lo, hi = after_video(ids.tolist(), video_id), int(text_start[b])
+            target[b, lo:hi] = torch.isin(ids[lo:hi], words)
+            if bool(target[b].any()):
+                found = [j - 1 for j in fact[b].nonzero().flatten().tolist() if j >= 1]
+        rows.append(found)
+    R = max(1, max(len(r) for r in rows))
+    idx = torch.zeros(B, R, dtype=torch.long)
+    valid = torch.zeros(B, R, dtype=torch.bool)
+    for b, found in enumerate(rows):
+        idx[b, :len(found)] = torch.tensor(found, dtype=torch.long)
+        valid[b, :len(found)] = True
+    return idx, valid, target
 
 
 def _clip(recipe: DataRecipe, rng: np.random.Generator, T: int, H: int, W: int, fps: float,
@@ -342,7 +381,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
         ``meta`` (T, H, W, B), ``aux`` (per-video-token labels, see
         :func:`token_labels`, concatenated over the batch), ``text_start`` int64 (B,): the first
         position after the video and the subtitle transcript (where Stage I's queries start), and
-        ``fact`` bool (B, L): :func:`fact_mask`.
+        ``fact`` bool (B, L): :func:`fact_mask` (and ``aux["fact"]``: :func:`fact_rows`).
     """
     rng = np.random.default_rng([seed, step])
     T = int(rng.choice(recipe.frames))
@@ -390,4 +429,5 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     batch["aux"] = {k: torch.from_numpy(np.concatenate([a[k] for a in aux])) for k in aux[0]}
     batch["aux"]["attr"] = attribute_rows(batch["input_ids"], truths, tok, batch["text_start"])
     batch["fact"] = fact_mask(batch["input_ids"], truths, tok, batch["text_start"])
+    batch["aux"]["fact"] = fact_rows(batch["input_ids"], batch["fact"], truths, tok, batch["text_start"])
     return batch

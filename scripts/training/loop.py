@@ -21,6 +21,7 @@ from scripts.training.losses import (
     VisionProbe,
     capture_video_features,
     distill_loss,
+    fact_routing_loss,
     focus_loss,
     focus_rows,
     register_focus,
@@ -66,10 +67,14 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
         FOCUS["out"], FOCUS["out_attr"] = [], []
         if args.route_weight > 0:
             FOCUS["attr_rows"] = batch["aux"]["attr"][0]
+        fact_route = getattr(args, "fact_route_weight", 0.0) > 0 and bool(batch["aux"]["fact"][1].any())
+        FOCUS["out_fact"] = []
+        if fact_route:
+            FOCUS["fact_rows"] = batch["aux"]["fact"][0]
     try:
         logits = model(**inputs).logits
     finally:
-        FOCUS["rows"] = FOCUS["attr_rows"] = None
+        FOCUS["rows"] = FOCUS["attr_rows"] = FOCUS["fact_rows"] = None
     loss = weighted_lm_loss(logits, batch["labels"], attr_ids, args.attr_weight, batch.get("fact"),
                             getattr(args, "fact_weight", 1.0))
     aux_loss, aux_acc = probe.loss(feats_box.pop("feats"), batch["aux"])
@@ -88,6 +93,11 @@ def target_loss(model, probe: VisionProbe, feats_box: dict, batch: dict, header:
                                                 batch["aux"]["obj"], valid_a, obj_a)
         FOCUS["out_attr"] = []
         loss = loss + args.route_weight * r_loss
+    if FOCUS["out_fact"]:
+        _, valid_f, target_f = batch["aux"]["fact"]
+        fr_loss, aux_acc["fact"] = fact_routing_loss(FOCUS["out_fact"], valid_f, target_f)
+        FOCUS["out_fact"] = []
+        loss = loss + args.fact_route_weight * fr_loss
     return loss, aux_acc
 
 

@@ -92,7 +92,7 @@ def video_gap(model, batch: dict) -> tuple[float, float]:
 FOCUS_IMPL = "train_focus"
 
 
-FOCUS: dict = {"rows": None, "out": [], "attr_rows": None, "out_attr": []}
+FOCUS: dict = {"rows": None, "out": [], "attr_rows": None, "out_attr": [], "fact_rows": None, "out_fact": []}
 
 
 def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -114,6 +114,8 @@ def _focus_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         FOCUS["out"].append((p * w[..., None]).sum(1) / w.sum(1).clamp(min=1.0)[:, None])
         if FOCUS.get("attr_rows") is not None:
             FOCUS["out_attr"].append(_row_attention(query, key, FOCUS["attr_rows"], keys_ok, scaling))
+        if FOCUS.get("fact_rows") is not None:
+            FOCUS["out_fact"].append(_row_attention(query, key, FOCUS["fact_rows"], keys_ok, scaling))
     return out
 
 
@@ -263,6 +265,30 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
         share = (a * target).sum(-1) / (a * vmask[:, None, :]).sum(-1).clamp(min=1e-9)
         losses.append(-torch.log(share[ok] + 1e-4).mean())
         shares.append(float(share[ok].detach().mean()))
+    return torch.stack(losses).mean(), float(np.mean(shares))
+
+
+def fact_routing_loss(per_layer: list[torch.Tensor], valid: torch.Tensor, target: torch.Tensor
+                      ) -> tuple[torch.Tensor, float]:
+    """-log(share of a row's attention on the transcript's fact words), mean over rows and layers.
+
+    Teaches the target to read a subtitle fact from the transcript (where the draft without the transcript
+    cannot), instead of writing a likely-looking value.
+
+    Args:
+        per_layer: float32 (B, R, L) per layer (:func:`_row_attention` of :func:`scripts.training.data.fact_rows`).
+        valid: bool (B, R); target: bool (B, L), from :func:`scripts.training.data.fact_rows`.
+
+    Returns:
+        (scalar loss, mean share); (0, nan) without rows.
+    """
+    if not bool(valid.any()):
+        return per_layer[0].new_zeros(()), float("nan")
+    losses, shares = [], []
+    for a in per_layer:
+        share = (a * target[:, None, :]).sum(-1)[valid]
+        losses.append(-torch.log(share + 1e-4).mean())
+        shares.append(float(share.detach().mean()))
     return torch.stack(losses).mean(), float(np.mean(shares))
 
 
