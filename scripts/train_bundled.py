@@ -18,7 +18,8 @@ curriculum, ``--polish-describe`` share of descriptions) with its own short sche
 (peak ``--polish-lr``, same losses): the multi-object captions are where a from-scratch
 run stays weakest (it copies the previous object's motion or names an object twice).
 ``--polish-recipe`` gives that phase (and the draft after it) another data recipe: a target
-that first learns the plain scenes, then the sparse-information mix.
+that first learns the plain scenes, then the sparse-information mix. ``--init-target DIR`` skips the
+target phase and polishes a saved target instead (its weights and its processor).
 
 Phase 2 trains the DRAFT (same architecture and tokenizer, one text layer),
 initialised from the (polished) target's vision tower, embeddings, first layer, norm and
@@ -101,6 +102,9 @@ def parse_args(argv=None):
     ap.add_argument("--recipe", choices=("bundled", "sparse"), default="bundled",
                     help="data recipe: bundled (large objects) or sparse (plus long sparse-information scenes and "
                          "subtitle tracks, scripts/training/scenes.py)")
+    ap.add_argument("--init-target", default=None, metavar="DIR",
+                    help="take the target from a saved model folder (its weights and processor, e.g. assets/model/target) "
+                         "instead of training one: the polish phase and the draft continue from it")
     ap.add_argument("--polish-recipe", choices=("same", "bundled", "sparse"), default="same",
                     help="data recipe of the polish phase and of the draft distilled after it (same = --recipe): "
                          "e.g. a target first trained on plain scenes, then polished on the sparse mix")
@@ -146,6 +150,9 @@ def parse_args(argv=None):
     if len(weights) != 3 or min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
         ap.error(f"--polish-objects {args.polish_objects!r}: give three probabilities summing to 1, e.g. 0.2,0.35,0.45")
     args.polish_objects = weights
+    if args.init_target and not (Path(args.init_target) / "config.json").exists():
+        ap.error(f"--init-target {args.init_target}: no model there (config.json missing); give a folder written by "
+                 "save_pretrained, e.g. assets/model/target")
     return args
 
 
@@ -156,6 +163,31 @@ def data_recipe(name: str, args) -> DataRecipe:
             SMOKE_RECIPE, frames=(8, 48), p_sparse_long=1.0, p_subtitles=0.5, min_cover=0.03)
     recipe = DataRecipe(token_budget=args.token_budget)
     return dataclasses.replace(recipe, **SPARSE_RECIPE_CHANGES) if name == "sparse" else recipe
+
+
+def init_target(folder: Path) -> tuple[torch.nn.Module, dict, dict]:
+    """A saved target (``save_pretrained`` folder) as a finished target phase: (model, state, info).
+
+    state = {"model": state dict, "step", "elapsed", "losses": []} as :func:`scripts.training.loop.train_phase`
+    returns it (no probe: the polish phase starts a fresh one); info = the folder's ``training_info.json``
+    (if any) under ``init_target``, with the folder's path.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no model.
+    """
+    import json
+
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"--init-target {folder}: no model there (config.json missing); give a folder "
+                                "written by save_pretrained, e.g. assets/model/target")
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32)
+    src = json.loads((folder / "training_info.json").read_text()) if (folder / "training_info.json").exists() else {}
+    steps = int(src.get("steps", 0)) + int(src.get("polish", {}).get("steps", 0))
+    state = {"model": model.state_dict(), "step": steps, "elapsed": 60.0 * float(src.get("minutes", 0.0)),
+             "losses": []}
+    return model, state, {"phase": "target", "init_target": {"path": str(folder), "training_info": src}}
 
 
 def main(argv=None) -> None:
@@ -172,6 +204,9 @@ def main(argv=None) -> None:
         args.work = str(Path(args.work) / "smoke")
         args.out = str(Path(args.work) / "model")
     proc_dir = Path(args.work) / "processor"
+    if args.init_target and not (proc_dir / "tokenizer.json").exists():
+        from transformers import AutoProcessor
+        AutoProcessor.from_pretrained(args.init_target).save_pretrained(str(proc_dir))
     if (proc_dir / "tokenizer.json").exists():
         from transformers import AutoProcessor
         processor = AutoProcessor.from_pretrained(str(proc_dir))
@@ -180,11 +215,14 @@ def main(argv=None) -> None:
     t_start = time.time()
     target, tstate = None, None
     if args.phase in ("all", "target", "draft"):
-        target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes,
-                                     steps=args.target_steps)
-        info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
-                "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__,
-                "command": command}
+        if args.init_target:
+            target, tstate, info = init_target(Path(args.init_target))
+        else:
+            target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes,
+                                         steps=args.target_steps)
+            info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
+                    "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__}
+        info["command"] = command
         if polished:
             precipe = dataclasses.replace(late, object_weights=args.polish_objects, curriculum=0.0,
                                           p_describe=args.polish_describe)

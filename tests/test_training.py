@@ -201,6 +201,28 @@ def test_polish_recipe_trains_the_polish_phase_and_the_draft_on_another_mix(tmp_
     assert draft["recipe"]["p_sparse_long"] == 1.0 and draft["steps"] == 2
 
 
+def test_init_target_polishes_a_saved_target(tmp_path, capsys):
+    import json
+
+    from safetensors.torch import load_file
+    tb.main(["--smoke", "--work", str(tmp_path / "a"), "--phase", "target"])
+    first = tmp_path / "a" / "smoke" / "model" / "target"
+    capsys.readouterr()
+    tb.main(["--smoke", "--work", str(tmp_path / "b"), "--init-target", str(first), "--polish-steps", "2",
+             "--polish-recipe", "sparse", "--draft-steps", "2"])
+    out = capsys.readouterr().out
+    assert "[polish] done: 2 steps" in out and "[draft] done" in out and "[target] " not in out.split("[polish]")[0]
+    second = tmp_path / "b" / "smoke" / "model" / "target"
+    info = json.loads((second / "training_info.json").read_text())
+    assert info["init_target"]["path"] == str(first) and info["init_target"]["training_info"]["steps"] == 5
+    assert info["polish"]["steps"] == 2
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)     # polished, same architecture
+    with pytest.raises(SystemExit):
+        tb.parse_args(["--init-target", str(tmp_path), "--polish-steps", "1"])
+    assert "no model there" in capsys.readouterr().err
+
+
 def test_object_weights_set_the_number_of_objects(processor, monkeypatch):
     seen = []
     real = synth.generate

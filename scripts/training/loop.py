@@ -111,7 +111,8 @@ def _build(args, phase: str, processor, teacher, init):
     probe = VisionProbe(model.config.text_config.hidden_size)
     if init is not None:
         model.load_state_dict(init["model"])
-        probe.load_state_dict(init["probe"])
+        if "probe" in init:      # a target taken from a saved model folder has none: the probe starts fresh
+            probe.load_state_dict(init["probe"])
     return model, probe, size
 
 
