@@ -348,6 +348,35 @@ def test_fact_mask_marks_the_fact_words_in_answers_and_weights_them(processor):
     torch.testing.assert_close(tlosses.weighted_lm_loss(logits, labels, [], 1.0, fact, 1.0), ce[:3].mean())
 
 
+def _route_shares(tok, batch: dict, key: str, idx: torch.Tensor, loss_of, steps: int = 6) -> list[float]:
+    """Train a tiny model ``steps`` AdamW steps on one attention-routing loss; the share it reports per step.
+
+    ``key`` names the FOCUS rows (``attr_rows`` / ``fact_rows``) set to ``idx``; ``loss_of`` maps the recorded
+    per-layer attention to (loss, share)."""
+    out_key = {"attr_rows": "out_attr", "fact_rows": "out_fact"}[key]
+    torch.manual_seed(0)
+    tlosses.register_focus()
+    model = tmodel.build_model(tok, tmodel.TINY_SIZE, seed=0)
+    model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
+    vid = tok.convert_tokens_to_ids("<|video_pad|>")
+    header = tok("<|im_start|>assistant\n")["input_ids"]
+    inputs = tdata.model_inputs(batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    shares = []
+    for _ in range(steps):
+        tlosses.FOCUS["rows"] = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
+        tlosses.FOCUS[key], tlosses.FOCUS["out"], tlosses.FOCUS[out_key] = idx, [], []
+        model(**inputs)
+        tlosses.FOCUS["rows"] = tlosses.FOCUS[key] = None
+        assert len(tlosses.FOCUS[out_key]) == model.config.text_config.num_hidden_layers
+        loss, share = loss_of(tlosses.FOCUS[out_key])
+        shares.append(share)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return shares
+
+
 def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(processor):
     from specvlm.bench import synth
     tok = processor.tokenizer
@@ -376,25 +405,8 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
             for r in range(idx.shape[1]) if valid[b, r]]
     assert np.mean(hits) > 0.7
     # the routing loss raises the share of the named object's tokens in a few steps
-    torch.manual_seed(0)
-    tlosses.register_focus()
-    model = tmodel.build_model(tok, tmodel.TINY_SIZE, seed=0)
-    model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
-    header = tok("<|im_start|>assistant\n")["input_ids"]
-    inputs = tdata.model_inputs(batch)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    shares = []
-    for _ in range(6):
-        tlosses.FOCUS["rows"] = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
-        tlosses.FOCUS["attr_rows"], tlosses.FOCUS["out"], tlosses.FOCUS["out_attr"] = idx, [], []
-        model(**inputs)
-        tlosses.FOCUS["rows"] = tlosses.FOCUS["attr_rows"] = None
-        assert len(tlosses.FOCUS["out_attr"]) == model.config.text_config.num_hidden_layers
-        loss, share = tlosses.routing_loss(tlosses.FOCUS["out_attr"], batch["input_ids"], vid, batch["aux"]["obj"], valid, obj)
-        shares.append(share)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    shares = _route_shares(tok, batch, "attr_rows", idx, lambda out: tlosses.routing_loss(
+        out, batch["input_ids"], vid, batch["aux"]["obj"], valid, obj))
     assert 0.0 < shares[0] < 1.0 and shares[-1] > shares[0] + 0.05
 
 
@@ -412,26 +424,7 @@ def test_fact_rows_point_at_the_cue_and_fact_routing_moves_attention(processor):
         assert target[b].nonzero().max() < start                     # the targets lie in the transcript
         for j in idx[b][valid[b]].tolist():
             assert j + 1 >= start and int(batch["input_ids"][b, j + 1]) in cue   # the row writes a cue's word next
-    torch.manual_seed(0)
-    tlosses.register_focus()
-    model = tmodel.build_model(tok, tmodel.TINY_SIZE, seed=0)
-    model.set_attn_implementation({"text_config": tlosses.FOCUS_IMPL})
-    vid = tok.convert_tokens_to_ids("<|video_pad|>")
-    header = tok("<|im_start|>assistant\n")["input_ids"]
-    inputs = tdata.model_inputs(batch)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    shares = []
-    for _ in range(6):
-        tlosses.FOCUS["rows"] = tlosses.focus_rows(batch["input_ids"], batch["attention_mask"], vid, header)
-        tlosses.FOCUS["fact_rows"], tlosses.FOCUS["out"], tlosses.FOCUS["out_fact"] = idx, [], []
-        model(**inputs)
-        tlosses.FOCUS["rows"] = tlosses.FOCUS["fact_rows"] = None
-        assert len(tlosses.FOCUS["out_fact"]) == model.config.text_config.num_hidden_layers
-        loss, share = tlosses.fact_routing_loss(tlosses.FOCUS["out_fact"], valid, target)
-        shares.append(share)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    shares = _route_shares(tok, batch, "fact_rows", idx, lambda out: tlosses.fact_routing_loss(out, valid, target))
     assert 0.0 < shares[0] < 1.0 and shares[-1] > 2 * shares[0]        # 0.011 -> 0.038 at seed 0
 
 
