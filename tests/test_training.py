@@ -318,26 +318,40 @@ def test_attribute_words_are_single_tokens_and_weighted(processor):
     torch.testing.assert_close(heavy, (1000 * ce[0] + ce[1] + 1000 * ce[2]) / 2001, rtol=1e-4, atol=1e-5)
 
 
-def test_fact_mask_marks_the_fact_words_in_answers_and_weights_them(processor):
+@pytest.fixture(scope="module")
+def shipped_processor():
+    from transformers import AutoProcessor
+    return AutoProcessor.from_pretrained(str(ROOT / "assets" / "model" / "target"))
+
+
+def _runs(marked: list[int]) -> list[list[int]]:
+    """Maximal runs of consecutive indices."""
+    out: list[list[int]] = []
+    for j in marked:
+        if out and out[-1][-1] == j - 1:
+            out[-1].append(j)
+        else:
+            out.append([j])
+    return out
+
+
+@pytest.mark.parametrize("which", ["trained", "shipped"])
+def test_fact_mask_marks_the_fact_words_in_answers_and_weights_them(processor, shipped_processor, which):
+    proc = processor if which == "trained" else shipped_processor   # whole-word tokens / a word in several tokens
     recipe = dataclasses.replace(tdata.SMOKE_RECIPE, frames=(48,), p_sparse_long=1.0, p_subtitles=1.0, p_describe=1.0)
-    tok = processor.tokenizer
+    tok = proc.tokenizer
     found = 0
     for step in range(6):
-        batch = tdata.make_batch(processor, recipe, seed=3, step=step, single_object=False)
+        batch = tdata.make_batch(proc, recipe, seed=3, step=step, single_object=False)
         for b, row in enumerate(batch["fact"]):
             marked = row.nonzero().flatten().tolist()
             assert all(j >= int(batch["text_start"][b]) for j in marked)     # never the transcript's own words
-            words = [tok.decode(batch["input_ids"][b, j:j + 1]).strip() for j in marked]
-            if marked:
-                found += 1
-                assert " ".join(words).count("flag") + " ".join(words).count("code") \
-                    + " ".join(words).count("name") >= 1
-                assert set(words) <= set(tdata.synth.FACT_KINDS) | set(tdata.synth.NAMES) | set(tdata.synth.COLOURS) \
-                    | {str(n) for n in range(10, 100)}
-                for j in marked:        # a kind word, or the value right after one
-                    kind_here = tok.decode(batch["input_ids"][b, j:j + 1]).strip() in tdata.synth.FACT_KINDS
-                    kind_before = tok.decode(batch["input_ids"][b, j - 1:j]).strip() in tdata.synth.FACT_KINDS
-                    assert kind_here or kind_before
+            values = set(tdata.synth.NAMES) | set(tdata.synth.COLOURS) | {str(n) for n in range(10, 100)}
+            for run in _runs(marked):   # each run writes "<kind> <value>" or the bare value, then "."
+                words = tok.decode(batch["input_ids"][b, run[0]:run[-1] + 1]).strip().split(" ")
+                assert words[-1] in values and (len(words) == 1 or (len(words) == 2 and words[0] in tdata.synth.FACT_KINDS))
+                assert tok.decode(batch["input_ids"][b, run[-1] + 1:run[-1] + 2]) == "."
+                found += len(words) == 2
     assert found >= 2
     logits = torch.randn(1, 5, len(tok) + 8)
     labels = torch.tensor([[tdata.IGNORE, 4, 7, 4, tdata.IGNORE]])
@@ -410,20 +424,24 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
     assert 0.0 < shares[0] < 1.0 and shares[-1] > shares[0] + 0.05
 
 
-def test_fact_rows_point_at_the_cue_and_fact_routing_moves_attention(processor):
+@pytest.mark.parametrize("which", ["trained", "shipped"])
+def test_fact_rows_point_at_the_cue_and_fact_routing_moves_attention(processor, shipped_processor, which):
+    proc = processor if which == "trained" else shipped_processor
     recipe = dataclasses.replace(tdata.SMOKE_RECIPE, frames=(48,), p_sparse_long=1.0, p_subtitles=1.0, p_describe=1.0)
-    tok = processor.tokenizer
-    batch = next(b for b in (tdata.make_batch(processor, recipe, seed=3, step=s, single_object=False)
+    tok = proc.tokenizer
+    batch = next(b for b in (tdata.make_batch(proc, recipe, seed=3, step=s, single_object=False)
                              for s in range(12)) if b["aux"]["fact"][1].any())
     idx, valid, target = batch["aux"]["fact"]
+    values = set(tdata.synth.NAMES) | set(tdata.synth.COLOURS) | {str(n) for n in range(10, 100)}
     for b in range(idx.shape[0]):
         if not valid[b].any():
             continue
         start = int(batch["text_start"][b])
-        cue = {int(batch["input_ids"][b, j]) for j in target[b].nonzero().flatten().tolist()}
         assert target[b].nonzero().max() < start                     # the targets lie in the transcript
+        words = [tok.decode(batch["input_ids"][b, r[0]:r[-1] + 1]).strip() for r in _runs(target[b].nonzero().flatten().tolist())]
+        assert set(words) & set(tdata.synth.FACT_KINDS) and set(words) & values   # the cue's kind word and value
         for j in idx[b][valid[b]].tolist():
-            assert j + 1 >= start and int(batch["input_ids"][b, j + 1]) in cue   # the row writes a cue's word next
+            assert j + 1 >= start and bool(batch["fact"][b, j + 1])   # the row writes the fact next
     shares = _route_shares(tok, batch, "fact_rows", idx, lambda out: tlosses.fact_routing_loss(out, valid, target))
     assert 0.0 < shares[0] < 1.0 and shares[-1] > 2 * shares[0]        # 0.011 -> 0.038 at seed 0
 

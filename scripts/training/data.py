@@ -6,6 +6,7 @@ Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses s
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 
 import numpy as np
 import torch
@@ -288,20 +289,49 @@ def attribute_token_ids(tokenizer) -> list[int]:
     return sorted(set(ids))
 
 
+def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[int]]:
+    """(text, ends): the decoded text of ``ids`` and the end character offset of each token in it (a token
+    decodes to the same characters alone as in context with this project's tokenizers)."""
+    cache: dict[int, str] = {}
+    ends, n = [], 0
+    for t in ids:
+        if t not in cache:
+            cache[t] = tokenizer.decode([t])
+        n += len(cache[t])
+        ends.append(n)
+    return "".join(cache[t] for t in ids), ends
+
+
+def _overlap(ends: list[int], spans: list[tuple[int, int]], lo: int, hi: int) -> list[int]:
+    """Token indices in [lo, hi) whose characters overlap any (start, stop) span."""
+    out = []
+    for i in range(lo, hi):
+        a, b = (ends[i - 1] if i else 0), ends[i]
+        if b > a and any(b > s and a < e for s, e in spans):
+            out.append(i)
+    return out
+
+
+def _word(w: str) -> str:
+    return r"(?<![A-Za-z0-9])" + re.escape(w) + r"(?![A-Za-z0-9])"
+
+
 def fact_mask(input_ids: torch.Tensor, truths: list, tokenizer, text_start: torch.Tensor) -> torch.Tensor:
     """bool (B, L): where the answers write the clip's subtitle fact: at or after ``text_start[b]`` (after the
-    video and the subtitle transcript), each fact kind word (`` code`` / `` name`` / `` flag``) and the value
-    token right after it ("flag purple": not the colour of "purple triangle"); all False for a clip without
-    a fact. Weighted ``--fact-weight`` in the LM loss."""
+    video and the subtitle transcript), every token overlapping ``"<kind> <value>"`` (a description's
+    "code 53.") or a bare ``"<value>."`` (the answer to the fact question), however many tokens the words
+    take ("flag purple." marks; the colour of "purple triangle" does not); all False for a clip without a
+    fact. Weighted ``--fact-weight`` in the LM loss."""
     out = torch.zeros(input_ids.shape, dtype=torch.bool)
     for b, truth in enumerate(truths):
         if truth.fact is None:
             continue
-        kind = torch.isin(input_ids[b], torch.tensor(single_ids(tokenizer, truth.fact.kind)))
-        value = torch.isin(input_ids[b], torch.tensor(single_ids(tokenizer, truth.fact.value)))
-        kind[:int(text_start[b])] = False
-        out[b] = kind
-        out[b, 1:] |= kind[:-1] & value[1:]
+        ids = input_ids[b].tolist()
+        text, ends = token_spans(tokenizer, ids)
+        pat = r"(?:" + _word(truth.fact.kind) + r" )?" + _word(truth.fact.value) + r"(?=\.)"
+        spans = [m.span() for m in re.finditer(pat, text)]
+        hit = _overlap(ends, spans, int(text_start[b]), len(ids))
+        out[b, hit] = True
     return out
 
 
@@ -309,9 +339,10 @@ def fact_rows(input_ids: torch.Tensor, fact: torch.Tensor, truths: list, tokeniz
               text_start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Query rows that should read a subtitle fact from the transcript: for the fact routing loss.
 
-    A row is a position after the transcript whose next token is one of the clip's fact words
-    (``fact`` of :func:`fact_mask`, shifted by one); its target keys are the same words inside the
-    transcript (after the video, before ``text_start[b]``: the cue "The code is 42." holds `` code`` and `` 42``).
+    A row is a position after the transcript whose next token writes the clip's fact (``fact`` of
+    :func:`fact_mask`, shifted by one); its target keys are the tokens of the fact's kind and value words
+    inside the transcript (after the video, before ``text_start[b]``: the cue "The code is 42." gives the
+    tokens of ``code`` and ``42``).
 
     Returns:
         idx int64 (B, R), valid bool (B, R) (False for clips without a fact or whose transcript does not
@@ -324,11 +355,13 @@ def fact_rows(input_ids: torch.Tensor, fact: torch.Tensor, truths: list, tokeniz
     for b, truth in enumerate(truths):
         found: list[int] = []
         if truth.fact is not None:
-            words = torch.tensor(single_ids(tokenizer, truth.fact.kind) + single_ids(tokenizer, truth.fact.value))
-            ids = input_ids[b]
-            lo, hi = after_video(ids.tolist(), video_id), int(text_start[b])
-            target[b, lo:hi] = torch.isin(ids[lo:hi], words)
-            if bool(target[b].any()):
+            ids = input_ids[b].tolist()
+            lo, hi = after_video(ids, video_id), int(text_start[b])
+            text, ends = token_spans(tokenizer, ids)
+            pat = _word(truth.fact.kind) + "|" + _word(truth.fact.value)
+            hit = _overlap(ends, [m.span() for m in re.finditer(pat, text)], lo, hi)
+            target[b, hit] = True
+            if hit:
                 found = [j - 1 for j in fact[b].nonzero().flatten().tolist() if j >= 1]
         rows.append(found)
     R = max(1, max(len(r) for r in rows))
