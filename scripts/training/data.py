@@ -337,39 +337,54 @@ def fact_mask(input_ids: torch.Tensor, truths: list, tokenizer, text_start: torc
 
 def fact_rows(input_ids: torch.Tensor, fact: torch.Tensor, truths: list, tokenizer,
               text_start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Query rows that should read a subtitle fact from the transcript: for the fact routing loss.
+    """Query rows that should copy a subtitle fact from the transcript: for the fact routing loss.
 
-    A row is a position after the transcript whose next token writes the clip's fact (``fact`` of
-    :func:`fact_mask`, shifted by one); its target keys are the tokens of the fact's kind and value words
-    inside the transcript (after the video, before ``text_start[b]``: the cue "The code is 42." gives the
-    tokens of ``code`` and ``42``).
+    A row is a position after the transcript whose next token writes part of the clip's fact word
+    (the kind or the value; ``fact`` of :func:`fact_mask`, shifted by one). Its target keys are the
+    transcript tokens holding the same characters of the same word (after the video, before
+    ``text_start[b]``): the row about to write the "3" of "code 53" attends to the "3" of the cue
+    "The code is 53.", whatever the tokens around it (an induction pattern: read the next character
+    where the word stands in the cue). A next token with no character of either word (a space) gives no row.
 
     Returns:
-        idx int64 (B, R), valid bool (B, R) (False for clips without a fact or whose transcript does not
-        hold the words), target bool (B, L): the transcript positions of the fact words.
+        idx int64 (B, R), valid bool (B, R) (no valid row for clips without a fact or whose transcript does
+        not hold the words), target bool (B, R, L): per row, the transcript positions to attend to.
     """
     B, L = input_ids.shape
     video_id = tokenizer.convert_tokens_to_ids("<|video_pad|>")
-    target = torch.zeros(B, L, dtype=torch.bool)
-    rows: list[list[int]] = []
+    rows: list[list[tuple[int, list[int]]]] = []
     for b, truth in enumerate(truths):
-        found: list[int] = []
+        found: list[tuple[int, list[int]]] = []
         if truth.fact is not None:
             ids = input_ids[b].tolist()
             lo, hi = after_video(ids, video_id), int(text_start[b])
             text, ends = token_spans(tokenizer, ids)
-            pat = _word(truth.fact.kind) + "|" + _word(truth.fact.value)
-            hit = _overlap(ends, [m.span() for m in re.finditer(pat, text)], lo, hi)
-            target[b, hit] = True
-            if hit:
-                found = [j - 1 for j in fact[b].nonzero().flatten().tolist() if j >= 1]
+            c_lo, c_hi = (ends[lo - 1] if lo else 0), (ends[hi - 1] if hi else 0)
+            for j in fact[b].nonzero().flatten().tolist():
+                if j < 1:
+                    continue
+                a, z = (ends[j - 1] if j else 0), ends[j]
+                keys: list[int] = []
+                for word in (truth.fact.kind, truth.fact.value):
+                    at = next((m.start() for m in re.finditer(_word(word), text)
+                               if m.start() < z and m.end() > a and m.start() >= c_hi), None)
+                    if at is None:
+                        continue
+                    ra, rz = max(a - at, 0), min(z - at, len(word))
+                    spans = [(m.start() + ra, m.start() + rz) for m in re.finditer(_word(word), text)
+                             if c_lo <= m.start() and m.end() <= c_hi]
+                    keys += _overlap(ends, spans, lo, hi) if rz > ra else []
+                if keys:
+                    found.append((j - 1, keys))
         rows.append(found)
     R = max(1, max(len(r) for r in rows))
     idx = torch.zeros(B, R, dtype=torch.long)
     valid = torch.zeros(B, R, dtype=torch.bool)
+    target = torch.zeros(B, R, L, dtype=torch.bool)
     for b, found in enumerate(rows):
-        idx[b, :len(found)] = torch.tensor(found, dtype=torch.long)
-        valid[b, :len(found)] = True
+        for r, (j, keys) in enumerate(found):
+            idx[b, r], valid[b, r] = j, True
+            target[b, r, keys] = True
     return idx, valid, target
 
 

@@ -270,14 +270,15 @@ def routing_loss(per_layer: list[torch.Tensor], input_ids: torch.Tensor, video_i
 
 def fact_routing_loss(per_layer: list[torch.Tensor], valid: torch.Tensor, target: torch.Tensor
                       ) -> tuple[torch.Tensor, float]:
-    """-log(share of a row's attention on the transcript's fact words), mean over rows and layers.
+    """-log(share of a row's attention on its transcript keys), mean over rows and layers.
 
     Teaches the target to read a subtitle fact from the transcript (where the draft without the transcript
     cannot), instead of writing a likely-looking value.
 
     Args:
         per_layer: float32 (B, R, L) per layer (:func:`_row_attention` of :func:`scripts.training.data.fact_rows`).
-        valid: bool (B, R); target: bool (B, L), from :func:`scripts.training.data.fact_rows`.
+        valid: bool (B, R); target: bool (B, R, L) per row (or (B, L) for every row of a clip), from
+            :func:`scripts.training.data.fact_rows`.
 
     Returns:
         (scalar loss, mean share); (0, nan) without rows.
@@ -286,7 +287,7 @@ def fact_routing_loss(per_layer: list[torch.Tensor], valid: torch.Tensor, target
         return per_layer[0].new_zeros(()), float("nan")
     losses, shares = [], []
     for a in per_layer:
-        share = (a * target[:, None, :]).sum(-1)[valid]
+        share = (a * (target if target.dim() == 3 else target[:, None, :])).sum(-1)[valid]
         losses.append(-torch.log(share + 1e-4).mean())
         shares.append(float(share.detach().mean()))
     return torch.stack(losses).mean(), float(np.mean(shares))
