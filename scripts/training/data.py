@@ -363,7 +363,7 @@ def fact_rows(input_ids: torch.Tensor, fact: torch.Tensor, truths: list, tokeniz
             for j in fact[b].nonzero().flatten().tolist():
                 if j < 1:
                     continue
-                a, z = (ends[j - 1] if j else 0), ends[j]
+                a, z = ends[j - 1], ends[j]
                 keys: list[int] = []
                 for word in (truth.fact.kind, truth.fact.value):
                     at = next((m.start() for m in re.finditer(_word(word), text)
