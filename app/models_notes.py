@@ -122,14 +122,14 @@ SYNTHETIC_CAVEAT_OFFLINE = SYNTHETIC_CAVEAT.replace(
 
 def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok: bool = True) -> str:
     """:data:`SYNTHETIC_CAVEAT` (:data:`SYNTHETIC_CAVEAT_OFFLINE` without the Hub) when ``target`` is the
-    bundled model and ``video`` is not (a copy of) one of the bundled synthetic clips in ``clips`` (default
+    bundled model (either bundled pair's target) and ``video`` is not (a copy of) one of the bundled synthetic clips in ``clips`` (default
     ``assets/videos``), else "".
 
     Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
     """
     try:
-        from specvlm.models.presets import BUNDLED_TARGET
-        if Path(target).resolve() != Path(BUNDLED_TARGET).resolve():
+        from specvlm.models.presets import BUNDLED_TARGET, SPARSE_TARGET
+        if Path(target).resolve() not in {Path(BUNDLED_TARGET).resolve(), Path(SPARSE_TARGET).resolve()}:
             return ""
     except (ImportError, OSError):
         return ""

@@ -72,7 +72,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     if examples is None:
         limits = getattr(backend, "limits", None)
         examples, labels = default_examples(limits.max_new_tokens if limits else STREAMING_TOKENS)
-    examples = example_rows(examples, d.max_new_tokens)
+    examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode)
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)

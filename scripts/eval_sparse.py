@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Evaluate the bundled pair where information is sparse: the pruning ablation, the subtitle failure, accuracy.
+"""Evaluate a bundled pair (default: the sparse pair, assets/model_sparse) where information is sparse: the pruning ablation, the subtitle failure, accuracy.
 
 On held-out clips never seen in training (frames generated in memory):
 
@@ -11,7 +11,7 @@ On held-out clips never seen in training (frames generated in memory):
 
 Per clip, with the subtitles given to both models (the app's default), greedy vanilla decoding gives the
 description, scored per attribute (colour, shape, motion, count, on-screen text, subtitle fact); then
-Std-SD at r = 0.9 with ``specvlm``, ``random``, ``window-middle`` and ``frame`` pruning at the same
+speculative decoding (Std-SD, or Self-SD when ``--draft`` is the target) at r = 0.9 with ``specvlm``, ``random``, ``window-middle`` and ``frame`` pruning at the same
 budget gives τ (pooled over verify steps, bonus token excluded) and SpecVLM's τ minus each baseline's
 with a paired 95% bootstrap interval over clips. The **subtitle case** runs SpecVLM again with the
 transcript withheld from the draft (subtitle mode ``target``): τ given minus τ withheld with its
@@ -26,7 +26,10 @@ training uses seeds below 10^8.
 
 Examples:
     python -m scripts.eval_sparse --num-videos 4 --sets long                 # quick look
-    python -m scripts.eval_sparse --num-videos 300 --workers 2 --out assets/model/eval_sparse.json
+    # the shipped evaluation (assets/model_sparse/eval_sparse*.json): Self-SD, then Std-SD
+    python -m scripts.eval_sparse --draft assets/model_sparse/target --num-videos 300 --workers 2 --threads 1 \
+        --out assets/model_sparse/eval_sparse.json
+    python -m scripts.eval_sparse --num-videos 300 --workers 2 --threads 1 --out assets/model_sparse/eval_sparse_std.json
 """
 from __future__ import annotations
 
@@ -301,8 +304,9 @@ def markdown(summary: dict, goal: dict, meta: dict) -> str:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default=str(assets.path("model", "target")), help="target model folder")
-    ap.add_argument("--draft", default=str(assets.path("model", "draft")), help="draft model folder")
+    ap.add_argument("--target", default=str(assets.path("model_sparse", "target")), help="target model folder")
+    ap.add_argument("--draft", default=str(assets.path("model_sparse", "draft")),
+                    help="draft model folder (the target's own folder: Self-SD)")
     ap.add_argument("--num-videos", type=int, default=300, help="held-out clips per set (default %(default)s)")
     ap.add_argument("--sets", default="long,short", help="comma list of long,short (default %(default)s)")
     ap.add_argument("--short-frames", type=int, default=16)

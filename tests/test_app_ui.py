@@ -462,18 +462,38 @@ def test_examples_carry_the_ground_truth_sidecar(tmp_path):
     (folder / "b.srt").write_text("")
     rows = find_examples(folder)
     assert [r[2:] for r in rows] == [[None, str(folder / "a.json")], [str(folder / "b.srt"), None]]
-    assert example_rows([["v.mp4", "p", None]], 128) == [["v.mp4", "p", None, None, False, 128]]
+    assert example_rows([["v.mp4", "p", None]], 128, "P", "both") == [["v.mp4", "p", None, None, False, 128, "P", "both"]]
+    assert example_rows([["v.mp4", "p", "s.srt", None, None, None, "Q", "target"]], 64, "P") == [
+        ["v.mp4", "p", "s.srt", None, False, 64, "Q", "target"]]
     bundled = {Path(r[0]).stem: r for r in find_examples()}
     if "shapes_text" in bundled:
         assert bundled["shapes_text"][3].endswith("shapes_text.json")
 
 
+def test_the_failure_case_example_picks_the_sparse_pair_and_withholds_the_subtitles_from_the_draft(tmp_path):
+    from app.examples import FAILURE_CLIP, FAILURE_SETUP, example_rows, failure_example, find_examples
+    from specvlm.models.presets import SPARSE_SELF
+    folder, model = tmp_path / "videos", tmp_path / "target"
+    folder.mkdir()
+    model.mkdir()
+    clip = folder / FAILURE_CLIP
+    clip.write_bytes(b"\x00")
+    assert failure_example(folder, model) == []                  # no subtitles, no sparse pair: not offered
+    clip.with_suffix(".srt").write_text("1\n00:00:01,000 --> 00:00:02,000\nThe flag is green.\n")
+    assert failure_example(folder, model) == []
+    (model / "config.json").write_text("{}")
+    (row,) = example_rows(failure_example(folder, model), 128, "Default preset")
+    assert row == [str(clip), row[1], str(clip.with_suffix(".srt")), None, False, 128, SPARSE_SELF, "target"]
+    assert FAILURE_SETUP == (SPARSE_SELF, "target") and find_examples(folder) == []   # not also a plain row
+
+
 def test_the_first_example_streams_long_enough_to_watch():
-    from app.examples import STREAMING_CLIP, default_examples
+    from app.examples import FAILURE_LABEL, STREAMING_CLIP, default_examples
     rows, labels = default_examples(max_new_tokens=300)
     first = rows[0]
     assert Path(first[0]).name == STREAMING_CLIP and first[4] is True and first[5] == 300  # capped by the limit
-    assert labels[0] == "Watch it stream: 300 tokens, fixed length" and labels[1:] == [Path(r[0]).name for r in rows[1:]]
+    assert labels[0] == "Watch it stream: 300 tokens, fixed length"
+    assert labels[1:] == [FAILURE_LABEL if len(r) > 7 else Path(r[0]).name for r in rows[1:]]
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0), limits=Limits(max_new_tokens=300)))
     assert comps["fixed_length"].value is False  # the checkbox itself starts off
 

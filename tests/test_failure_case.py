@@ -1,37 +1,53 @@
-"""The failure case shipped with the bundled pair: a long clip whose subtitles state a fact the description
-reports; with the subtitles withheld from the draft, τ falls exactly at the fact and the output stays identical."""
+"""The failure case shipped with the bundled sparse pair (assets/model_sparse): a long clip whose subtitles state
+a fact the description reports. In Self-SD at the preset's settings (the page's failure-case example), with the
+subtitles withheld from the draft τ falls exactly at the fact and the output stays identical; the Std-SD pair
+(its 1-layer draft) is lossless on it too."""
 import json
 from pathlib import Path
 
 import pytest
 
+from scripts.eval_sparse import fact_positions
 from specvlm import assets
 from specvlm.analysis.why import explain_rejections, rejections
-from scripts.eval_sparse import fact_positions
 from specvlm.bench import captions, synth
-from specvlm.config import DecodeConfig
+from specvlm.config import DecodeConfig, VideoConfig
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate
 from specvlm.models.loading import load_pair
+from specvlm.models.pair import pair_from_models
+from specvlm.models.presets import PRESETS, SPARSE_DRAFT, SPARSE_SELF, SPARSE_TARGET
 from specvlm.text.subtitles import load_srt
 from specvlm.video import load_video
 
 CLIP = Path(assets.path("videos", "shapes_subtitles.mp4"))
 
 
+PRESET = PRESETS[SPARSE_SELF]
+
+
 @pytest.fixture(scope="module")
-def case():
-    pair = load_pair(str(assets.path("model", "target")), str(assets.path("model", "draft")), device="cpu",
-                     dtype="float32")
-    clip = load_video(str(CLIP))
+def std_pair():
+    return load_pair(str(SPARSE_TARGET), str(SPARSE_DRAFT), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return load_video(str(CLIP), VideoConfig(num_frames=PRESET.num_frames, even_frames=True))
+
+
+@pytest.fixture(scope="module")
+def case(std_pair, clip):
+    pair = pair_from_models(std_pair.target, std_pair.processor)                   # Self-SD, as the preset
     cues = load_srt(CLIP.with_suffix(".srt"))
     truth = synth.SceneTruth.from_dict(json.loads(CLIP.with_suffix(".json").read_text()))
     prompt = captions.DESCRIBE_PROMPTS[0]
+    cfg = DecodeConfig(method="specvlm", tree=PRESET.tree, max_new_tokens=PRESET.max_new_tokens)
     runs = {}
     for mode in ("both", "target"):
         inputs = prepare(pair, clip, prompt, subtitles=cues, subtitle_mode=mode)
-        runs[mode] = (inputs, generate(pair, inputs, DecodeConfig(method="specvlm"), record_trees=True))
-    vanilla = generate(pair, runs["both"][0], DecodeConfig(method="vanilla"))
+        runs[mode] = (inputs, generate(pair, inputs, cfg, record_trees=True))
+    vanilla = generate(pair, runs["both"][0], DecodeConfig(method="vanilla", max_new_tokens=PRESET.max_new_tokens))
     return pair, cues, truth, vanilla, runs
 
 
@@ -52,3 +68,41 @@ def test_the_why_names_the_withheld_cue(case):
     whys = explain_rejections(pair, inputs, r.steps, r.prefill.prune.keep.tolist(), cues=cues,
                               draft_saw_subtitles=False, tokenizer=pair.processor.tokenizer)
     assert any(w.cue is not None and w.cue[2] == truth.fact.cue_text for w in whys)
+
+
+def test_std_sd_on_the_sparse_pair_is_lossless(std_pair, clip, case):
+    _, cues, _, vanilla, _ = case
+    for mode in ("both", "target"):
+        inputs = prepare(std_pair, clip, captions.DESCRIBE_PROMPTS[0], subtitles=cues, subtitle_mode=mode)
+        res = generate(std_pair, inputs, DecodeConfig(method="specvlm", max_new_tokens=PRESET.max_new_tokens))
+        assert res.token_ids == vanilla.token_ids and res.num_kept < res.num_video_tokens
+
+
+def test_the_app_example_shows_the_failure():
+    """The page's failure-case example row, run through the app's backend as clicking it sets the page (the
+    row's preset brings its frame count and draft tree): τ is lower than with the subtitles given to both
+    models, and the outputs are identical in both runs."""
+    from app.backend import Backend
+    from app.engine import Engine
+    from app.examples import EXAMPLE_COLUMNS, example_rows, failure_example
+    from app.settings import RunRequest, RunSettings
+    from specvlm.models.presets import PRESETS
+
+    (row,) = example_rows(failure_example(), 128)
+    ex = dict(zip(EXAMPLE_COLUMNS, row))
+    preset = PRESETS[ex["preset"]]
+    tree = dict(tree_shape=preset.tree.shape, depth=preset.tree.depth, top_k=preset.tree.top_k,
+                total_tokens=preset.tree.total_tokens, min_prob=preset.tree.min_prob)
+    backend = Backend(Engine(), device="cpu", dtype="float32")
+    out = {}
+    for mode in (ex["subtitle_mode"], "both"):
+        settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new"],
+                               fixed_length=ex["fixed_length"], num_frames=preset.num_frames, **tree)
+        out[mode] = backend.run_json(RunRequest(video=ex["video"], prompt=ex["prompt"], settings=settings,
+                                                srt=ex["srt"], truth=ex["truth"]))
+    withheld, given = out["target"], out["both"]
+    assert withheld["status"] == given["status"] == "done", (withheld["error"], given["error"])
+    assert withheld["identical"] and given["identical"]
+    assert withheld["vanilla"]["text"] == given["vanilla"]["text"]                 # vanilla always reads them
+    assert withheld["tau"] < given["tau"], (withheld["tau"], given["tau"])
+    assert "flag green" in given["speculative"]["text"]                                 # the fact, from the cue

@@ -2,7 +2,9 @@
 
 The bundled pair (a small Qwen2.5-VL target and a 1-layer draft with the same tokenizer,
 trained on synthetic shape videos; ``assets/model/``, found by :func:`specvlm.assets.path`) is the default
-offline; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
+offline. The bundled sparse pair (``assets/model_sparse/``: the same sizes, trained further on long clips
+whose information is small, brief or only in the subtitles) is the one on which Stage I beats random
+pruning and withholding the subtitles from the draft makes speculation fail; it is a choice, not a default; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
 reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
 models share a tokenizer and a 64-tokens-per-frame geometry).
 
@@ -21,6 +23,8 @@ from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig
 
 BUNDLED_TARGET = assets.path("model", "target")
 BUNDLED_DRAFT = assets.path("model", "draft")
+SPARSE_TARGET = assets.path("model_sparse", "target")
+SPARSE_DRAFT = assets.path("model_sparse", "draft")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Preset:
 
 BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
 BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
+SPARSE_STD = "Bundled sparse (CPU, Std-SD)"
+SPARSE_SELF = "Bundled sparse (CPU, Self-SD)"
 QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
 SMOLVLM2_CPU = "SmolVLM2-500M + 256M draft (CPU)"
 SMOLVLM2_2B = "SmolVLM2-2.2B + 256M draft"
@@ -66,6 +72,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_STD_TREE),
     Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
            "The bundled target drafting for itself on ~10% of the video tokens",
+           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
+    Preset(SPARSE_STD, str(SPARSE_TARGET), str(SPARSE_DRAFT),
+           "The bundled sizes trained on long clips with small, brief objects and facts said only in the "
+           "subtitles: Stage I matters here, and subtitles withheld from the draft make speculation fail "
+           "(offline, CPU)", num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_STD_TREE),
+    Preset(SPARSE_SELF, str(SPARSE_TARGET), None,
+           "The bundled sparse target drafting for itself on ~10% of the video (Stage I beats random pruning)",
            num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
     Preset(QWEN7_SELF, "Qwen/Qwen2.5-VL-7B-Instruct", None,
            "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
