@@ -270,8 +270,9 @@ def _diff_text(d: dict | None) -> str:
 
 
 def markdown(summary: dict, goal: dict, meta: dict) -> str:
-    """A markdown report."""
-    L = [f"# Sparse-information evaluation of the bundled pair ({meta['num_videos']} held-out clips per set)", ""]
+    """A markdown report (``meta["sd"]``: "Self-SD" or "Std-SD", named in the title when given)."""
+    sd = f", {meta['sd']}" if meta.get("sd") else ""
+    L = [f"# Sparse-information evaluation{sd} ({meta['num_videos']} held-out clips per set)", ""]
     for kind, s in summary.items():
         a = s["accuracy"]
         L += [f"## {kind}: {s['num_videos']} clips, {s['video_tokens_mean']:.0f} video tokens on average", "",
@@ -385,6 +386,7 @@ def main(argv=None) -> int:
     summary = summarise(records, args)
     goal = goals(summary)
     meta = {"num_videos": args.num_videos, "seconds": time.time() - t0, "workers": max(1, args.workers),
+            "sd": "Self-SD" if Path(args.draft).resolve() == Path(args.target).resolve() else "Std-SD",
             "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
             "command": "python -m scripts.eval_sparse " + " ".join(argv if argv is not None else sys.argv[1:])}
     md = markdown(summary, goal, meta)

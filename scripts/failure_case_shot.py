@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Screenshot of the app's failure case for the README: subtitles withheld from the draft, the Inspect tab's why.
 
-Starts the app on the bundled pair, uploads a clip and its ``.srt`` (default: the ``shapes_subtitles``
-example), sends the subtitles to the target only, presses Run, opens the Inspect tab and clicks through
-the lowest-acceptance steps until the step's explanation names a subtitle cue the draft did not get; then
-saves a screenshot of the page (default ``docs/failure_case.png``) and prints the step's explanation.
+Starts the app, clicks the failure-case example (``shapes_subtitles`` with its ``.srt``, the bundled sparse
+target drafting for itself, subtitles to the target only: :func:`app.examples.failure_example`), presses
+Run, opens the Inspect tab and clicks through the lowest-acceptance steps until the step's explanation names
+a subtitle cue the draft did not get; then saves a screenshot of the page (default ``docs/failure_case.png``)
+and prints the step's explanation.
 
 Needs the ``playwright`` Python package and a ``chromium`` executable (the Debian package), as the browser
 tests do.
@@ -27,15 +28,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--video", default=str(assets.path("videos", "shapes_subtitles.mp4")))
-    ap.add_argument("--srt", default=None, help="subtitles (default: the video's .srt)")
     ap.add_argument("--out", default="docs/failure_case.png")
     ap.add_argument("--port", type=int, default=7871)
     args = ap.parse_args(argv)
-    video, srt = Path(args.video), Path(args.srt) if args.srt else Path(args.video).with_suffix(".srt")
+    from app.examples import FAILURE_LABEL, failure_example
+
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None or not video.exists() or not srt.exists():
-        print(f"error: needs chromium on PATH, {video} and {srt}", file=sys.stderr)
+    if exe is None or not failure_example():
+        print(f"error: needs chromium on PATH and the failure-case example ({assets.path('videos')}/"
+              f"shapes_subtitles.mp4 and .srt, {assets.path('model_sparse')})", file=sys.stderr)
         return 2
     from playwright.sync_api import sync_playwright
 
@@ -53,10 +54,9 @@ def main(argv=None) -> int:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"http://127.0.0.1:{args.port}/", wait_until="domcontentloaded", timeout=60_000)
                 page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#video input[type=file]").set_input_files(str(video))
+                page.locator("#examples").get_by_text(FAILURE_LABEL).click()
                 page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                page.locator("#srt input[type=file]").set_input_files(str(srt))
-                page.locator("#subtitle-mode").get_by_text("Target only").click()
+                page.wait_for_timeout(2000)                     # the preset's frames and tree follow the row
                 page.locator("#run").click()
                 page.locator("#status").get_by_text("Done").wait_for(timeout=600_000)
                 page.get_by_role("tab", name="Inspect").click()

@@ -106,3 +106,24 @@ def test_the_app_example_shows_the_failure():
     assert withheld["vanilla"]["text"] == given["vanilla"]["text"]                 # vanilla always reads them
     assert withheld["tau"] < given["tau"], (withheld["tau"], given["tau"])
     assert "flag green" in given["speculative"]["text"]                                 # the fact, from the cue
+
+
+@pytest.mark.parametrize("name", ["eval_sparse", "eval_sparse_std"])
+def test_the_shipped_evaluation_reads_as_its_json_and_shows_the_paper_s_ordering(name):
+    """assets/model_sparse/<name>.md is the report of its JSON; on 300 long clips the JSON holds SpecVLM's τ above
+    random, window-middle and frame pruning (Self-SD: every paired 95% CI above 0), τ lower with the subtitles
+    withheld from the draft (CI above 0), and no speculative output that differs from vanilla."""
+    from scripts import eval_sparse as es
+
+    folder = Path(assets.path("model_sparse"))
+    d = json.loads((folder / f"{name}.json").read_text())
+    assert (folder / f"{name}.md").read_text() == es.markdown(d["summary"], d["goals"], d["meta"])
+    long = d["summary"]["long"]
+    assert long["num_videos"] >= 300 and d["config"]["target"] == "assets/model_sparse/target"
+    diffs = long["specvlm_minus"]
+    assert set(diffs) == {"random", "window-middle", "frame"} and all(x["diff"] > 0 for x in diffs.values())
+    if d["meta"]["sd"] == "Self-SD":
+        assert all(x["lo"] > 0 for x in diffs.values()), diffs
+    assert long["subtitle"]["given_minus_withheld"]["lo"] > 0
+    for s in d["summary"].values():
+        assert not any(s["mismatches"].values()) and all(n > 0 for n in s["runs"].values())
