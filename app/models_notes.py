@@ -122,8 +122,8 @@ SYNTHETIC_CAVEAT_OFFLINE = SYNTHETIC_CAVEAT.replace(
 
 def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok: bool = True) -> str:
     """:data:`SYNTHETIC_CAVEAT` (:data:`SYNTHETIC_CAVEAT_OFFLINE` without the Hub) when ``target`` is the
-    bundled model (either bundled pair's target) and ``video`` is not (a copy of) one of the bundled synthetic clips in ``clips`` (default
-    ``assets/videos``), else "".
+    target of a bundled pair and ``video`` is not (a copy of) one of the bundled synthetic clips in
+    ``clips`` (default ``assets/videos``), else "".
 
     Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
     """

@@ -1,5 +1,8 @@
 #!/usr/bin/env python
-"""Evaluate a bundled pair (default: the sparse pair, assets/model_sparse) where information is sparse: the pruning ablation, the subtitle failure, accuracy.
+"""Evaluate a bundled pair where information is sparse: the pruning ablation, the subtitle failure, accuracy.
+
+The default pair is the bundled sparse pair (``assets/model_sparse``); ``--draft`` set to the target's
+folder evaluates Self-SD.
 
 On held-out clips never seen in training (frames generated in memory):
 
@@ -11,8 +14,8 @@ On held-out clips never seen in training (frames generated in memory):
 
 Per clip, with the subtitles given to both models (the app's default), greedy vanilla decoding gives the
 description, scored per attribute (colour, shape, motion, count, on-screen text, subtitle fact); then
-speculative decoding (Std-SD, or Self-SD when ``--draft`` is the target) at r = 0.9 with ``specvlm``, ``random``, ``window-middle`` and ``frame`` pruning at the same
-budget gives τ (pooled over verify steps, bonus token excluded) and SpecVLM's τ minus each baseline's
+speculative decoding at r = 0.9 with ``specvlm``, ``random``, ``window-middle`` and ``frame`` pruning
+at the same budget gives τ (pooled over verify steps, bonus token excluded) and SpecVLM's τ minus each baseline's
 with a paired 95% bootstrap interval over clips. The **subtitle case** runs SpecVLM again with the
 transcript withheld from the draft (subtitle mode ``target``): τ given minus τ withheld with its
 interval, and the steps that fail only when the draft lacks the transcript (a *rejection*,
@@ -29,7 +32,8 @@ Examples:
     # the shipped evaluation (assets/model_sparse/eval_sparse*.json): Self-SD, then Std-SD
     python -m scripts.eval_sparse --draft assets/model_sparse/target --num-videos 300 --workers 2 --threads 1 \
         --out assets/model_sparse/eval_sparse.json
-    python -m scripts.eval_sparse --num-videos 300 --workers 2 --threads 1 --out assets/model_sparse/eval_sparse_std.json
+    python -m scripts.eval_sparse --num-videos 300 --workers 2 --threads 1 \
+        --out assets/model_sparse/eval_sparse_std.json
 """
 from __future__ import annotations
 

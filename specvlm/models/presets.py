@@ -2,11 +2,13 @@
 
 The bundled pair (a small Qwen2.5-VL target and a 1-layer draft with the same tokenizer,
 trained on synthetic shape videos; ``assets/model/``, found by :func:`specvlm.assets.path`) is the default
-offline. The bundled sparse pair (``assets/model_sparse/``: the same sizes, trained further on long clips
-whose information is small, brief or only in the subtitles) is the one on which Stage I beats random
-pruning and withholding the subtitles from the draft makes speculation fail; it is a choice, not a default; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
+offline; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
 reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
 models share a tokenizer and a 64-tokens-per-frame geometry).
+
+The bundled sparse pair (``assets/model_sparse/``: the same sizes, trained further on long clips whose
+information is small, brief or only in the subtitles) is a choice, never a default: on it Stage I beats
+random pruning, and subtitles withheld from the draft make speculation fail.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4.1 (model pairs, 64 frames for
 LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); docs/design.md §5.
