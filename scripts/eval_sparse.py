@@ -94,14 +94,17 @@ def score(pred: str, truth: synth.SceneTruth) -> dict:
 
 def fact_positions(tokenizer, token_ids: list[int]) -> list[int]:
     """Output positions whose token overlaps the words of the subtitle-fact sentence the output writes
-    (``"<kind> <value>"``, a kind of :data:`specvlm.bench.synth.FACT_KINDS`; the value as written, right or
-    wrong); [] when it writes none."""
+    (``" <kind> <value>"`` with the space that starts its first word, as a byte-level BPE writes a word; a
+    kind of :data:`specvlm.bench.synth.FACT_KINDS`; the value as written, right or wrong); [] when it
+    writes none."""
     ends = [len(tokenizer.decode(token_ids[:i + 1])) for i in range(len(token_ids))]
     text = tokenizer.decode(token_ids)
     m = re.search(r"(?:^|\. )((?:" + "|".join(synth.FACT_KINDS) + r") [^.]+)\.", text)
     if m is None:
         return []
     start, stop = m.start(1), m.end(1)
+    if start and text[start - 1] == " ":
+        start -= 1
     return [i for i, e in enumerate(ends) if e > start and (ends[i - 1] if i else 0) < stop]
 
 

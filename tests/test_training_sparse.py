@@ -183,15 +183,19 @@ def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tm
 
 
 def test_eval_sparse_fact_positions_and_paired_difference(processor):
-    from scripts import eval_sparse as es
+    from transformers import AutoProcessor
 
-    tok = processor.tokenizer
-    ids = tok("red circle flashes. one object. code 42. plain background.")["input_ids"]
-    pos = es.fact_positions(tok, ids)
-    assert tok.decode([ids[p] for p in pos]).strip() == "code 42"
-    ids = tok("red circle flashes. one object. name Mia. plain background.")["input_ids"]
-    assert tok.decode([ids[p] for p in es.fact_positions(tok, ids)]).strip() == "name Mia"
-    assert es.fact_positions(tok, tok("red circle flashes. one object. plain background.")["input_ids"]) == []
+    from scripts import eval_sparse as es
+    from specvlm.models.presets import SPARSE_TARGET
+
+    shipped = AutoProcessor.from_pretrained(str(SPARSE_TARGET)).tokenizer     # spells " name" as ' ', 'n', 'a', ...
+    for tok in (processor.tokenizer, shipped):
+        ids = tok("red circle flashes. one object. code 42. plain background.")["input_ids"]
+        assert tok.decode([ids[p] for p in es.fact_positions(tok, ids)]) == " code 42"
+        ids = tok("red circle flashes. one object. name Mia. plain background.")["input_ids"]
+        pos = es.fact_positions(tok, ids)
+        assert tok.decode([ids[p] for p in pos]) == " name Mia" and tok.decode(ids[:pos[0]]).endswith("object.")
+        assert es.fact_positions(tok, tok("red circle flashes. one object. plain background.")["input_ids"]) == []
     recs = [{"tau": {"a": [4, 2], "b": [2, 2]}}, {"tau": {"a": [6, 3], "b": [3, 3]}}]
     d = es.paired_difference(recs, "a", "b")
     assert d["diff"] == pytest.approx(1.0) and d["lo"] == pytest.approx(1.0) and d["wins"] == 2
