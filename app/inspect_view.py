@@ -23,7 +23,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import plots
-from app.why_view import WHY_LEGEND, why_html, why_maps
+from app.why_view import WHY_LEGEND, visible_token, why_html, why_maps
 from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
 from specvlm.spec.grid import grid_shape
@@ -73,11 +73,6 @@ CLICK_JS = f"""
 def accept_colour(accept_length: int) -> str:
     """Colour of an accepted length (clamped to the palette)."""
     return ACCEPT_COLOURS[max(0, min(int(accept_length), len(ACCEPT_COLOURS) - 1))]
-
-
-def _visible(text: str) -> str:
-    """Escaped token text with whitespace made visible (space ␣, newline ⏎)."""
-    return html.escape(text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")) or "∅"
 
 
 # --------------------------------------------------------------------------- chart
@@ -143,10 +138,10 @@ def _node_html(n: TreeNodeView) -> str:
         style, tag = "background:#f3f4f6;border:1px solid #d1d5db", "drafted"
     extra = ""
     if n.diverged and n.target_text is not None:
-        extra = f' <span class="tree-target" style="color:#c2410c">target: <b>{_visible(n.target_text)}</b></span>'
+        extra = f' <span class="tree-target" style="color:#c2410c">target: <b>{visible_token(n.target_text)}</b></span>'
     return (f'<span class="tree-node tree-{tag}" data-node="{n.index}" data-token="{n.token}" '
             f'title="node {n.index} · depth {n.depth} · path p {n.path_prob:.3g}" '
-            f'style="{style};border-radius:4px;padding:0 0.35em;{_MONO}">{_visible(n.text)}</span>'
+            f'style="{style};border-radius:4px;padding:0 0.35em;{_MONO}">{visible_token(n.text)}</span>'
             f' <span style="opacity:0.7;font-size:0.8em">p={n.draft_prob:.2f}</span>{extra}')
 
 
@@ -169,20 +164,20 @@ def tree_html(tree: StepTree) -> str:
         return (f'<ul style="margin:0.1em 0 0.1em 1.2em;padding-left:0.6em;border-left:1px dashed #9ca3af;'
                 f'font-size:1em">{items}</ul>')  # 1em: the page's style shrinks each nested list to 90%
 
-    accepted = "".join(_visible(n.text) for n in tree.nodes if n.accepted)
+    accepted = "".join(visible_token(n.text) for n in tree.nodes if n.accepted)
     where = {None: "the accepted path reached a leaf: the draft was right as far as it drafted",
              -1: "at the root: the target rejected every first token"}.get(
         tree.diverged_at, f"after node {tree.diverged_at}")
     target = (f'the output ended here (end of text or the token budget), so the rest of the tree was not used'
-              if tree.ended else f'target token <b style="color:#c2410c;{_MONO}">{_visible(tree.target_text)}</b> '
+              if tree.ended else f'target token <b style="color:#c2410c;{_MONO}">{visible_token(tree.target_text)}</b> '
               f'({where})')
     head = (f'<div style="margin-bottom:0.4em"><b>Step {tree.step}</b> · accepted {tree.accept_length} · '
             f'{len(tree.nodes)} drafted nodes · {target}<br>accepted text: <span style="{_MONO}">'
             f'{accepted or "∅"}</span></div>')
     root = (f'<span class="tree-root" style="background:#dbeafe;border-radius:4px;padding:0 0.35em;{_MONO}">'
-            f'{_visible(tree.root_text)}</span> <span style="opacity:0.7;font-size:0.8em">(root)</span>')
+            f'{visible_token(tree.root_text)}</span> <span style="opacity:0.7;font-size:0.8em">(root)</span>')
     if tree.diverged_at == -1 and not tree.ended:
-        root += f' <span class="tree-target" style="color:#c2410c">target: <b>{_visible(tree.target_text)}</b></span>'
+        root += f' <span class="tree-target" style="color:#c2410c">target: <b>{visible_token(tree.target_text)}</b></span>'
     return f'<div class="specvlm-tree">{head}{root}{sub(-1)}</div>'
 
 

@@ -396,12 +396,17 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     tree_keys = ("tree_shape", "depth", "top_k", "total_tokens", "min_prob")
 
     def on_preset(name):
-        """Show the preset's description, suggest its frame count and token budget, and set the
+        """Whenever the preset changes (picked, or set by an example row): show its description and set the
         draft tree it was tuned with (``Preset.tree``; unchanged when it names none)."""
-        md, frames, max_new = backend.preset_info(name)
         tree = backend.preset_tree(name)
-        return (md, gr.update(value=frames), gr.update(value=max_new),
+        return (backend.preset_info(name)[0],
                 *(gr.update(value=tree[k]) if k in tree else gr.update() for k in tree_keys))
+
+    def on_preset_chosen(name):
+        """When the user picks a preset: suggest its frame count and token budget (an example row that sets
+        the preset keeps its own token budget)."""
+        _, frames, max_new = backend.preset_info(name)
+        return gr.update(value=frames), gr.update(value=max_new)
 
     c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=[c["truth_note"]], api_visibility="private",
@@ -410,8 +415,10 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                       concurrency_id="uploads", concurrency_limit=None, show_progress="hidden")
     demo.unload(on_unload)
     c["preset"].change(on_preset, inputs=[c["preset"]],
-                       outputs=[c["preset_md"], c["frames"], c["max_new"], c["tree"], c["depth"], c["top_k"], c["total"],
-                                c["min_prob"]], api_visibility="private")
+                       outputs=[c["preset_md"], c["tree"], c["depth"], c["top_k"], c["total"], c["min_prob"]],
+                       api_visibility="private")
+    c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new"]],
+                      api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
 

@@ -33,6 +33,11 @@ def step_why(record: Any, step: int | float | None) -> dict | None:
     return None
 
 
+def visible_token(text: str) -> str:
+    """Escaped token text with whitespace made visible (space ␣, newline ⏎, tab ⇥; empty ∅)."""
+    return html.escape(text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")) or "∅"
+
+
 def why_html(record: Any, step: int | float | None) -> str:
     """Sentences on why ``step`` failed, or why there is nothing to say (no rejection, not explained)."""
     if step is None or not getattr(record, "steps", None):
@@ -42,9 +47,14 @@ def why_html(record: Any, step: int | float | None) -> str:
         if not getattr(record, "why", None):
             return ("<i>No explanation in this run record (made before explanations were recorded, or the run "
                     "did not prune).</i>")
-        return ("<i>Not explained: the target accepted the whole draft here, or this step is not among the "
-                f"{len(record.why)} lowest-acceptance steps explained after the run.</i>")
-    tok = html.escape(record.token_text.get(int(w["token_id"]), str(w["token_id"])))
+        ev = next((s for s in getattr(record, "verify_steps", []) if s.step == int(step)), None)
+        if ev is None:
+            return f"<i>This run has no verify step {int(step)}.</i>"
+        n = len(record.why)
+        which = "the lowest-acceptance step is" if n == 1 else f"the {n} lowest-acceptance steps are"
+        return (f"<i>Not explained: {which} explained after the run (steps where the target refused the draft); "
+                f"this one accepted {ev.accept_length} draft token{'s' if ev.accept_length != 1 else ''}.</i>")
+    tok = visible_token(record.token_text.get(int(w["token_id"]), str(w["token_id"])))
     p = record.prefill
     kept = f"{p.prune.num_kept} of {p.num_video_tokens}" if p.prune is not None else "all"
     share = float(w["share_unseen"])

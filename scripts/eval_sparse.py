@@ -30,10 +30,11 @@ training uses seeds below 10^8.
 Examples:
     python -m scripts.eval_sparse --num-videos 4 --sets long                 # quick look
     # the shipped evaluation (assets/model_sparse/eval_sparse*.json): Self-SD, then Std-SD
-    python -m scripts.eval_sparse --draft assets/model_sparse/target --num-videos 300 --workers 2 --threads 1 \
+    T=assets/model_sparse/target
+    python -m scripts.eval_sparse --target $T --draft $T --num-videos 300 --workers 2 --threads 1 \
         --out assets/model_sparse/eval_sparse.json
-    python -m scripts.eval_sparse --num-videos 300 --workers 2 --threads 1 \
-        --out assets/model_sparse/eval_sparse_std.json
+    python -m scripts.eval_sparse --target $T --draft assets/model_sparse/draft --num-videos 300 --workers 2 \
+        --threads 1 --out assets/model_sparse/eval_sparse_std.json
 """
 from __future__ import annotations
 

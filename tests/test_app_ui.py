@@ -287,11 +287,18 @@ def test_build_demo_wires_components(tmp_path):
     assert compare.trigger_mode == "always_last"  # a Run clicked while the last one stops is held, not dropped
     assert not any(fn.cancels for fn in demo.fns.values())  # Stop asks the run to stop; nothing is cancelled
     assert fns["stop"].concurrency_id != GPU_QUEUE  # Stop is never queued behind a decode
-    on_preset = next(fn.fn for fn in demo.fns.values() if fn.name == "on_preset")
-    md, frames, max_new, *tree = on_preset("Fake big (GPU)")
-    assert "needs a CUDA GPU" in md and frames["value"] == 4 and max_new["value"] == 128
+    handler = {fn.name: fn for fn in demo.fns.values()}
+    on_preset, on_preset_chosen = handler["on_preset"].fn, handler["on_preset_chosen"].fn
+    md, *tree = on_preset("Fake big (GPU)")
+    assert "needs a CUDA GPU" in md
     assert [t["value"] for t in tree] == ["chain", 9, 4, 16, 0.05]      # the preset's tuned tree fills the widgets
-    assert [("value" in t) for t in on_preset("Fake tiny (CPU)")[3:]] == [False] * 5   # no tree named: unchanged
+    assert [("value" in t) for t in on_preset("Fake tiny (CPU)")[1:]] == [False] * 5   # no tree named: unchanged
+    frames, max_new = on_preset_chosen("Fake big (GPU)")
+    assert frames["value"] == 4 and max_new["value"] == 128
+    # frames and token budget follow a preset the user picks (input), not one an example row sets (change),
+    # so the streaming example keeps its 512 tokens after an example with another preset
+    assert [t[1] for t in handler["on_preset_chosen"].targets] == ["input"]
+    assert [t[1] for t in handler["on_preset"].targets] == ["change"]
     comps = demo.specvlm_components
     assert comps["gallery"] is ids["heatmaps"] and comps["accept_plot"] is ids["accept-plot"]
 

@@ -45,6 +45,8 @@ def test_why_words_and_maps_of_an_explained_step(explained):
     w = rec.why[0]
     text = wv.why_html(rec, w["step"])
     assert "refused the draft" in text and f"{w['share_unseen']:.0%}" in text
+    assert f'wrote <b>"{wv.visible_token(rec.token_text[int(w["token_id"])])}"</b>' in text
+    assert wv.visible_token(" ") == "␣" and wv.visible_token(" a<b") == "␣a&lt;b" and wv.visible_token("") == "∅"
     assert f"kept {rec.prefill.prune.num_kept} of {rec.prefill.num_video_tokens}" in text
     maps = wv.why_maps(rec, w["step"], max_images=3)
     assert 1 <= len(maps) <= 3 and all(img.dtype == np.uint8 for img, _ in maps)
@@ -61,6 +63,9 @@ def test_steps_without_an_explanation_say_why(explained):
     explained_steps = {w["step"] for w in rec.why}
     other = next(s.step for s in rec.verify_steps if s.step not in explained_steps)
     assert "Not explained" in wv.why_html(rec, other) and wv.why_maps(rec, other) == []
+    ev = next(s for s in rec.verify_steps if s.step == other)
+    assert f"this one accepted {ev.accept_length} draft token" in wv.why_html(rec, other)
+    assert wv.why_html(rec, 10_000) == "<i>This run has no verify step 10000.</i>"
     assert wv.why_html(rec, None) == ""
 
 
