@@ -109,17 +109,19 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
                              line=dict(color="rgb(37,99,235)", width=2)))
     depth = int(record.settings.get("tree", {}).get("depth", 0) or 0)
     top = max(float(a.max()), depth)
-    for n in range(int(min(top, len(ACCEPT_COLOURS) - 1)) + 1):  # legend entries: accepted length -> colour
-        fig.add_trace(go.Bar(x=[None], y=[None], name=f"accepted {n}", marker_color=accept_colour(n),
+    last = int(min(top, len(ACCEPT_COLOURS) - 1))
+    for n in range(last + 1):  # legend entries: accepted length -> colour (the last colour for all longer ones)
+        name = f"{n}+" if n == last and top > last else str(n)
+        fig.add_trace(go.Bar(x=[None], y=[None], name=name, marker_color=accept_colour(n),
                              showlegend=True, hoverinfo="skip", legendgroup="colours"))
     fig.data[0].showlegend = False  # the coloured entries explain the bars
     fig.update_layout(title=f"{title} · τ = {record.tau:.2f}", height=340, bargap=0.1, clickmode="event",
                       margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step", yaxis_title="accepted",
                       yaxis_range=[0, top + 0.5], barmode="overlay",
-                      xaxis=dict(tickformat="d", dtick=_dtick(len(x)), tick0=x[0]),
-                      yaxis=dict(tickformat="d", dtick=1),
+                      xaxis=dict(tickformat="d", dtick=_dtick(len(x)), tick0=x[0], range=[x[0] - 0.5, x[-1] + 0.5]),
+                      yaxis=dict(tickformat="d", dtick=1 if top <= 8 else 2),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right",
-                                  title_text="bar colour:"))
+                                  title_text="accepted:"))
     return fig
 
 

@@ -368,7 +368,8 @@ def accept_length_figure(
     fig.update_layout(title=f"{title} (τ = {running[-1]:.2f})", height=300, bargap=0.1, barmode="overlay",
                       margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step",
                       yaxis_title="accepted tokens", yaxis_range=[0, ymax],
-                      xaxis=dict(tickformat="d", dtick=max(1, int(np.ceil(n / 12)))),   # whole steps only
+                      xaxis=dict(tickformat="d", dtick=max(1, int(np.ceil(n / 12))),    # whole steps only
+                                 range=[0.5, n + 0.5]),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
     return fig
 

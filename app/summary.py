@@ -55,7 +55,8 @@ def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Ou
         facts.append(f"**Decode speedup {speed.speedup:.2f}x** (median of {len(speed.runs)} interleaved pairs of "
                      f"runs, {spread})")
     elif van.tokens_per_s > 0 and spec.tokens_per_s > 0:
-        facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio)")
+        so_far = "" if van.done and spec.done else " so far, before a run finished"
+        facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio{so_far})")
     if spec.accept:
         facts.append(f"τ = **{spec.tau:.2f}**")
         facts.append(f"**{spec.tokens_per_forward:.2f}** tokens / target forward")

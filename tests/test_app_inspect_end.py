@@ -61,10 +61,12 @@ def test_inspect_chart_has_whole_step_ticks_and_a_colour_legend():
     rec = _record([17, 18])
     fig = iv.accept_chart(rec)
     assert fig.layout.xaxis.tickformat == "d" and fig.layout.xaxis.dtick == 1
-    assert fig.layout.yaxis.dtick == 1
+    assert list(fig.layout.xaxis.range) == [0.5, 2.5]                    # no empty ticks before the first step
+    most = max(2, rec.settings["tree"]["depth"])                          # every length the chart can show
+    assert fig.layout.yaxis.dtick == (1 if most <= 8 else 2)
     legend = [t for t in fig.data if t.showlegend and t.legendgroup == "colours"]
-    top = min(max(2, rec.settings["tree"]["depth"]), len(iv.ACCEPT_COLOURS) - 1)  # every length the chart can show
-    assert [t.name for t in legend] == [f"accepted {n}" for n in range(top + 1)]
+    top = min(most, len(iv.ACCEPT_COLOURS) - 1)
+    assert [t.name for t in legend] == [str(n) for n in range(top)] + [f"{top}+" if most > top else str(top)]
     assert [t.marker.color for t in legend] == iv.ACCEPT_COLOURS[:top + 1]
     bars = fig.data[0]
     assert list(bars.x) == [1, 2] and [c[2] for c in bars.customdata] == [2, 2]

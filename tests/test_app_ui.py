@@ -93,6 +93,7 @@ def test_accept_length_figure_traces():
     assert zero.marker.color != bar.marker.color and list(zero.customdata) == ["g"] and fig.layout.barmode == "overlay"
     assert [t.name for t in plots.accept_length_figure([1, 2]).data] == ["accepted length", "running τ"]
     assert line.type == "scatter" and line.name == "running τ"
+    assert list(fig.layout.xaxis.range) == [0.5, 4.5]                     # the axis starts at step 1
     assert np.allclose(line.y, [3, 2, 4 / 3, 2])
     assert list(bar.customdata)[3] == "&lt;h&gt;" and "customdata" in bar.hovertemplate
     assert "τ = 2.00" in fig.layout.title.text
@@ -575,3 +576,14 @@ def test_a_stopped_runs_upload_stays_for_the_run_held_behind_it():
     for _ in compare(str(video), max_new=4, request=request, progress=lambda *a, **k: None):
         pass
     assert not video.exists()              # that Run used it; nothing holds it any more
+
+
+def test_a_speedup_before_both_runs_finished_says_so():
+    from app.summary import summary_md
+    from app.view import RunProgress
+
+    van = RunProgress("Vanilla", counts=[10], elapsed=1.0, done=True)
+    spec = RunProgress("SpecVLM", counts=[10], elapsed=0.5, accept=[3, 4], done=False, stopped=True)
+    assert "**Decode speedup 2.00x** (tokens/s ratio so far, before a run finished)" in summary_md(van, spec)
+    spec.done = True
+    assert "**Decode speedup 2.00x** (tokens/s ratio)" in summary_md(van, spec)
