@@ -222,6 +222,9 @@ class SamplingConfig:
         return self.temperature == 0
 
 
+ENGINES = ("eager", "static")
+"""Decode-loop implementations (:attr:`DecodeConfig.engine`); both are token-identical."""
+
 _NESTED = (
     ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
     ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
@@ -242,9 +245,13 @@ class DecodeConfig:
         tree: draft tree shape.
         stop_at_eos: stop at the first EOS (False = fixed-length generation).
         sampling: temperature / nucleus / seed; temperature 0 = greedy.
+        engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
+            growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
+            with device-side lengths (capturable, at most one host read per step). Both give the same
+            tokens.
 
     Raises:
-        ConfigError: unknown method, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
+        ConfigError: unknown method or engine, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
             not a :class:`PruneConfig` / :class:`TreeConfig` / :class:`SamplingConfig`.
     """
 
@@ -254,10 +261,13 @@ class DecodeConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    engine: str = "eager"
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine {self.engine!r} is unknown: use one of {', '.join(ENGINES)}.")
         _check_range("max_new_tokens", int(self.max_new_tokens), 1, 4096)
         for name, cls, example in _NESTED:
             value = getattr(self, name)
@@ -336,7 +346,8 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
                          seed: int = SamplingConfig.seed, temperature: float = SamplingConfig.temperature,
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
                          shape: str | None = None, depth: int | None = None, top_k: int | None = None,
-                         total_tokens: int | None = None, min_prob: float | None = None) -> DecodeConfig:
+                         total_tokens: int | None = None, min_prob: float | None = None,
+                         engine: str = DecodeConfig.engine) -> DecodeConfig:
     """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
 
     Args:
@@ -347,9 +358,10 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         temperature, top_p_sampling: sampling (temperature 0 = greedy).
         tree: the preset's tree (None = ``TreeConfig()``); shape, depth, top_k, total_tokens, min_prob:
             the tree options, combined with it by :func:`tree_with_options`.
+        engine: the decode loop (:data:`ENGINES`).
 
     Raises:
-        ConfigError: an unknown method or an out-of-range value (the message names the setting).
+        ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
     """
     return DecodeConfig(
         method=method, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
@@ -357,4 +369,5 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
+        engine=engine,
     )
