@@ -116,6 +116,8 @@ class StepEvent:
         margin: the target's top-1 minus top-2 logit margin (logit units) for this step's token, on
             vanilla steps and on step 0 (the prefill's token); None on speculative verify steps.
             :func:`specvlm.analysis.metrics.compare_outputs` uses it to tell near-ties from mismatches.
+        pieces: the text delta of each entry of ``token_ids`` (they join to ``text``; an entry that ends in
+            an incomplete UTF-8 sequence has "" and the next one carries it), or [] when not split.
     """
 
     step: int
@@ -130,6 +132,7 @@ class StepEvent:
     num_generated: int = 0
     tree: DraftTreeRecord | None = None
     margin: float | None = None
+    pieces: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Decoding metrics: a run's summary (tokens/s, τ, tokens per target forward), timers, first divergence and its cause, peak memory.
+"""Decoding metrics: a run's summary (tokens/s, τ, tokens per target forward), the decode speedup, timers,
+first divergence and its cause, peak memory.
 
 Source: docs/design.md §4.11-4.12; SpecVLM (arXiv 2508.16201) Sec. 4 for τ excluding the bonus token.
 """
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import math
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -119,6 +121,41 @@ def tokens_per_target_forward(num_tokens: int, num_forwards: int) -> float:
     if num_forwards == 0:
         return 0.0
     return float(num_tokens) / num_forwards
+
+
+def speedup(vanilla_s: float, method_s: float, *, vanilla_tokens: int | None = None,
+            method_tokens: int | None = None) -> float | None:
+    """The decode speedup of a method over vanilla decoding on the same input: vanilla decode time over
+    the method's, per decoded token when the token counts are given (so two runs that generated different
+    lengths, e.g. sampled ones, compare their tokens/s; equal lengths give the plain time ratio).
+
+    This is the one speedup definition of the library, the CLI, the benchmark and the app; repeated
+    timings of the same input report the median of the per-pair values (:func:`median_speedup`).
+
+    Args:
+        vanilla_s: vanilla decode time (s), prefill excluded.
+        method_s: the method's decode time (s), prefill excluded.
+        vanilla_tokens, method_tokens: tokens each run generated, the prefill's token included
+            (:func:`tokens_per_second`); None (both) = the same length.
+
+    Returns:
+        The ratio (x), or None when either run decoded nothing.
+
+    Source: docs/design.md §4.12 (speedup = vanilla decode time / method decode time on the same input).
+    """
+    if vanilla_tokens is None or method_tokens is None:
+        return vanilla_s / method_s if vanilla_s > 0 and method_s > 0 else None
+    van, meth = tokens_per_second(vanilla_tokens, vanilla_s), tokens_per_second(method_tokens, method_s)
+    return meth / van if van > 0 and meth > 0 else None
+
+
+def median_speedup(speedups: Iterable[float | None]) -> float | None:
+    """The median of the known per-pair speedups of repeated, interleaved timings (None when none is known).
+
+    Source: docs/design.md §4.12; a median over pairs resists a shared machine's outliers.
+    """
+    known = [float(s) for s in speedups if s is not None]
+    return statistics.median(known) if known else None
 
 
 @dataclass(frozen=True)

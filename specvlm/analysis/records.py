@@ -1,156 +1,33 @@
 """Run records for failure inspection: where speculation breaks, step by step.
 
-A :class:`RunRecord` is everything needed to replay the inspection of one
-speculative run without a model: settings, prompt, and the stream's own events: the
-:class:`~specvlm.types.PrefillInfo` (pruning sets and scores) and per verify step the
-:class:`~specvlm.types.StepEvent` (emitted tokens, accepted length, timings, the drafted tree,
-:class:`specvlm.types.DraftTreeRecord`). It is built from a stream's events
-(:func:`record_from_events`), saved as one plain, versioned JSON
-file (:func:`save_json` / :func:`load_json`) and queried with
-:func:`lowest_accept_steps` and :func:`step_tree`.
+The record itself is :class:`specvlm.analysis.run.RunRecord` (the stream's own events, settings and
+prompt, one versioned JSON object). This module adds what inspection needs on top: building a record
+with token texts and thumbnails from a stream (:func:`record_from_events`), saving and loading it as a
+file (:func:`save_json` / :func:`load_json`), and the queries :func:`lowest_accept_steps` and
+:func:`step_tree`.
 
 Source: docs/design.md §4.4-4.5 (stages), §4.8-4.9 (trees, acceptance).
 """
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import json
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
+from specvlm.analysis.run import (RECORD_FORMAT, RECORD_VERSION, RecordError, RunRecord, prefill_from_dict,
+                                  prefill_to_dict)
+from specvlm.types import PrefillInfo, StepEvent
 
-RECORD_FORMAT = "specvlm-run"
-RECORD_VERSION = 1
-"""Bumped whenever a field changes meaning; :func:`load_json` refuses newer versions."""
-
-
-class RecordError(ValueError):
-    """A run file is not a SpecVLM run record, or a step/record query is invalid."""
-
-
-# --------------------------------------------------------------------------- records
-@dataclass
-class RunRecord:
-    """One run, replayable without a model.
-
-    Attributes:
-        settings: the DecodeConfig as a nested dict (``dataclasses.asdict``).
-        prompt: the user prompt.
-        prefill: the stream's :class:`~specvlm.types.PrefillInfo` (saved by :func:`prefill_to_dict`).
-        steps: the stream's :class:`~specvlm.types.StepEvent` s (step 0 = the prefill token).
-        token_text: id -> decoded text for every id in the outputs and trees (so a replay needs
-            no tokenizer); empty when no tokenizer was given.
-        timestamps: sampled-frame times (s), or [].
-        thumbnails: base64 PNG of the first frame of each token frame group (small), or [].
-        meta: free-form (model name, video path, subtitle mode, text coverage, ...).
-        why: :class:`specvlm.analysis.why.StepWhy` fields (dicts) of the explained failing steps, or [].
-        version: :data:`RECORD_VERSION`.
-    """
-
-    settings: dict
-    prompt: str
-    prefill: PrefillInfo
-    steps: list[StepEvent]
-    token_text: dict[int, str] = field(default_factory=dict)
-    timestamps: list[float] = field(default_factory=list)
-    thumbnails: list[str] = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
-    version: int = RECORD_VERSION
-    why: list[dict] = field(default_factory=list)
-
-    @property
-    def verify_steps(self) -> list[StepEvent]:
-        """Steps after the prefill token (one per target verify forward)."""
-        return [s for s in self.steps if s.step > 0]
-
-    @property
-    def accept_lengths(self) -> list[int]:
-        return [s.accept_length for s in self.verify_steps]
-
-    @property
-    def tau(self) -> float:
-        """τ, mean accepted length over verify steps (bonus excluded); 0 without steps."""
-        a = self.accept_lengths
-        return sum(a) / len(a) if a else 0.0
-
-    @property
-    def text(self) -> str:
-        return "".join(s.text for s in self.steps)
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [t for s in self.steps for t in s.token_ids]
-
-    def get_step(self, step: int) -> StepEvent:
-        """The StepEvent with ``step`` number; raises RecordError if absent."""
-        for s in self.steps:
-            if s.step == int(step):
-                return s
-        raise RecordError(f"step {step} is not in this run (steps 0..{len(self.steps) - 1}).")
-
-    def frames(self) -> np.ndarray | None:
-        """uint8 (T, h, w, 3) frames from the thumbnails (each repeated ``frames_per_token`` times)."""
-        if not self.thumbnails:
-            return None
-        from PIL import Image
-
-        imgs = [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in self.thumbnails]
-        return np.repeat(np.stack(imgs), max(1, self.prefill.frames_per_token), axis=0)
-
-
-def _ints(x: Any) -> list[int]:
-    return [] if x is None else [int(v) for v in torch.as_tensor(x).reshape(-1).tolist()]
-
-
-def prefill_to_dict(info: PrefillInfo) -> dict:
-    """The engine's PrefillInfo as plain JSON data: counts, timings, the pruning method (None for vanilla)
-    and its index sets and scores as lists, the token grid as (V, 3) nested lists."""
-    pr = info.prune
-    return {
-        "num_prompt_tokens": int(info.num_prompt_tokens), "num_video_tokens": int(info.num_video_tokens),
-        "num_draft_prompt_tokens": int(info.num_draft_prompt_tokens), "prefill_s": float(info.prefill_s),
-        "prune_s": float(info.prune_s), "draft_prefill_s": float(info.draft_prefill_s),
-        "frames_per_token": int(info.frames_per_token), "method": pr.method if pr is not None else None,
-        "keep": _ints(pr.keep if pr else None), "stage1": _ints(pr.stage1 if pr else None),
-        "stage2": _ints(pr.stage2 if pr else None),
-        "forced": _ints(pr.forced) if pr is not None and pr.forced is not None else None,
-        "scores": [float(v) for v in pr.scores.tolist()] if pr is not None and pr.scores is not None else None,
-        "token_grid": None if info.token_grid is None else torch.as_tensor(info.token_grid).long().tolist(),
-        "target_subtitle_tokens": int(info.target_subtitle_tokens),
-        "draft_subtitle_tokens": int(info.draft_subtitle_tokens),
-    }
-
-
-def prefill_from_dict(d: dict) -> PrefillInfo:
-    """Inverse of :func:`prefill_to_dict`: the PrefillInfo with its PruneResult (int64 / float32 tensors)."""
-    lt = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
-    prune = None
-    if d.get("method") is not None:
-        prune = PruneResult(lt(d["keep"]), lt(d["stage1"]), lt(d["stage2"]),
-                            None if d.get("scores") is None else torch.tensor(d["scores"], dtype=torch.float32),
-                            int(d["num_video_tokens"]), d["method"], None if d.get("forced") is None else lt(d["forced"]))
-    grid = d.get("token_grid")
-    return PrefillInfo(int(d["num_prompt_tokens"]), int(d["num_video_tokens"]), int(d["num_draft_prompt_tokens"]),
-                       prune, float(d.get("prefill_s", 0.0)), float(d.get("prune_s", 0.0)),
-                       float(d.get("draft_prefill_s", 0.0)),
-                       None if grid is None else torch.tensor(grid, dtype=torch.long).reshape(-1, 3),
-                       int(d.get("frames_per_token", 1)), int(d.get("target_subtitle_tokens", 0)),
-                       int(d.get("draft_subtitle_tokens", 0)))
-
-
-def _step_event(ev: StepEvent) -> StepEvent:
-    """The engine's StepEvent with plain ints, bools and floats (as it is saved and read back)."""
-    return dataclasses.replace(ev, token_ids=[int(t) for t in ev.token_ids], from_draft=[bool(b) for b in ev.from_draft],
-                               accept_length=int(ev.accept_length))
+__all__ = ["RECORD_FORMAT", "RECORD_VERSION", "RecordError", "RunRecord", "StepTree", "TreeNodeView", "from_dict",
+           "load_json", "lowest_accept_steps", "prefill_from_dict", "prefill_to_dict", "record_from_events",
+           "save_json", "step_tree", "to_dict"]
 
 
 def _thumbnails(frames: np.ndarray, frames_per_token: int, max_side: int) -> list[str]:
@@ -189,16 +66,11 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
     Raises:
         RecordError: the events hold no PrefillInfo.
     """
-    info, steps = None, []
-    for ev in events:
-        if isinstance(ev, PrefillInfo):
-            info = ev
-        else:
-            steps.append(_step_event(ev))
+    rec = RunRecord.from_events(events, config, prompt)
+    info, steps = rec.prefill, rec.steps
     if info is None:
         raise RecordError("the events hold no PrefillInfo: pass the whole stream.")
-    settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
-    rec = RunRecord(settings, prompt, info, steps, meta=dict(meta or {}))
+    rec.meta = dict(meta or {})
     if tokenizer is not None:
         ids = {t for s in steps for t in s.token_ids}
         ids |= {t for s in steps if s.tree for t in s.tree.tokens + [s.tree.target_token]}
@@ -213,35 +85,17 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
 
 # --------------------------------------------------------------------------- JSON
 def to_dict(record: RunRecord) -> dict:
-    """Plain JSON-ready dict with a ``format`` tag (token_text keys as strings)."""
-    d = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    d["prefill"] = prefill_to_dict(record.prefill)
-    d["steps"] = [dataclasses.asdict(s) for s in record.steps]
-    d["token_text"] = {str(k): v for k, v in record.token_text.items()}
-    return {"format": RECORD_FORMAT, **d}
+    """Plain JSON-ready dict with a ``format`` tag (:meth:`RunRecord.to_json`)."""
+    return record.to_json()
 
 
 def from_dict(d: dict) -> RunRecord:
-    """Inverse of :func:`to_dict`.
+    """Inverse of :func:`to_dict` (:meth:`RunRecord.from_json`).
 
     Raises:
         RecordError: not a run record, or a newer version than this code reads.
     """
-    if not isinstance(d, dict) or d.get("format") != RECORD_FORMAT:
-        raise RecordError("this file is not a SpecVLM run record (expected a JSON object with "
-                          f"\"format\": \"{RECORD_FORMAT}\"); export one from the app or with save_json.")
-    version = int(d.get("version", 0))
-    if version > RECORD_VERSION or version < 1:
-        raise RecordError(f"run record version {version} is not supported (this code reads 1..{RECORD_VERSION}).")
-    try:
-        pre = prefill_from_dict(d["prefill"])
-        steps = [StepEvent(**{**s, "tree": DraftTreeRecord(**s["tree"]) if s.get("tree") else None})
-                 for s in d["steps"]]
-        return RunRecord(d["settings"], d["prompt"], pre, steps, {int(k): v for k, v in d["token_text"].items()},
-                         list(d.get("timestamps", [])), list(d.get("thumbnails", [])), dict(d.get("meta", {})),
-                         version, list(d.get("why", [])))
-    except (KeyError, TypeError) as e:
-        raise RecordError(f"the run record is incomplete or malformed ({e}).") from e
+    return RunRecord.from_json(d)
 
 
 def save_json(record: RunRecord, path: str | os.PathLike[str]) -> str:

@@ -66,6 +66,18 @@ class _Emitter:
                 self.done = True
         return out
 
+    def emit(self, tokens: list[int]) -> tuple[list[int], list[str]]:
+        """:meth:`take` one token at a time with its text :meth:`delta`: (emitted ids, their text pieces);
+        the pieces join to the step's text."""
+        out, pieces = [], []
+        for t in tokens:
+            got = self.take([t])
+            if not got:
+                break
+            out += got
+            pieces.append(self.delta())
+        return out, pieces
+
     def delta(self) -> str:
         """Text for the tokens since the last call (incremental: decodes a short window, not all ids).
 
@@ -196,9 +208,9 @@ def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tenso
     pick = _Picker(config.sampling)
     t_dec = time.perf_counter()
     first = pick(last_logits)
-    em.take([first])
-    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1,
-                                             margin=logit_margin(last_logits))
+    _, pieces = em.emit([first])
+    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], "".join(pieces), num_generated=1,
+                                             margin=logit_margin(last_logits), pieces=pieces)
 
 
 def _stream_vanilla(pair, inputs, config, reuse, should_stop):
@@ -220,10 +232,10 @@ def _stream_vanilla(pair, inputs, config, reuse, should_stop):
                                    torch.full((R, 1), pos), tp.cache)
             root = pick(logits[-1])
         pos += 1
-        new = em.take([root])
-        yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
+        new, pieces = em.emit([root])
+        yield StepEvent(step, new, 0, [False] * len(new), "".join(pieces), verify_ms=t_v.ms,
                         elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids),
-                        margin=logit_margin(logits[-1]))
+                        margin=logit_margin(logits[-1]), pieces=pieces)
 
 
 def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
@@ -274,15 +286,15 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
             # 4.10 commit: keep root + accepted nodes in path order
             kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
         accepted = [int(tree.tokens[i]) for i in path]
-        new = em.take(accepted + [bonus])
+        new, pieces = em.emit(accepted + [bonus])
         n_acc = min(len(accepted), len(new))
         pending, root, pos = accepted + [bonus], bonus, pos + len(accepted) + 1
         rec = None
         if record_trees:
             rec = DraftTreeRecord(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(), path, bonus)
-        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], em.delta(), draft_ms=t_d.ms,
+        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], "".join(pieces), draft_ms=t_d.ms,
                         verify_ms=t_v.ms, tree_size=tree.size, elapsed_s=time.perf_counter() - t_dec,
-                        num_generated=len(em.ids), tree=rec)
+                        num_generated=len(em.ids), tree=rec, pieces=pieces)
 
 
 def generate(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = None, *,
