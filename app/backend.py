@@ -31,7 +31,8 @@ from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, 
                                parse_model_spec, shown_name, synthetic_caveat)
 from app.runs import RunRegistry
 from app.engine import Engine
-from app.settings import MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt
+from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
+                          preset_tree)
 from app.summary import comparison_json
 from app.view import RunView, final_status
 from app import zerogpu
@@ -102,11 +103,13 @@ class Backend:
     def preset_tree(self, name: str) -> dict:
         """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""
         try:
-            t = self.engine.presets()[name].tree
-            return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k),
-                    "total_tokens": int(t.total_tokens), "min_prob": float(t.min_prob)}
+            t = preset_tree(self.engine.presets(), name)
         except Exception:
             return {}
+        if t is None:
+            return {}
+        return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k),
+                "total_tokens": int(t.total_tokens), "min_prob": float(t.min_prob)}
 
     def _cuda(self) -> bool:
         try:
@@ -421,7 +424,7 @@ class Backend:
         """
         s = request.settings
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
-        dec, vid = build_configs(s, self.limits)
+        dec, vid = build_configs(s, self.limits, self.engine.presets())
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
         cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)

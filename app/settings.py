@@ -253,8 +253,13 @@ class RunRequest:
                    heatmap_mode=HEATMAP_MODES.get(values.get("hm_mode") or "stages", values.get("hm_mode") or "stages"))
 
 
-def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoConfig]:
+def build_configs(s: RunSettings, limits: Limits, presets: Mapping[str, Any] | None = None
+                  ) -> tuple[DecodeConfig, VideoConfig]:
     """Validate settings into (DecodeConfig, VideoConfig).
+
+    Args:
+        s: the Run's settings.  limits: the server's limits.
+        presets: preset name -> Preset, for the preset's own tree (None: the library's presets).
 
     Raises:
         UserError: a setting is missing or out of range (message names it).
@@ -268,7 +273,8 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
             s.method, max_new_tokens=ints["max_new_tokens"], drop_rate=_as_float("drop rate r", s.drop_rate),
             top_p=_as_float("λ", s.top_p), seed=_as_int("seed", s.seed),
             temperature=_as_float("temperature", s.temperature),
-            top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling), tree=_preset_tree(s.preset),
+            top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
+            tree=preset_tree(_library_presets() if presets is None else presets, s.preset),
             shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"], total_tokens=ints["total_tokens"],
             min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
@@ -335,9 +341,15 @@ def _as_float(name: str, v: Any) -> float:
     return f
 
 
-def _preset_tree(preset: str) -> TreeConfig | None:
-    """The preset's own tree (None for an unknown preset); the widgets' values are combined with it by
-    :func:`specvlm.config.tree_with_options`, as the CLI's flags are."""
+def preset_tree(presets: Mapping[str, Any], name: str) -> TreeConfig | None:
+    """The named preset's own draft tree (``Preset.tree``; None for an unknown preset or one without a tree):
+    the one tree getter of the page's widgets and of the Run's DecodeConfig, where the widgets' values are
+    combined with it by :func:`specvlm.config.tree_with_options`, as the CLI's flags are."""
+    tree = getattr(presets.get(name), "tree", None)
+    return tree if isinstance(tree, TreeConfig) else None
+
+
+def _library_presets() -> Mapping[str, Any]:
     from specvlm.models.presets import PRESETS
 
-    return getattr(PRESETS.get(preset), "tree", None)
+    return PRESETS

@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from specvlm.config import DecodeConfig, VideoConfig
+
 LARGE_BYTES = 48 * 10**9
 """Memory of ZeroGPU's default ``large`` size (half an RTX Pro 6000 Blackwell)."""
 XLARGE_BYTES = 96 * 10**9
@@ -94,11 +96,11 @@ def job_estimate(job: Any) -> Any:
     d = model_size(draft) if draft and draft != target else None
     if t is None or (draft and draft != target and d is None):
         return None
-    frames = int(getattr(job.vid, "num_frames", 16) or 16)
+    frames = int(getattr(job.vid, "num_frames", 0) or VideoConfig.num_frames)
     prune = getattr(job.dec, "prune", None)
     kw = {"drop_rate": float(prune.drop_rate)} if prune is not None else {}
     return estimate_pair(t, d, 2, video_tokens=int(round(frames * t.video_tokens_per_frame)),
-                         max_new_tokens=int(getattr(job.dec, "max_new_tokens", 256) or 256), **kw)
+                         max_new_tokens=int(getattr(job.dec, "max_new_tokens", 0) or DecodeConfig.max_new_tokens), **kw)
 
 
 def gpu_size(job: Any) -> str:
@@ -146,8 +148,8 @@ class GpuTime:
 
     def seconds(self, job: Any) -> int:
         """The GPU time ``job`` may need (whole seconds)."""
-        frames = int(getattr(job.vid, "num_frames", 16) or 16)
-        tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
+        frames = int(getattr(job.vid, "num_frames", 0) or VideoConfig.num_frames)
+        tokens = int(getattr(job.dec, "max_new_tokens", 0) or DecodeConfig.max_new_tokens)
         raw = self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
         return int(min(self.max_s, max(self.min_s, math.ceil(raw))))
 

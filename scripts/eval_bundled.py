@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 from specvlm import assets  # noqa: E402
+from specvlm.analysis.metrics import speedup  # noqa: E402
 from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
@@ -406,7 +407,8 @@ def summarise(records: list[dict], args) -> dict:
             if not key.endswith("@text"):  # a copy of <pair>/specvlm on the text clips
                 mism[key] = sum(not r["identical"][key] for r in has)
                 nruns[key] = len(has)
-            speed[key] = _ratio(sum(r["vanilla_decode_s"] for r in has), sum(r["decode_s"][key] for r in has))
+            # pooled over the clips: total vanilla decode time / total method decode time
+            speed[key] = speedup(sum(r["vanilla_decode_s"] for r in has), sum(r["decode_s"][key] for r in has))
         text_recs = [r for r in recs if "text_tokens" in r]
         text_stats = None
         if text_recs:

@@ -341,7 +341,7 @@ def tree_with_options(base: TreeConfig | None = None, *, shape: str | None = Non
     return base if tree == plain else tree
 
 
-def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, stop_at_eos: bool = True,
+def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None = None, stop_at_eos: bool = True,
                          drop_rate: float = PruneConfig.drop_rate, top_p: float = PruneConfig.top_p,
                          seed: int = SamplingConfig.seed, temperature: float = SamplingConfig.temperature,
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
@@ -352,7 +352,8 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
 
     Args:
         method: ``vanilla`` or a pruning method.
-        max_new_tokens, stop_at_eos: the budget (tokens) and whether EOS ends the generation.
+        max_new_tokens, stop_at_eos: the budget (tokens; None = ``DecodeConfig.max_new_tokens``) and whether
+            EOS ends the generation.
         drop_rate, top_p: r and λ of the pruning.
         seed: the request's seed, for sampling and for ``random`` pruning alike.
         temperature, top_p_sampling: sampling (temperature 0 = greedy).
@@ -364,7 +365,8 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
     """
     return DecodeConfig(
-        method=method, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
+        method=method, max_new_tokens=DecodeConfig.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        stop_at_eos=stop_at_eos,
         prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed),
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),

@@ -78,7 +78,7 @@ def test_json_round_trip_and_older_files():
 
 def test_run_json_has_the_numbers():
     out = RunRecord.from_events(_events(True, [1, 2, 3, 4, 5], TEXT), DecodeConfig()).run_json()
-    assert (out["tokens"], out["tau"], out["accept_lengths"], out["kept_tokens"], out["forced_tokens"]) == (
+    assert (out["tokens"], out["tau"], out["accept_lengths"], out["num_kept"], out["num_forced"]) == (
         5, 1.0, [1, 1], 3, 1)
     assert out["stage1"] == [0] and out["tokens_per_target_forward"] == 2.0 and out["method"] == "specvlm"
 

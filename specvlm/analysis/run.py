@@ -220,26 +220,23 @@ class RunRecord:
 
     # ---- JSON ----------------------------------------------------------------------------------
     def run_json(self) -> dict[str, Any]:
-        """The run's numbers as plain JSON data: text, token ids, tokens, decode_s, tokens_per_s,
-        tokens_per_target_forward, τ and accept lengths, prefill / prune / draft-prefill seconds, video,
-        kept and forced tokens, subtitle tokens seen by each model, the pruning stages."""
+        """The run's numbers as plain JSON data (the one per-run schema of the CLI and the app): text,
+        token_ids, method, tokens, num_prompt_tokens, num_video_tokens, num_kept (None without pruning),
+        num_forced, target/draft_subtitle_tokens, tau, tokens_per_target_forward, accept_lengths, decode_s,
+        tokens_per_s, prefill_s, prune_s, draft_prefill_s, draft_s, verify_s (seconds), stage1, stage2."""
         m, p = self.summary, self.prefill
         pr = p.prune if p is not None else None
+        pick = lambda name: None if p is None else getattr(p, name)  # noqa: E731
         return {
-            "text": self.text, "token_ids": [int(t) for t in self.token_ids], "tokens": self.num_generated,
-            "method": self.settings.get("method"), "decode_s": round(m.decode_s, 4),
-            "tokens_per_s": round(m.tokens_per_s, 3),
-            "tokens_per_target_forward": round(m.tokens_per_target_forward, 4),
-            "tau": round(m.tau, 4) if m.accept_lengths else None, "accept_lengths": list(m.accept_lengths),
-            "draft_s": round(m.draft_s, 4), "verify_s": round(m.verify_s, 4),
-            "prefill_s": None if p is None else round(p.prefill_s, 4),
-            "prune_s": None if p is None else round(p.prune_s, 4),
-            "draft_prefill_s": None if p is None else round(p.draft_prefill_s, 4),
-            "num_prompt_tokens": None if p is None else p.num_prompt_tokens,
-            "video_tokens": None if p is None else p.num_video_tokens,
-            "kept_tokens": self.num_kept, "forced_tokens": self.num_forced,
-            "target_subtitle_tokens": None if p is None else p.target_subtitle_tokens,
-            "draft_subtitle_tokens": None if p is None else p.draft_subtitle_tokens,
+            "text": self.text, "token_ids": [int(t) for t in self.token_ids], "method": self.settings.get("method"),
+            "tokens": self.num_generated, "num_prompt_tokens": pick("num_prompt_tokens"),
+            "num_video_tokens": pick("num_video_tokens"), "num_kept": self.num_kept, "num_forced": self.num_forced,
+            "target_subtitle_tokens": pick("target_subtitle_tokens"),
+            "draft_subtitle_tokens": pick("draft_subtitle_tokens"),
+            "tau": m.tau, "tokens_per_target_forward": m.tokens_per_target_forward,
+            "accept_lengths": list(m.accept_lengths), "decode_s": m.decode_s, "tokens_per_s": m.tokens_per_s,
+            "prefill_s": pick("prefill_s"), "prune_s": pick("prune_s"), "draft_prefill_s": pick("draft_prefill_s"),
+            "draft_s": m.draft_s, "verify_s": m.verify_s,
             "stage1": _ints(pr.stage1 if pr is not None else None),
             "stage2": _ints(pr.stage2 if pr is not None else None),
         }

@@ -42,7 +42,7 @@ from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_r
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.bench.memory import rss_mb
-from specvlm.analysis.metrics import compare_outputs
+from specvlm.analysis.metrics import compare_outputs, median_speedup, speedup
 
 def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -82,9 +82,18 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
     rows = [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
     if again:
         rows[settings.methods.index("vanilla")]["vanilla_aa"] = [
-            a["decode_tokens_per_s"] / b["decode_tokens_per_s"] for a, b in zip(again, runs["vanilla"])
-            if a["status"] == b["status"] == "ok" and a["decode_tokens_per_s"] and b["decode_tokens_per_s"]]
+            s for s in (run_speedup(b, a) for a, b in zip(again, runs["vanilla"]) if a["status"] == b["status"] == "ok")
+            if s is not None]
     return rows
+
+
+def run_speedup(vanilla: dict, method: dict) -> float | None:
+    """The decode speedup of one round's method run over its vanilla run
+    (:func:`specvlm.analysis.metrics.speedup` of their decode times and token counts)."""
+    if not (vanilla.get("decode_s") and method.get("decode_s")):
+        return None
+    return speedup(vanilla["decode_s"], method["decode_s"], vanilla_tokens=vanilla["num_generated"],
+                   method_tokens=method["num_generated"])
 
 
 def _median(vals: Sequence[Any]) -> float | None:
@@ -151,10 +160,9 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
                error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
     pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
     rec.update(identity(pairs, pair.target.get_input_embeddings().weight.dtype))
-    ratios = [r["decode_tokens_per_s"] / v["decode_tokens_per_s"] for r, v in pairs
-              if r["decode_tokens_per_s"] and v["decode_tokens_per_s"]]
+    ratios = [s for s in (run_speedup(v, r) for r, v in pairs) if s is not None]
     if ratios:
-        rec.update(speedup=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
+        rec.update(speedup=median_speedup(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
                    speedups=ratios)
     rec["threads_per_round"] = [r.get("torch_threads") for r in runs]
     v_step = _median([v["verify_ms_per_step"] for v in vanilla if v["status"] == "ok"])

@@ -44,7 +44,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     frames = g.add_mutually_exclusive_group()
     frames.add_argument("--num-frames", type=int, default=None,
                         help="frames sampled uniformly (default: the model preset's: 32 for the bundled pair, 128 "
-                             "for Qwen2.5-VL, 64 for LLaVA-OneVision; 16 for other --model)")
+                             f"for Qwen2.5-VL, 64 for LLaVA-OneVision; {VideoConfig.num_frames} for other --model)")
     frames.add_argument("--fps", type=float, default=None, help="sample at this rate (frames/s) instead of a count")
     g.add_argument("--drop-rate", type=float, default=d.prune.drop_rate, help="r: share of video tokens the "
                    "draft does not see (default %(default)s)")
@@ -68,7 +68,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         "(static trees ignore it). Greedy output stays identical; sampling keeps the same "
                         "distribution, but a seed's text may change")
     g.add_argument("--max-new-tokens", type=int, default=None,
-                   help="generation budget in tokens (default: 128 for the bundled pair, else 256)")
+                   help="generation budget in tokens (default: 128 for the bundled pair, else "
+                        f"{DecodeConfig.max_new_tokens})")
     g.add_argument("--no-eos", action="store_true", help="ignore EOS and generate exactly --max-new-tokens")
     g.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature; 0 = greedy (default). Speculative sampling keeps the target "
@@ -131,18 +132,22 @@ def load_from_args(args: argparse.Namespace):
 def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
     """DecodeConfig from the arguments and the preset's tree and budget
     (:func:`specvlm.config.config_from_settings`, the app's path too; raises ConfigError on bad values)."""
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
+    from specvlm.models.presets import preset_defaults
+
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else preset_defaults(preset).max_new_tokens
     lam = getattr(args, "stage1_mass", None)
     return config_from_settings(
         method, max_new_tokens=max_new, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
         top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
-        top_p_sampling=args.top_p_sampling, tree=getattr(preset, "tree", None), shape=args.tree, depth=args.depth,
+        top_p_sampling=args.top_p_sampling, tree=preset_defaults(preset).tree, shape=args.tree, depth=args.depth,
         top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob)
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
     """VideoConfig from the arguments (``pair`` None: validation only, before any model is loaded)."""
-    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
+    from specvlm.models.presets import preset_defaults
+
+    n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
     even = pair is not None and pair.frames_per_token == 2
     return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=even)
 

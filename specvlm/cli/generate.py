@@ -9,6 +9,7 @@ from typing import Any
 
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args, resolve_models, video_config)
+from specvlm.analysis.run import RunRecord, compare_runs
 from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT, DecodeConfig
 from specvlm.text.prompting import SUBTITLE_MODES, no_transcript_note
 
@@ -35,46 +36,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return g
 
 
-def result_json(res) -> dict:
-    """The JSON object printed by ``generate --json``."""
-    pr = res.prefill.prune
-    return {
-        "text": res.text, "token_ids": res.token_ids, "method": res.method,
-        "num_video_tokens": res.num_video_tokens, "num_kept": res.num_kept,
-        "num_prompt_tokens": res.prefill.num_prompt_tokens,
-        "target_subtitle_tokens": res.prefill.target_subtitle_tokens,
-        "draft_subtitle_tokens": res.prefill.draft_subtitle_tokens,
-        "tau": res.tau, "tokens_per_target_forward": res.tokens_per_target_forward,
-        "decode_s": res.decode_s, "total_s": res.total_s, "tokens_per_s": res.tokens_per_s,
-        "prefill_s": res.prefill.prefill_s, "draft_s": res.draft_s, "verify_s": res.verify_s,
-        "accept_lengths": res.accept_lengths,
-        "stage1": pr.stage1.tolist() if pr is not None else [],
-        "stage2": pr.stage2.tolist() if pr is not None else [],
-    }
+def result_json(res, cfg: DecodeConfig | None = None) -> dict:
+    """The JSON object of one run printed by ``generate --json``: the run record's numbers
+    (:meth:`specvlm.analysis.run.RunRecord.run_json`) and the stream's end-to-end ``total_s``.
+
+    Args:
+        res: the DecodeResult.
+        cfg: its DecodeConfig (the record's settings; None = only the method).
+    """
+    rec = RunRecord.from_events([res.prefill, *res.steps], cfg or {"method": res.method})
+    return rec.run_json() | {"total_s": res.total_s}
 
 
 def compare_json(van, res, cfg, dtype) -> dict:
-    """The ``--compare`` fields: identity, the first divergence and its kind, and the decode speedup.
+    """The ``--compare`` fields, the one comparison schema
+    (:meth:`specvlm.analysis.run.Comparison.to_json`): identical, divergence (index, kind, margin,
+    threshold, dtype; kind and margin None when sampling) and the decode speedup.
 
     Args:
-        van: the vanilla DecodeResult (its ``margins``: the target's top-1 minus top-2 logit margin
-            per generated token).
+        van: the vanilla DecodeResult (its steps carry the target's top-1 minus top-2 logit margins).
         res: the speculative DecodeResult of the same request.
         cfg: the speculative run's DecodeConfig (sampling runs are equal only in distribution, so
             their divergence is not classified).
         dtype: the target's dtype (sets the near-tie threshold).
-
-    Returns:
-        {identical, first_divergence (token index or None), divergence_margin (logit units or None),
-        divergence_kind (``identical`` / ``near-tie`` / ``mismatch``; None when sampling), speedup}.
     """
-    from specvlm.analysis.metrics import compare_outputs
-
-    div = compare_outputs(van.token_ids, res.token_ids, van.margins, dtype)
-    greedy = cfg.sampling.temperature == 0
-    return {"identical": div.identical, "first_divergence": div.index,
-            "divergence_margin": div.margin if greedy else None, "divergence_kind": div.kind if greedy else None,
-            "speedup": van.decode_s / res.decode_s if res.decode_s > 0 else None}
+    records = [RunRecord.from_events([r.prefill, *r.steps]) for r in (van, res)]
+    return compare_runs(*records, dtype, greedy=cfg.sampling.greedy).to_json()
 
 
 def subtitle_args(args: argparse.Namespace) -> dict:
@@ -140,7 +127,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"note: {note}", file=sys.stderr)
     inputs = prepare(pair, clip, args.prompt, **extra)
     res = generate(pair, inputs, cfg)
-    out = result_json(res)
+    out = result_json(res, cfg)
     notes = list(clip.notes)
     missed = no_transcript_note(extra.get("subtitles"), clip.timestamps) \
         if extra.get("subtitle_mode", "none") != "none" else None
@@ -156,7 +143,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out["notes"] = notes
     if args.compare and cfg.speculative:
         van = generate(pair, inputs, decode_config(args, "vanilla", preset))
-        out["vanilla"] = result_json(van)
+        out["vanilla"] = result_json(van, decode_config(args, "vanilla", preset))
         out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:
         print(json.dumps(out))
@@ -167,9 +154,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
-        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup {out['speedup']:.2f}x "
+        div, speed = out["divergence"], out["speedup"]
+        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
+              f"{'n/a' if speed is None else f'{speed:.2f}x'} "
               f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}"
-              + (f" ({out['divergence_kind']} at token {out['first_divergence']}, target margin "
-                 f"{out['divergence_margin']:.3g})" if out["divergence_margin"] is not None else ""),
+              + (f" ({div['kind']} at token {div['index']}, target margin {div['margin']:.3g})"
+                 if div is not None and div["margin"] is not None else ""),
               file=sys.stderr)
     return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from specvlm import assets
-from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig
+from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, DecodeConfig, TreeConfig, VideoConfig
 
 BUNDLED_TARGET = assets.path("model", "target")
 BUNDLED_DRAFT = assets.path("model", "draft")
@@ -49,9 +49,9 @@ class Preset:
     target: str
     draft: str | None
     description: str
-    num_frames: int = 16
+    num_frames: int = VideoConfig.num_frames
     requires_cuda: bool = True
-    max_new_tokens: int = 256
+    max_new_tokens: int = DecodeConfig.max_new_tokens
     tree: TreeConfig = field(default_factory=TreeConfig)
 
     def __post_init__(self) -> None:
@@ -138,6 +138,13 @@ def default_preset_name() -> str:
     return SMOLVLM2_CPU if hub_reachable() else BUNDLED_STD
 
 
+def preset_defaults(preset: Preset | None) -> Preset:
+    """What a run uses where a person set nothing: the preset itself, or for a model without a preset
+    (None) the library's defaults (``VideoConfig.num_frames``, ``DecodeConfig.max_new_tokens``,
+    ``TreeConfig()``) under an empty name. The one mapping of the CLI and the app."""
+    return preset if preset is not None else Preset("", "", None, "")
+
+
 def default_preset() -> Preset:
     """The :func:`default_preset_name` preset."""
     return PRESETS[default_preset_name()]
@@ -168,7 +175,7 @@ class PaperSetting:
     max_pixels: int = 448 * 448
     drop_rate: float = 0.9
     top_p: float = 0.4
-    max_new_tokens: int = 256
+    max_new_tokens: int = DecodeConfig.max_new_tokens
     dataset: str = "videodetailcaption"
     description: str = ""
 
