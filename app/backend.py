@@ -30,7 +30,7 @@ from app.extras import cues_text, request_extras
 from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
                                parse_model_spec, shown_name, synthetic_caveat)
 from app.runs import RunRegistry
-from app.engine import Engine
+from app.engine import Facade, SpecvlmFacade
 from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                           preset_tree)
 from app.summary import comparison_json
@@ -48,7 +48,8 @@ class Backend:
     """Loads and caches model pairs, checks and runs comparisons, yields UI updates.
 
     Args:
-        engine: the ``specvlm`` facade (default :class:`app.engine.Engine`); tests pass a fake.
+        engine: the ``specvlm`` facade (:class:`app.engine.Facade`; default :class:`app.engine.SpecvlmFacade`);
+            tests pass a fake.
         device: device for models (None: the engine picks, CUDA if available).
         dtype: model dtype name (None: the engine picks).
         devices: one entry per device that serves Runs at once, each with its own pair
@@ -59,12 +60,12 @@ class Backend:
         limits: per-request limits (default :meth:`Limits.from_env`).
     """
 
-    def __init__(self, engine: Any | None = None, *, device: str | None = None, dtype: str | None = None,
+    def __init__(self, engine: Facade | None = None, *, device: str | None = None, dtype: str | None = None,
                  devices: list[str | None] | None = None, max_cached_pairs: int = 1,
                  update_interval_s: float = 0.15, plot_interval_s: float = 1.0,
                  limits: Limits | None = None) -> None:
         self.limits = limits or Limits.from_env()
-        self.engine = engine or Engine(video_timeout_s=self.limits.video_timeout_s)
+        self.engine: Facade = engine or SpecvlmFacade(video_timeout_s=self.limits.video_timeout_s)
         self.device = device
         self.dtype = dtype
         self.pool = DevicePool(devices or [device])

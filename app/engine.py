@@ -1,20 +1,53 @@
-"""The app's thin facade over ``specvlm`` (presets, loading, video, subtitles, the event stream).
+"""The app's one way to the library: the typed protocol :class:`Facade` (presets, loading, video,
+subtitles, prepare once, the event stream, the run record) and its implementation over ``specvlm``,
+:class:`SpecvlmFacade`.
 
-Tests swap it for a fake with the same methods. Nothing heavy is imported until a method runs.
+Tests swap the implementation for fakes; each implements :class:`Facade` (a test checks every fake's
+methods against it). Nothing heavy is imported until a method runs.
 
-Source: docs/design.md §2 (data flow), §3 (layout).
+Source: docs/design.md §2 (data flow: prepare once, stream many), §3 (layout).
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from app.settings import Limits
+from specvlm.analysis.run import RunRecord
+from specvlm.types import PrefillInfo, StepEvent
 
 
-class Engine:
-    """Lazy facade over ``specvlm``.
+@runtime_checkable
+class Facade(Protocol):
+    """What the app asks of the library. A Run prepares its inputs once (:meth:`prepare`) and streams
+    each decode from them (:meth:`stream`); the run record (:meth:`make_record`) and its explanation
+    (:meth:`explain`) reuse the same inputs; an engine that keeps no record returns None from
+    :meth:`make_record`."""
+
+    def presets(self) -> dict[str, Any]: ...
+    def default_preset(self) -> str: ...
+    def cuda_available(self) -> bool: ...
+    def load_pair(self, target: str, draft: str | None, device: str | None, dtype: str | None) -> Any: ...
+    def hub_reachable(self) -> bool: ...
+    def model_available(self, model: str) -> bool: ...
+    def probe_video(self, path: str) -> Any: ...
+    def load_video(self, path: str, config: Any, should_stop: Callable[[], bool] | None = None) -> Any: ...
+    def load_srt(self, path: str) -> list[Any]: ...
+    def prepare(self, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
+                subtitle_mode: str = "both", truth: dict[str, Any] | None = None) -> Any: ...
+    def stream(self, pair: Any, inputs: Any, config: Any,
+               should_stop: Callable[[], bool]) -> Iterator[PrefillInfo | StepEvent]: ...
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any,
+                    clip: Any) -> RunRecord | None: ...
+    def explain(self, record: RunRecord, pair: Any, inputs: Any, *, cues: Sequence[Any] = (),
+                subtitle_mode: str = "both", should_stop: Callable[[], bool] | None = None) -> RunRecord: ...
+    def is_oom(self, exc: BaseException) -> bool: ...
+    def free_memory(self) -> None: ...
+
+
+class SpecvlmFacade:
+    """:class:`Facade` over ``specvlm``, importing each part lazily.
 
     Args:
         video_timeout_s: time limit for probing / decoding one video (seconds).
@@ -82,71 +115,61 @@ class Engine:
         from specvlm.text.subtitles import load_srt
         return load_srt(path)
 
-    def stream(self, pair: Any, clip: Any, prompt: str, config: Any, should_stop: Callable[[], bool], *,
-               subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both",
-               truth: dict[str, Any] | None = None) -> Iterator[Any]:
-        """The engine's event stream: one PrefillInfo, then StepEvents (speculative runs record their
-        draft trees for the Inspect tab).
+    def prepare(self, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
+                subtitle_mode: str = "both", truth: dict[str, Any] | None = None) -> Any:
+        """The Run's ModelInputs, once for all its decodes (:func:`specvlm.engine.prepare.prepare`).
 
         Args:
             subtitles: cues put in the prompt as a transcript; ``subtitle_mode`` says who sees it
                 (the vanilla run sees it exactly when the target does).
-            truth: a generated clip's ground truth (``SceneTruth.to_dict()``); a speculative run then
-                forces the draft to keep the video tokens covering its burned-in text.
+            truth: a generated clip's ground truth (``SceneTruth.to_dict()``); the draft is then forced to
+                keep the video tokens covering its burned-in text (``force_keep``; vanilla decoding
+                prunes nothing, so it is unaffected).
         """
-        from specvlm.engine.prepare import prepare
-        from specvlm.engine.stream import stream
-        if truth is not None and config.method != "vanilla":
-            inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
-        else:
-            inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
-        return stream(pair, inputs, config, should_stop=should_stop, record_trees=config.method != "vanilla")
-
-    def prepare_forced(self, pair: Any, clip: Any, prompt: str, truth: dict[str, Any],
-                       subtitles: Sequence[Any] | None = None, subtitle_mode: str = "both") -> Any:
-        """ModelInputs (as ``stream`` prepares them) whose ``force_keep`` holds the video tokens
-        covering the truth's burned-in text (empty when it has none or it is not in the sampled frames)."""
         import torch
 
-        from specvlm.engine.prepare import prepare
         from specvlm.analysis.text_aware import text_tokens_from_truth
+        from specvlm.engine.prepare import prepare
         inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
+        if truth is None:
+            return inputs
         with torch.inference_mode():
             tokens = text_tokens_from_truth(truth, clip.timestamps, inputs.token_grid, inputs.frames_per_token)
         if tokens.numel() == 0:
             return inputs
         return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
-    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
-        """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab);
-        :meth:`explain` adds why its lowest-acceptance steps failed."""
+    def stream(self, pair: Any, inputs: Any, config: Any,
+               should_stop: Callable[[], bool]) -> Iterator[PrefillInfo | StepEvent]:
+        """The engine's event stream over prepared inputs: one PrefillInfo, then StepEvents (speculative
+        runs record their draft trees for the Inspect tab)."""
+        from specvlm.engine.stream import stream
+        return stream(pair, inputs, config, should_stop=should_stop, record_trees=config.method != "vanilla")
+
+    def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> RunRecord:
+        """The :class:`specvlm.analysis.run.RunRecord` of a finished speculative run with token texts and
+        thumbnails (for the Inspect tab); :meth:`explain` adds why its lowest-acceptance steps failed."""
         from specvlm.analysis.records import record_from_events
         return record_from_events(events, config, prompt=prompt, tokenizer=pair.processor.tokenizer, clip=clip)
 
-    def explain(self, record: Any, pair: Any, clip: Any, prompt: str, *, subtitles: Sequence[Any] = (),
-                subtitle_mode: str = "both", truth: dict[str, Any] | None = None,
-                should_stop: Callable[[], bool] | None = None) -> Any:
+    def explain(self, record: RunRecord, pair: Any, inputs: Any, *, cues: Sequence[Any] = (),
+                subtitle_mode: str = "both", should_stop: Callable[[], bool] | None = None) -> RunRecord:
         """Add to a speculative run's record why its lowest-acceptance steps failed: the target's video
         attention where the draft diverged and the withheld subtitle cue holding the step's word
         (:func:`specvlm.analysis.why.explain_rejections`, one extra target forward over the whole prompt,
-        about as long as a prefill). Returns the record.
+        about as long as a prefill), from the inputs the run decoded. Returns the record.
 
         Raises:
             specvlm.types.Stopped: ``should_stop()`` returned True (polled before every layer).
         """
         import torch
 
-        from specvlm.engine.prepare import prepare
         from specvlm.analysis.why import explain_rejections
         from specvlm.engine.stopping import stop_between_layers
-        if record.prefill.prune is None:
+        if record.prefill is None or record.prefill.prune is None:
             return record
-        if truth is not None:
-            inputs = self.prepare_forced(pair, clip, prompt, truth, subtitles, subtitle_mode)
-        else:
-            inputs = prepare(pair, clip, prompt, subtitles=list(subtitles or []), subtitle_mode=subtitle_mode)
         with torch.inference_mode(), stop_between_layers(should_stop):
-            whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(subtitles or []),
+            whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(cues),
                                       draft_saw_subtitles=subtitle_mode != "target",
                                       tokenizer=pair.processor.tokenizer)
         record.why = [dataclasses.asdict(w) for w in whys]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from app.worker import Outcome
+from specvlm.analysis.run import Comparison, run_speedup
 
 if TYPE_CHECKING:
-    from app.view import RunProgress, RunView
+    from app.view import RunPanel, RunView
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Speed:
     """The decode speedup a summary reports.
 
     Attributes:
-        speedup: tokens/s of the speculative run over the vanilla run's; the median over the
+        speedup: the decode speedup (:func:`specvlm.analysis.metrics.speedup`); the median over the
             interleaved pairs when there are several (None until both runs finished).
         runs: each pair's speedup (the first pair's first).
         note: :func:`app.timing.speed_note` ("" when nothing says the figure is noisy).
@@ -32,40 +32,42 @@ class Speed:
     note: str
 
 
-def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Outcome | None = None,
+def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Comparison | None = None,
                speed: Speed | None = None) -> str:
     """The comparison summary (Markdown): speedup, τ, tokens/forward, prefill, kept tokens,
     identical or first divergence, and a timing caveat when the speedup is noisy.
 
     Args:
-        van: the vanilla run.  spec: the speculative run.  dec: the DecodeConfig.
-        outcome: the worker's comparison of the two outputs (None: not compared).
-        speed: the speedup over interleaved pairs and its caveat (None: this pair's tokens/s ratio).
+        van: the vanilla panel.  spec: the speculative panel.  dec: the DecodeConfig.
+        comparison: the library's comparison of the two finished runs (None: not compared).
+        speed: the speedup over interleaved pairs and its caveat (None: this pair's speedup so far).
     """
-    if not van.counts and not spec.counts:
+    v, s = van.record, spec.record
+    if not v.steps and not s.steps:
         return ""
+    vm, sm = v.summary, s.summary
     rows = ["| | Vanilla | " + spec.name + " |", "|---|---|---|",
-            f"| decode time | {van.elapsed:.2f} s | {spec.elapsed:.2f} s |",
-            f"| tokens | {last(van.counts)} | {last(spec.counts)} |",
-            f"| tokens/s | {van.tokens_per_s:.1f} | {spec.tokens_per_s:.1f} |",
-            f"| prefill | {_prefill(van)} | {_prefill(spec)} |"]
+            f"| decode time | {vm.decode_s:.2f} s | {sm.decode_s:.2f} s |",
+            f"| tokens | {v.num_generated} | {s.num_generated} |",
+            f"| tokens/s | {vm.tokens_per_s:.1f} | {sm.tokens_per_s:.1f} |",
+            f"| prefill | {_prefill(v)} | {_prefill(s)} |"]
     facts = []
+    so_far = run_speedup(v, s)
     if speed is not None and speed.speedup is not None and len(speed.runs) > 1:
         spread = f"{min(speed.runs):.2f}-{max(speed.runs):.2f}x"
         facts.append(f"**Decode speedup {speed.speedup:.2f}x** (median of {len(speed.runs)} interleaved pairs of "
                      f"runs, {spread})")
-    elif van.tokens_per_s > 0 and spec.tokens_per_s > 0:
-        so_far = "" if van.done and spec.done else " so far, before a run finished"
-        facts.append(f"**Decode speedup {spec.tokens_per_s / van.tokens_per_s:.2f}x** (tokens/s ratio{so_far})")
-    if spec.accept:
-        facts.append(f"τ = **{spec.tau:.2f}**")
-        facts.append(f"**{spec.tokens_per_forward:.2f}** tokens / target forward")
-    p = spec.prefill
-    if p is not None and p.num_kept is not None:
-        r = 1 - p.num_kept / max(1, p.num_video_tokens)
-        facts.append(f"video tokens **{p.num_video_tokens} → {p.num_kept}** kept (dropped {r:.0%})")
-        if p.num_forced:
-            facts.append(f"kept **{p.num_forced}** on-screen-text token{'s' if p.num_forced != 1 else ''} (forced)")
+    elif so_far is not None:
+        when = "" if van.done and spec.done else " so far, before a run finished"
+        facts.append(f"**Decode speedup {so_far:.2f}x** (tokens/s ratio{when})")
+    if sm.accept_lengths:
+        facts.append(f"τ = **{sm.tau:.2f}**")
+        facts.append(f"**{sm.tokens_per_target_forward:.2f}** tokens / target forward")
+    if s.prefill is not None and s.num_kept is not None:
+        r = 1 - s.num_kept / max(1, s.num_video_tokens)
+        facts.append(f"video tokens **{s.num_video_tokens} → {s.num_kept}** kept (dropped {r:.0%})")
+        if s.num_forced:
+            facts.append(f"kept **{s.num_forced}** on-screen-text token{'s' if s.num_forced != 1 else ''} (forced)")
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
     if speed is not None and speed.note:
         lines += [f"*{speed.note}*", ""]
@@ -76,41 +78,38 @@ def summary_md(van: RunProgress, spec: RunProgress, dec: Any = None, outcome: Ou
                      "rejection sampling), but with different random draws, so token-by-token identity is not "
                      "expected.")
     else:
-        lines.append(_identity(van, spec, outcome))
+        lines.append(_identity(van, spec, comparison))
     return "\n".join(lines)
 
 
-def _identity(van: RunProgress, spec: RunProgress, outcome: Outcome | None) -> str:
-    if not (van.done and spec.done) or outcome is None:
+def _identity(van: RunPanel, spec: RunPanel, c: Comparison | None) -> str:
+    if not (van.done and spec.done) or c is None:
         return "Outputs not compared: a run did not finish."
-    if outcome.index is None:
-        return f"**Outputs identical** ✓ ({outcome.num_tokens} tokens): speculative decoding was lossless."
-    head = (f"**Outputs differ from token {outcome.index}** (vanilla …{outcome.vanilla_context!r} vs speculative "
-            f"…{outcome.spec_context!r})")
-    if outcome.margin is None:
+    d = c.divergence
+    if d.identical:
+        return (f"**Outputs identical** ✓ ({len(van.record.token_ids)} tokens): speculative decoding was "
+                "lossless.")
+    head = (f"**Outputs differ from token {d.index}** (vanilla …{c.vanilla_context!r} vs speculative "
+            f"…{c.spec_context!r})")
+    if d.margin is None:
         return (f"{head}: a **mismatch** (vanilla recorded no logit margin there). Low-precision (bf16/fp16) "
                 "verification can flip near-ties; fp32 should match exactly.")
-    margin = f"the target's top-1 minus top-2 logit margin there is {outcome.margin:.3g}"
-    if outcome.kind == "near-tie":
-        return (f"{head}: a **near-tie** ({margin}, below {outcome.threshold:g} for {outcome.dtype}): batched "
+    margin = f"the target's top-1 minus top-2 logit margin there is {d.margin:.3g}"
+    if d.kind == "near-tie":
+        return (f"{head}: a **near-tie** ({margin}, below {d.threshold:g} for {c.dtype}): batched "
                 "verification rounds differently and may flip it; lossless up to the dtype's rounding.")
-    return (f"{head}: a **mismatch** ({margin}, not below {outcome.threshold:g} for {outcome.dtype}): not a "
+    return (f"{head}: a **mismatch** ({margin}, not below {d.threshold:g} for {c.dtype}): not a "
             "rounding flip.")
 
 
-def _prefill(st: RunProgress) -> str:
-    p = st.prefill
+def _prefill(rec: Any) -> str:
+    p = rec.prefill
     if p is None:
         return "–"
     s = f"{p.prefill_s:.2f} s"
-    if p.num_kept is not None:
+    if rec.num_kept is not None:
         s += f" (+ prune & draft prefill {p.prune_s + p.draft_prefill_s:.2f} s)"
     return s
-
-
-def last(xs: list[int]) -> int:
-    """The last element (0 for an empty list)."""
-    return xs[-1] if xs else 0
 
 
 def comparison_json(view: RunView | None, error: str | None = None, stopped: bool = False) -> dict[str, Any]:
@@ -123,14 +122,15 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
 
     Returns:
         ``{"status": "done" | "stopped" | "error", "error", "notes", "caveat" (e.g. the bundled model on a
-        real video, else None), "vanilla": {...}, "speculative": {...},
-        "identical", "divergence": {"index", "kind", "margin", "threshold", "dtype"} or None, "speedup" (the
-        median over the interleaved pairs when several ran), "speedup_runs" (each pair's), "speed_note" (why the
-        speedup may be noisy, or None), "other_cpu_cores" (other processes' CPU use during the runs, or None),
-        "tau", "accept_lengths", "video_tokens", "kept_tokens", "forced_tokens"}``; each run holds ``text``,
-        ``token_ids``, ``tokens``, ``decode_s``, ``tokens_per_s`` and ``prefill_s`` (seconds).
+        real video, else None), "vanilla": {...}, "speculative": {...}`` (each the run record's
+        :meth:`~specvlm.analysis.run.RunRecord.run_json` and ``done``), the comparison
+        (:meth:`~specvlm.analysis.run.Comparison.to_json`: ``identical``, ``divergence``, ``speedup``, the
+        median over the interleaved pairs when several ran, ``speedup_runs``; None / [] until both runs
+        finished), ``"speed_note"`` (why the speedup may be noisy, or None), ``"other_cpu_cores"`` (other
+        processes' CPU use during the runs, or None), and the speculative run's ``"tau"``,
+        ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"``, ``"forced_tokens"``}``.
 
-    Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, speedup); docs/design.md §1 (the app).
+    Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, speedup); docs/design.md §1, §3 (the run record).
     """
     status = "error" if error else "stopped" if stopped else "done"
     out: dict[str, Any] = {"status": status, "error": error, "notes": [], "caveat": None, "vanilla": None,
@@ -143,29 +143,17 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     van, spec = view.runs["vanilla"], view.runs["spec"]
     out["notes"] = [n for n in [view.prompt_note, *view.notes] if n]
     out["caveat"] = view.caveat.replace("**", "") or None
-    out["vanilla"], out["speculative"] = _run_json(van), _run_json(spec)
+    out["vanilla"], out["speculative"] = (p.record.run_json() | {"done": p.done} for p in (van, spec))
     out["speculative"]["method"] = getattr(view.dec, "method", None)
-    speed = view.speed()
-    if speed.speedup is not None:
-        out["speedup"] = round(speed.speedup, 4)
-        out["speedup_runs"] = [round(r, 4) for r in speed.runs]
-    out["speed_note"] = speed.note or None
+    c = view.comparison
+    if c is not None and van.done and spec.done:
+        out.update(c.to_json())
+    out["speed_note"] = view.speed().note or None
     out["other_cpu_cores"] = view.load.other_cores if view.load else None
-    out["tau"] = round(spec.tau, 4) if spec.accept else None
-    out["accept_lengths"] = list(spec.accept)
-    p = spec.prefill
-    if p is not None:
-        out["video_tokens"], out["kept_tokens"], out["forced_tokens"] = p.num_video_tokens, p.num_kept, p.num_forced
-    o = view.outcome
-    if o is not None and van.done and spec.done:
-        out["identical"] = o.index is None
-        if o.index is not None:
-            out["divergence"] = {"index": o.index, "kind": o.kind, "margin": o.margin, "threshold": o.threshold,
-                                 "dtype": o.dtype}
+    rec = spec.record
+    out["tau"] = rec.tau if rec.accept_lengths else None
+    out["accept_lengths"] = list(rec.accept_lengths)
+    if rec.prefill is not None:
+        out["video_tokens"], out["kept_tokens"], out["forced_tokens"] = rec.num_video_tokens, rec.num_kept, \
+            rec.num_forced
     return out
-
-
-def _run_json(st: RunProgress) -> dict[str, Any]:
-    return {"text": st.text, "token_ids": [int(t) for t in st.ids], "tokens": last(st.counts),
-            "decode_s": round(st.elapsed, 4), "tokens_per_s": round(st.tokens_per_s, 3),
-            "prefill_s": None if st.prefill is None else round(st.prefill.prefill_s, 4), "done": st.done}

@@ -4,7 +4,8 @@ One short run on a shared CPU says little: a decode of 0.2 s is a handful of ste
 processes that keep the cores busy slow the many small ops of a draft step far more than plain
 decoding (docs/design.md §7). The worker can repeat the vanilla / speculative pair of runs
 (interleaved: vanilla, speculative, vanilla, speculative, ...) and the summary then reports the
-median of the per-pair speedups; it also measures how much CPU other processes used while the
+median of the per-pair speedups (:func:`specvlm.analysis.metrics.speedup` and
+:func:`~specvlm.analysis.metrics.median_speedup`, through the run record's comparison); it also measures how much CPU other processes used while the
 runs decoded (``/proc/stat``, through :mod:`specvlm.engine.cpus`). :func:`speed_note` turns both into
 one sentence for the summary when the speedup should not be trusted as it stands.
 
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from specvlm.analysis.metrics import tokens_per_second
 from specvlm.engine.cpus import cpu_sample, foreign_cores
 
 MIN_DECODE_S = 0.5
@@ -39,21 +38,13 @@ class PairTiming:
     Attributes:
         index: 2 for the second pair, ... (the first pair is the streamed one).
         total: pairs asked for.
-        vanilla_s, spec_s: decode seconds (prefill excluded), per run.
-        vanilla_tokens, spec_tokens: tokens generated, per run.
+        speedup: the pair's decode speedup (:func:`specvlm.analysis.run.run_speedup`; None when a run
+            decoded nothing).
     """
 
     index: int
     total: int
-    vanilla_s: float
-    vanilla_tokens: int
-    spec_s: float
-    spec_tokens: int
-
-    @property
-    def speedup(self) -> float | None:
-        """Speculative over vanilla tokens/s (None when a run produced nothing)."""
-        return speedup(self.vanilla_tokens, self.vanilla_s, self.spec_tokens, self.spec_s)
+    speedup: float | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,19 +52,6 @@ class MachineLoad:
     """Other processes' CPU use while the runs decoded: cores (None when unknown or on a GPU)."""
 
     other_cores: float | None
-
-
-def speedup(van_tokens: int, van_s: float, spec_tokens: int, spec_s: float) -> float | None:
-    """Tokens/s of the speculative run over tokens/s of the vanilla run
-    (:func:`specvlm.analysis.metrics.tokens_per_second`; None if either decoded nothing)."""
-    van, spec = tokens_per_second(van_tokens, van_s), tokens_per_second(spec_tokens, spec_s)
-    return spec / van if van > 0 and spec > 0 else None
-
-
-def median_speedup(speedups: Sequence[float | None]) -> float | None:
-    """The median of the known per-pair speedups (None when none is known)."""
-    known = [s for s in speedups if s is not None]
-    return statistics.median(known) if known else None
 
 
 def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int) -> str:

@@ -1,11 +1,12 @@
-"""The run view, in the main process: folds the worker's plain messages (:mod:`app.worker`) into
-two :class:`RunProgress` and builds the page's updates from them (dicts keyed by
-:data:`OUTPUT_KEYS`): streaming panels, stats, summary, charts, heatmap gallery, status, record.
+"""The run view, in the main process: folds the worker's plain messages (:mod:`app.worker`) into the
+library's run records (:class:`specvlm.analysis.run.RunRecord`, one per panel) and builds the page's
+updates from them (dicts keyed by :data:`OUTPUT_KEYS`): streaming panels, stats, summary, charts, heatmap
+gallery, status, record.
 
 Each update carries only what changed, the last one everything. Charts are redrawn at most every
 ``plot_interval_s`` and at the end (re-drawing plotly figures is the browser's heaviest work).
 
-Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, tokens per forward, speedup); docs/design.md §1.
+Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, tokens per forward, speedup); docs/design.md §1, §3.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from typing import Any
 
 from app import plots
 from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
-from app.summary import Speed, last as _last, summary_md
-from app.timing import MachineLoad, PairTiming, median_speedup, speed_note, speedup
-from app.worker import ClipReady, Failure, Outcome, Phase, Prefill, Record, RunEnd, Step
-from specvlm.analysis import metrics
+from app.summary import Speed, summary_md
+from app.timing import MachineLoad, PairTiming, speed_note
+from app.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
+from specvlm.analysis.metrics import median_speedup
+from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
@@ -35,61 +37,33 @@ PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (v
 
 
 @dataclasses.dataclass
-class RunProgress:
-    """One run as the page shows it (text pieces, timings, steps), folded from worker messages; its tokens/s, τ
-    and tokens per target forward are :mod:`specvlm.analysis.metrics`' definitions."""
+class RunPanel:
+    """One panel of the page: its name, the library's record of the run it shows (every number comes from
+    it) and where the run stands."""
 
     name: str
-    prefill: Prefill | None = None
-    ids: list[int] = dataclasses.field(default_factory=list)
-    pieces: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
-    text: str = ""
-    times: list[float] = dataclasses.field(default_factory=list)
-    counts: list[int] = dataclasses.field(default_factory=list)
-    accept: list[int] = dataclasses.field(default_factory=list)
-    step_texts: list[str] = dataclasses.field(default_factory=list)
-    step_tokens: int = 0  # tokens emitted by verify/decode steps (step >= 1)
-    elapsed: float = 0.0
+    record: RunRecord = dataclasses.field(default_factory=RunRecord)
     done: bool = False
     stopped: bool = False
     error: str | None = None
 
-    def add(self, st: Step) -> None:
-        """Fold one step in."""
-        text = "".join(p for p, _ in st.pieces)
-        self.ids.extend(st.token_ids)
-        self.pieces.extend(st.pieces)
-        self.text += text
-        self.elapsed = st.elapsed_s
-        self.times.append(st.elapsed_s)
-        self.counts.append(st.num_generated)
-        if st.step >= 1:
-            self.accept.append(st.accept_length)
-            self.step_texts.append(text)
-            self.step_tokens += len(st.token_ids)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return metrics.tokens_per_second(self.counts[-1] if self.counts else 0, self.elapsed)
-
-    @property
-    def tau(self) -> float:
-        return metrics.tau(self.accept)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return metrics.tokens_per_target_forward(self.step_tokens, len(self.accept))
+    def add(self, msg: RunEvents) -> None:
+        """Fold a batch of the run's events into the record."""
+        for ev in msg.events:
+            self.record.add(prefill_from_dict(ev) if isinstance(ev, dict) else ev)
+        self.done = self.done or msg.finished
 
     def stats_md(self, speculative: bool) -> str:
         """'0.84 s · 37 tokens · 44.0 tok/s' (+ τ) with a phase marker."""
-        n = self.counts[-1] if self.counts else 0
-        parts = [f"{self.elapsed:.2f} s", f"{n} tokens", f"{self.tokens_per_s:.1f} tok/s"]
-        if speculative and self.accept:
-            parts.append(f"τ {self.tau:.2f}")
-        if self.prefill is not None:
-            parts.append(f"prefill {self.prefill.prefill_s:.2f} s")
+        rec = self.record
+        m = rec.summary
+        parts = [f"{m.decode_s:.2f} s", f"{rec.num_generated} tokens", f"{m.tokens_per_s:.1f} tok/s"]
+        if speculative and m.accept_lengths:
+            parts.append(f"τ {m.tau:.2f}")
+        if rec.prefill is not None:
+            parts.append(f"prefill {rec.prefill.prefill_s:.2f} s")
         state = ("error" if self.error else "stopped" if self.stopped else "done" if self.done
-                 else "decoding" if self.counts else "waiting")
+                 else "decoding" if rec.steps else "waiting")
         return f"**{self.name}** · {state} · " + " · ".join(parts)
 
 
@@ -110,7 +84,7 @@ class RunView:
     def __init__(self, label: str, dec: Any, mode: str = "stages", notes: list[str] | None = None,
                  prompt_note: str = "", forced_requested: bool = False,
                  plot_interval_s: float = PLOT_INTERVAL_S, caveat: str = "") -> None:
-        self.runs = {"vanilla": RunProgress("Vanilla"), "spec": RunProgress(label)}
+        self.runs = {"vanilla": RunPanel("Vanilla"), "spec": RunPanel(label)}
         self.dec, self.mode = dec, mode
         self.notes = [n for n in (notes or []) if n]
         self.prompt_note = prompt_note
@@ -119,7 +93,7 @@ class RunView:
         self.caveat = caveat
         self.started = False  # the video is decoded and both panels exist
         self.heatmaps: dict | None = None
-        self.outcome: Outcome | None = None
+        self.comparison: Comparison | None = None
         self.record: Any = None
         self.failure: str | None = None
         self.pairs: list[PairTiming] = []
@@ -140,23 +114,17 @@ class RunView:
             elif isinstance(msg, ClipReady):
                 self._clip(msg)
                 upd.update(self.full(), status=f"Prefill (vanilla)… {msg.num_frames} frames. {self.notes_text()}")
-            elif isinstance(msg, Prefill):
-                self.runs[msg.run].prefill = msg
-                if msg.heatmaps is not None:
-                    self.heatmaps = msg.heatmaps
-                    upd["heatmaps"] = msg.heatmaps
-                    upd["gallery"], upd["heatmap_legend"] = pick_heatmaps(msg.heatmaps, self.mode)
-                changed.append(msg.run)
-            elif isinstance(msg, Step):
+            elif isinstance(msg, Heatmaps):
+                self.heatmaps = msg.data
+                upd["heatmaps"] = msg.data
+                upd["gallery"], upd["heatmap_legend"] = pick_heatmaps(msg.data, self.mode)
+            elif isinstance(msg, RunEvents):
                 self.runs[msg.run].add(msg)
                 changed.append(msg.run)
-            elif isinstance(msg, RunEnd):
-                self.runs[msg.run].done = True
-                changed.append(msg.run)
-            elif isinstance(msg, Outcome):
-                self.outcome = msg
+            elif isinstance(msg, Comparison):
+                self.comparison = msg
             elif isinstance(msg, Record):
-                self.record = _record(msg.data)
+                self.record = RunRecord.from_json(msg.data)
             elif isinstance(msg, PairTiming):
                 self.pairs.append(msg)
                 upd["status"] = f"Timing runs: pair {msg.index} of {msg.total} done…"
@@ -206,13 +174,13 @@ class RunView:
             self._seen.append(name)
         upd: dict[str, Any] = {}
         if spec:
-            upd["spec_html"] = plots.tokens_html(st.pieces, legend=False, placeholder="prefill…")
+            upd["spec_html"] = plots.tokens_html(st.record.pieces(), legend=False, placeholder="prefill…")
             upd["spec_stats"] = st.stats_md(True)
         else:
-            upd["vanilla_html"] = plots.plain_text_html(st.text, placeholder="prefill…")
+            upd["vanilla_html"] = plots.plain_text_html(st.record.text, placeholder="prefill…")
             upd["vanilla_stats"] = st.stats_md(False)
         phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
-        upd["status"] = f"{st.name} {phase}: {st.counts[-1] if st.counts else 0} tokens"
+        upd["status"] = f"{st.name} {phase}: {st.record.num_generated} tokens"
         now = time.perf_counter()
         if st.done or st.stopped or now - self._plotted >= self.plot_interval_s:
             self._plotted = now
@@ -222,13 +190,13 @@ class RunView:
         return upd
 
     def _accept_fig(self) -> Any:
-        st = self.runs["spec"]
-        return plots.accept_length_figure(st.accept, st.step_texts,
+        rec = self.runs["spec"].record
+        return plots.accept_length_figure(rec.accept_lengths, rec.step_texts,
                                           max_depth=getattr(getattr(self.dec, "tree", None), "depth", None))
 
     def _time_fig(self) -> Any:
-        return plots.tokens_over_time_figure({self.runs[n].name: (self.runs[n].times, self.runs[n].counts)
-                                              for n in self._seen})
+        return plots.tokens_over_time_figure({self.runs[n].name: (self.runs[n].record.times,
+                                                                  self.runs[n].record.counts) for n in self._seen})
 
     def full(self) -> dict[str, Any]:
         """A complete update (every key but ``record``) from the current state."""
@@ -237,11 +205,11 @@ class RunView:
         gallery, legend = pick_heatmaps(self.heatmaps, self.mode)
         return {
             "status": "",
-            "vanilla_html": plots.plain_text_html(van.text, placeholder="waiting…"),
+            "vanilla_html": plots.plain_text_html(van.record.text, placeholder="waiting…"),
             "vanilla_stats": van.stats_md(False),
-            "spec_html": plots.tokens_html(spec.pieces, legend=False, placeholder="waiting…"),
+            "spec_html": plots.tokens_html(spec.record.pieces(), legend=False, placeholder="waiting…"),
             "spec_stats": spec.stats_md(True),
-            "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.outcome,
+            "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.comparison,
                                                                          self.speed())) if x),
             "gallery": gallery,
             "heatmap_legend": legend,
@@ -255,10 +223,13 @@ class RunView:
         van, spec = self.runs["vanilla"], self.runs["spec"]
         if not (van.done and spec.done):
             return Speed(None, [], "")
-        first = speedup(_last(van.counts), van.elapsed, _last(spec.counts), spec.elapsed)
-        runs = [first, *(p.speedup for p in self.pairs)]
-        note = speed_note([van.elapsed, spec.elapsed], self.load.other_cores if self.load else None, len(runs))
-        return Speed(median_speedup(runs), [r for r in runs if r is not None], note)
+        if self.comparison is not None:
+            runs = list(self.comparison.speedup_runs)
+        else:   # both runs finished, the comparison is still on its way
+            runs = [r for r in (run_speedup(van.record, spec.record), *(p.speedup for p in self.pairs)) if r]
+        note = speed_note([van.record.decode_s, spec.record.decode_s], self.load.other_cores if self.load else None,
+                          max(1, len(runs)))
+        return Speed(median_speedup(runs), runs, note)
 
     def final(self, stopped: bool, next_queued: bool = False) -> dict[str, Any]:
         """The last update: everything, the status line and the record (None when the run kept none).
@@ -267,14 +238,14 @@ class RunView:
             stopped: the run was stopped (recorded in :attr:`stopped`).
             next_queued: a Run is waiting for this one to end (the status says it starts now).
         """
-        stopped = stopped and self.outcome is None  # a Stop while explaining steps keeps the finished comparison
+        stopped = stopped and self.comparison is None  # a Stop while explaining steps keeps the finished comparison
         self.stopped = stopped
         for st in self.runs.values():
             if not st.done:
                 st.stopped = stopped
         if self.failure is not None:
             return self.fail(self.failure)
-        if not stopped and self.outcome is None:  # the GPU function ended without both results
+        if not stopped and self.comparison is None:  # the GPU function ended without both results
             return self.fail(f"The GPU work ended {self.where()} without both results: try again.")
         notes = "; ".join(n for n in [self.notes_text(), self._forced_note()] if n)
         head = final_status(stopped, next_queued)
@@ -293,9 +264,9 @@ class RunView:
         if not self.started:
             return "before the video was read"
         if not van.done:
-            return f"after {_last(van.counts)}{of} vanilla tokens"
+            return f"after {van.record.num_generated}{of} vanilla tokens"
         if not spec.done:
-            return f"after {_last(spec.counts)}{of} speculative tokens (vanilla finished)"
+            return f"after {spec.record.num_generated}{of} speculative tokens (vanilla finished)"
         return "after both runs finished"
 
     def fail(self, msg: str) -> dict[str, Any]:
@@ -309,16 +280,16 @@ class RunView:
 
     def _forced_note(self) -> str:
         """The status note on forced on-screen-text tokens ("" if none were asked for or the run stopped)."""
-        p = self.runs["spec"].prefill
-        if not self.forced_requested or p is None or not self.runs["spec"].done:
+        rec = self.runs["spec"].record
+        if not self.forced_requested or rec.prefill is None or not self.runs["spec"].done:
             return ""
-        if p.num_forced:
-            n, k = p.num_forced, p.num_kept   # forced tokens count against the budget: say what gave way
+        if rec.num_forced:
+            n, k = rec.num_forced, rec.num_kept   # forced tokens count against the budget: say what gave way
             took = "fill the draft's whole budget" if k is not None and n >= k else \
                 f"count against the draft's {k}-token budget: {n} of its Stage I/II picks gave way"
             return f"kept {n} on-screen-text token{'s' if n != 1 else ''} (they {took})"
         return "no on-screen-text tokens were forced: " + (
-            "this run did not prune" if p.num_kept is None else "the text is on none of the sampled frames")
+            "this run did not prune" if rec.num_kept is None else "the text is on none of the sampled frames")
 
 
 _DETAIL = re.compile(r"Error\b|error:|Check failed|Failed to|Traceback|errno", re.IGNORECASE)
@@ -356,11 +327,6 @@ def final_status(stopped: bool, next_queued: bool = False) -> str:
     """The status line of a Run that ended (stopped or done; whether the next Run starts now)."""
     nxt = "The next run starts now." if next_queued else "Ready for the next run."
     return f"**Stopped.** {nxt}" if stopped else f"**Done.** {nxt}"
-
-
-def _record(data: dict) -> Any:
-    from specvlm.analysis.records import from_dict
-    return from_dict(data)
 
 
 def pick_heatmaps(state: dict[str, Any] | None, mode: str) -> tuple[list, str]:

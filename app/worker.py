@@ -1,5 +1,7 @@
-"""The GPU work of one Run: decode the video, run vanilla then speculative decoding, and yield
-plain, picklable data only (text pieces, numbers, lists, numpy arrays, small frozen dataclasses).
+"""The GPU work of one Run: decode the video, prepare the model inputs once, run vanilla then speculative
+decoding from them, and yield plain, picklable data only: the engine's own events (:class:`RunEvents`),
+the library's :class:`specvlm.analysis.run.Comparison`, numbers, lists, numpy arrays, small frozen
+dataclasses.
 
 On a Hugging Face ZeroGPU Space :meth:`DecodeWorker.run` is decorated with ``spaces.GPU`` (see
 :func:`app.zerogpu.gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
@@ -27,11 +29,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import plots
+from app.engine import Facade
 from app.pump import pump
 from app.failures import free_memory, handle_failure
 from app.settings import UserError
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
+from specvlm.analysis.run import RunRecord, compare_runs, prefill_to_dict, run_speedup
 from specvlm.types import PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
@@ -92,67 +96,28 @@ class ClipReady:
 
 
 @dataclasses.dataclass(frozen=True)
-class Prefill:
-    """A run's :class:`specvlm.types.PrefillInfo` (the engine's own record, without its tensors: the token
-    grid and the pruning sets stay in the worker) and, for a pruned run, its kept counts and heatmaps.
-
-    ``heatmaps`` is None without pruning, else ``{"stages": [(image (H, W, 3) uint8, caption)],
-    "scores": [...] or None, "fpt": frames per token, "note": str, "summary": str}``.
-    """
+class RunEvents:
+    """A batch of one run's engine events, as plain data: each :class:`specvlm.types.StepEvent` without its
+    drafted tree (the run's record keeps it) and the :class:`specvlm.types.PrefillInfo` as its record form
+    (:func:`specvlm.analysis.run.prefill_to_dict`, without the scores and the token grid, which stay in the
+    worker). ``finished``: the run ended on its own (EOS or the token budget) with this batch."""
 
     run: str
-    info: PrefillInfo
-    num_kept: int | None = None
-    num_forced: int = 0
-    heatmaps: dict | None = None
-    prefill_s = property(lambda self: self.info.prefill_s)
-    prune_s = property(lambda self: self.info.prune_s)
-    draft_prefill_s = property(lambda self: self.info.draft_prefill_s)
-    num_video_tokens = property(lambda self: self.info.num_video_tokens)
+    events: tuple[dict | StepEvent, ...]
+    finished: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
-class Step:
-    """One decode or verify step: the engine's :class:`specvlm.types.StepEvent` (its drafted tree left out:
-    the run's record keeps it) and its per-token (text, from_draft) pieces."""
+class Heatmaps:
+    """The pruned run's heatmaps, computed once in the worker: ``{"stages": [(image (H, W, 3) uint8,
+    caption)], "scores": [...] or None, "fpt": frames per token, "note": str, "summary": str}``."""
 
-    run: str
-    event: StepEvent
-    pieces: tuple[tuple[str, bool], ...]
-
-    step = property(lambda self: self.event.step)
-    token_ids = property(lambda self: self.event.token_ids)
-    accept_length = property(lambda self: self.event.accept_length)
-    elapsed_s = property(lambda self: self.event.elapsed_s)
-    num_generated = property(lambda self: self.event.num_generated)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunEnd:
-    """A run finished on its own (EOS or the token budget)."""
-
-    run: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """Both runs finished: the first divergence (None = identical) with a few tokens of context, its kind
-    (``near-tie`` or ``mismatch``, :class:`specvlm.analysis.metrics.Divergence`), the target's top-1 minus top-2
-    logit margin there (None when vanilla recorded none) and the dtype's near-tie threshold."""
-
-    index: int | None
-    num_tokens: int
-    vanilla_context: str = ""
-    spec_context: str = ""
-    kind: str = "identical"
-    margin: float | None = None
-    threshold: float | None = None
-    dtype: str = ""
+    data: dict
 
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """The speculative run's record for Inspect / Export (``specvlm.analysis.records.to_dict``)."""
+    """The speculative run's record for Inspect / Export (:meth:`specvlm.analysis.run.RunRecord.to_json`)."""
 
     data: dict
 
@@ -170,13 +135,13 @@ class DecodeWorker:
     """Runs :class:`RunJob` s over the engine; :meth:`run` is the (decorated) GPU function.
 
     Args:
-        engine: the ``specvlm`` facade (:class:`app.engine.Engine` or a fake).
+        engine: the ``specvlm`` facade (:class:`app.engine.Facade`: :class:`app.engine.SpecvlmFacade` or a fake).
         get_pair: ``(target, draft, slot) -> ModelPair`` from the backend's cache for the Run's device
             (loaded at app start; a fresh worker process loads what it lacks).
         update_interval_s: minimum seconds between yielded batches while decoding.
     """
 
-    def __init__(self, engine: Any, get_pair: Callable[..., Any], update_interval_s: float) -> None:
+    def __init__(self, engine: Facade, get_pair: Callable[..., Any], update_interval_s: float) -> None:
         self.engine = engine
         self.get_pair = get_pair
         self.update_interval_s = update_interval_s
@@ -204,31 +169,32 @@ class DecodeWorker:
         clip = yield from self._load_clip(job.video, vid)
         notes = tuple(getattr(clip, "notes", []) or [])
         yield [ClipReady(len(clip.frames), notes, _subtitle_gap(job.subtitles, clip))]
-        extra: dict[str, Any] = {}
-        if job.subtitles:
-            extra.update(subtitles=list(job.subtitles), subtitle_mode=job.subtitle_mode)
-        spec_extra = extra | ({"truth": job.truth} if job.truth is not None else {})
         vanilla = dataclasses.replace(job.dec, method="vanilla")
-        decode = _decoder(pair)
         meter = LoadMeter()
         if str(getattr(pair, "device", "cpu")).startswith("cpu"):
             meter.start()
         yield [Phase("vanilla")]
-        van = yield from self._one("vanilla", vanilla, pair, clip, job.prompt, extra, decode)
+        inputs = yield from self._prepare(pair, clip, job)   # once, for every run of the job
+        van = yield from self._one("vanilla", vanilla, pair, inputs, clip)
         yield [Phase("spec")]
-        spec = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, decode)
+        spec = yield from self._one("spec", job.dec, pair, inputs, clip)
         if job.pairs > 1:
             yield [Phase("repeat")]
+        more = []
         for i in range(2, job.pairs + 1):
-            v = yield from self._one("vanilla", vanilla, pair, clip, job.prompt, extra, None, timed_only=True)
-            sp = yield from self._one("spec", job.dec, pair, clip, job.prompt, spec_extra, None, timed_only=True)
-            yield [PairTiming(i, job.pairs, *_decode_time(v), *_decode_time(sp))]
+            v = yield from self._one("vanilla", vanilla, pair, inputs, None)
+            sp = yield from self._one("spec", job.dec, pair, inputs, None)
+            more.append(run_speedup(RunRecord.from_events(v), RunRecord.from_events(sp)))
+            yield [PairTiming(i, job.pairs, more[-1])]
         dtype = getattr(getattr(pair, "target", None), "dtype", None) or "float32"
+        greedy = getattr(getattr(job.dec, "sampling", None), "greedy", True)
+        compared = compare_runs(RunRecord.from_events(van), RunRecord.from_events(spec), dtype,
+                                more_speedups=more, greedy=greedy)
         rec = self._record(spec, job, pair, clip)
-        yield [_outcome(van, spec, decode, dtype), meter.stop()] + ([Record(_to_dict(rec))] if rec else [])
-        if rec is not None and hasattr(self.engine, "explain"):
+        yield [compared, meter.stop()] + ([Record(rec.to_json())] if rec else [])
+        if rec is not None:
             yield [Phase("explain")]
-            yield from self._explain(rec, job, pair, clip)
+            yield from self._explain(rec, job, pair, inputs)
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
@@ -247,47 +213,61 @@ class DecodeWorker:
             raise UserError(f"Could not read the video: {upload_name(e, path)}") from e
         return clip
 
-    def _one(self, name: str, dec: Any, pair: Any, clip: Any, prompt: str, extra: dict[str, Any],
-             decode: Callable[[list[int]], str] | None, timed_only: bool = False) -> Iterator[list[Any]]:
-        """Decode one run in a thread; yields batches; returns the engine's events.
+    def _prepare(self, pair: Any, clip: Any, job: RunJob) -> Iterator[list[Any]]:
+        """The job's model inputs, prepared in a thread (the processor's work; a close waits for it to
+        end); yields heartbeats, returns the inputs."""
+        inputs = None
+        batches = pump(lambda stop: [self.engine.prepare(pair, clip, job.prompt, subtitles=list(job.subtitles),
+                                                         subtitle_mode=job.subtitle_mode, truth=job.truth)],
+                       f"{WORKER_PREFIX}prepare", self.update_interval_s)
+        with contextlib.closing(batches):
+            for items, _ in batches:
+                inputs = items[-1] if items else inputs
+                if not items:
+                    yield []
+        return inputs
+
+    def _one(self, name: str, dec: Any, pair: Any, inputs: Any, clip: Any) -> Iterator[list[Any]]:
+        """Decode one run from the prepared inputs in a thread; yields batches; returns the engine's events.
 
         The thread always ends before this returns or is closed (the stop flag is set unless the run
         finished; the engine polls it between prefill layers and every step), so a stopped run uses
-        no CPU/GPU afterwards. ``timed_only``: yield heartbeats only (a timing repeat).
+        no CPU/GPU afterwards. ``clip`` None: a timing repeat, which yields heartbeats only.
         """
-        splitter, events = TextSplitter(decode), []
-        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra),
-                       f"{WORKER_PREFIX}{name}", self.update_interval_s)
+        events: list[Any] = []
+        batches = pump(lambda stop: self.engine.stream(pair, inputs, dec, stop), f"{WORKER_PREFIX}{name}",
+                       self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
                 events.extend(items)
-                if timed_only:
+                if clip is None:
                     yield []
                     continue
-                yield [_message(name, it, clip, splitter) for it in items] + ([RunEnd(name)] if finished else [])
+                maps = [Heatmaps(heatmaps(clip, ev)) for ev in items
+                        if isinstance(ev, PrefillInfo) and ev.prune is not None]
+                yield [*maps, RunEvents(name, tuple(_plain(ev) for ev in items), finished)] if items or finished \
+                    else []
         return events
 
-    def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> Any:
-        """The speculative run's record (None if the engine keeps none; never fails the run)."""
-        make = getattr(self.engine, "make_record", None)
-        if make is None or not events:
+    def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> RunRecord | None:
+        """The speculative run's record (None without events or when the engine keeps none; never fails the run)."""
+        if not events:
             return None
         try:
-            rec = make(events, job.dec, job.prompt, pair, clip)
+            rec = self.engine.make_record(events, job.dec, job.prompt, pair, clip)
         except Exception:  # inspection is optional; the comparison already succeeded
             log.warning("could not build the run record", exc_info=True)
             return None
-        if job.record_meta and isinstance(getattr(rec, "meta", None), dict):
+        if rec is not None:
             rec.meta.update(job.record_meta)
         return rec
 
-    def _explain(self, rec: Any, job: RunJob, pair: Any, clip: Any) -> Iterator[list[Any]]:
+    def _explain(self, rec: RunRecord, job: RunJob, pair: Any, inputs: Any) -> Iterator[list[Any]]:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
-        batches = pump(lambda stop: [self.engine.explain(rec, pair, clip, job.prompt, subtitles=list(job.subtitles),
-                                                         subtitle_mode=job.subtitle_mode, truth=job.truth,
-                                                         should_stop=stop)],
+        batches = pump(lambda stop: [self.engine.explain(rec, pair, inputs, cues=list(job.subtitles),
+                                                         subtitle_mode=job.subtitle_mode, should_stop=stop)],
                        f"{WORKER_PREFIX}explain", self.update_interval_s)
         explained = None
         try:
@@ -302,51 +282,20 @@ class DecodeWorker:
             log.warning("could not explain the run's failing steps", exc_info=True)
             return
         if explained is not None:
-            yield [Record(_to_dict(explained))]
+            yield [Record(explained.to_json())]
 
 
-class TextSplitter:
-    """Per-token (text, from_draft) pieces by incremental decoding; the event's text as one piece
-    if there is no tokenizer or decoding fails."""
-
-    def __init__(self, decode: Callable[[list[int]], str] | None) -> None:
-        self.decode = decode
-        self.ids: list[int] = []
-        self._decoded = ""  # decode(ids) after the last complete token
-
-    def split(self, ev: Any) -> list[tuple[str, bool]]:
-        """Pieces of one StepEvent (an incomplete UTF-8 sequence waits for the next token)."""
-        flags = list(ev.from_draft) or [False] * len(ev.token_ids)
-        if self.decode is None:
-            self.ids.extend(int(t) for t in ev.token_ids)
-            return [(ev.text, bool(flags) and all(flags))]
-        out = []
-        try:
-            for tok, fd in zip(ev.token_ids, flags):
-                self.ids.append(int(tok))
-                full = self.decode(self.ids)
-                if full.endswith("\ufffd"):
-                    continue
-                out.append((full[len(self._decoded):], bool(fd)))
-                self._decoded = full
-        except Exception:  # a tokenizer quirk must not break the page
-            log.exception("per-token decode failed; falling back to event text")
-            self.decode = None
-            return [(ev.text, all(flags))]
-        return out
-
-
-def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter) -> Any:
-    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill`."""
+def _plain(ev: Any) -> dict | StepEvent:
+    """An engine event as plain data (:class:`RunEvents`)."""
     if isinstance(ev, StepEvent):
-        return Step(name, dataclasses.replace(ev, tree=None), tuple(splitter.split(ev)))
-    p = ev.prune
-    return Prefill(name, dataclasses.replace(ev, prune=None, token_grid=None), None if p is None else int(p.num_kept),
-                   forced_count(p), None if p is None else heatmaps(clip, ev))
+        return dataclasses.replace(ev, tree=None)
+    d = prefill_to_dict(ev)
+    d.update(scores=None, token_grid=None)
+    return d
 
 
 def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run."""
+    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
@@ -361,56 +310,6 @@ def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
     return out
 
 
-def forced_count(prune: Any) -> int:
-    """How many video tokens a PruneResult kept because they were forced (0 without ``forced``)."""
-    forced = getattr(prune, "forced", None)
-    if forced is None:
-        return 0
-    return int(forced.numel()) if hasattr(forced, "numel") else len(forced)
-
-
-def _to_dict(rec: Any) -> dict:
-    from specvlm.analysis.records import to_dict
-    return to_dict(rec)
-
-
-def _decode_time(events: list[Any]) -> tuple[float, int]:
-    """(decode seconds, tokens generated) of a run's events (the last step's clock and count)."""
-    steps = [ev for ev in events if hasattr(ev, "step")]
-    return (float(steps[-1].elapsed_s), int(steps[-1].num_generated)) if steps else (0.0, 0)
-
-
-def _outcome(van: list[Any], spec: list[Any], decode: Callable[[list[int]], str] | None, dtype: Any) -> Outcome:
-    """The two runs' token ids compared by ``specvlm.analysis.metrics.compare_outputs`` (identical, or the first
-    divergence classified by the target's top-1 minus top-2 logit margin there, as vanilla saw it)."""
-    from specvlm.analysis.metrics import compare_outputs
-    steps = [[ev for ev in evs if hasattr(ev, "step")] for evs in (van, spec)]
-    ids = [[int(t) for ev in evs for t in ev.token_ids] for evs in steps]
-    margins: list[float] = []
-    for ev in steps[0]:  # vanilla: one token per step; stop at the first step without a margin
-        m = getattr(ev, "margin", None)
-        if m is None:
-            break
-        margins.extend([float(m)] * len(ev.token_ids))
-    try:
-        d = compare_outputs(ids[0], ids[1], margins, dtype)
-    except ValueError:  # a dtype without a near-tie threshold: report the divergence as a mismatch
-        d = compare_outputs(ids[0], ids[1], [], "float32")
-    if d.identical:
-        return Outcome(None, len(ids[0]))
-    return Outcome(d.index, len(ids[0]), *[_near(decode, x, d.index) for x in ids], kind=d.kind, margin=d.margin,
-                   threshold=d.threshold, dtype=str(dtype).removeprefix("torch."))
-
-
-def _near(decode: Callable[[list[int]], str] | None, ids: list[int], i: int) -> str:
-    if decode is None:
-        return ""
-    try:
-        return decode(ids[max(0, i - 3): i + 3])
-    except Exception:
-        return ""
-
-
 def _subtitle_gap(cues: Any, clip: Any) -> str | None:
     """The note for a transcript none of whose cues overlaps the sampled frames (else None)."""
     ts = getattr(clip, "timestamps", None)
@@ -418,15 +317,3 @@ def _subtitle_gap(cues: Any, clip: Any) -> str | None:
         return None
     from specvlm.text.prompting import no_transcript_note
     return no_transcript_note(list(cues), ts)
-
-
-def _decoder(pair: Any) -> Callable[[list[int]], str] | None:
-    """ids -> text with special tokens skipped, from the pair's tokenizer (None if absent)."""
-    tok = getattr(pair, "processor", None)
-    tok = getattr(tok, "tokenizer", tok)
-    if tok is None or not hasattr(tok, "decode"):
-        return None
-    return lambda ids: tok.decode(ids, skip_special_tokens=True)
-
-
-# ---- failures --------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
     exe = _browser()
     from gradio.media import get_video
     from app.backend import Backend
-    from app.engine import Engine
+    from app.engine import SpecvlmFacade
     from app.ui import build_demo
-    backend = Backend(Engine(), device="cpu", dtype="float32", update_interval_s=0.1)
+    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32", update_interval_s=0.1)
     demo = build_demo(backend, examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

@@ -26,8 +26,8 @@ class ProbingEngine(FakeEngine):
         self.read: list[str] = []
 
     def probe_video(self, path):
-        from app.engine import Engine
-        return Engine().probe_video(path)
+        from app.engine import SpecvlmFacade
+        return SpecvlmFacade().probe_video(path)
 
     def load_video(self, path, config, **kw):
         self.read.append(str(path))

@@ -40,7 +40,7 @@ class FakeTokenizer:
 
 
 class FakeEngine:
-    """Same surface as app.backend.Engine; deterministic token streams.
+    """An :class:`app.engine.Facade` with deterministic token streams (keeps no run record).
 
     Args:
         step_s: sleep per vanilla token (the speculative run sleeps the same per verify step).
@@ -65,7 +65,7 @@ class FakeEngine:
         self.loads = 0
         self.stop_polls = 0
         self.streams: list[str] = []
-        self.stream_kwargs: list[dict] = []  # per stream call: subtitles / subtitle_mode / truth passed
+        self.prepare_kwargs: list[dict] = []  # per prepare call: the subtitles / subtitle_mode / truth given
 
     def presets(self):
         mk = lambda n, t, d, cuda, **kw: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
@@ -80,6 +80,27 @@ class FakeEngine:
 
     def cuda_available(self):
         return False
+
+    def hub_reachable(self):
+        return True
+
+    def model_available(self, model):
+        return True
+
+    def probe_video(self, path):
+        return SimpleNamespace(duration=0.0)   # the fake reader finds out while reading (``.bad``)
+
+    def is_oom(self, exc):
+        return isinstance(exc, MemoryError)
+
+    def free_memory(self):
+        pass
+
+    def make_record(self, events, config, prompt, pair, clip):
+        return None
+
+    def explain(self, record, pair, inputs, *, cues=(), subtitle_mode="both", should_stop=None):
+        return record
 
     def load_pair(self, target, draft, device, dtype):
         if self.fail_load:
@@ -112,10 +133,14 @@ class FakeEngine:
     def tokens(self, n):
         return [(i * 7 + 3) % len(FAKE_WORDS) for i in range(n)]
 
-    def stream(self, pair, clip, prompt, config, should_stop, **kw):
-        assert set(kw) <= {"subtitles", "subtitle_mode", "truth"}, kw
+    def prepare(self, pair, clip, prompt, *, subtitles=(), subtitle_mode="both", truth=None):
+        kw = dict(subtitles=list(subtitles), subtitle_mode=subtitle_mode) if subtitles else {}
+        kw |= {"truth": truth} if truth is not None else {}
+        self.prepare_kwargs.append(kw)
+        return SimpleNamespace(clip=clip, prompt=prompt, **kw)
+
+    def stream(self, pair, inputs, config, should_stop):
         self.streams.append(config.method)
-        self.stream_kwargs.append(dict(kw))
         n = config.max_new_tokens
         if self.eos_at is not None and getattr(config, "stop_at_eos", True):
             n = min(n, self.eos_at)
@@ -128,7 +153,7 @@ class FakeEngine:
                 return
             time.sleep(prefill_s / 10)
             self.prefill_layers += 1
-        yield prefill_info(spec, forced=FORCED if (spec and kw.get("truth")) else None)
+        yield prefill_info(spec, forced=FORCED if (spec and getattr(inputs, "truth", None)) else None)
         tok = FakeTokenizer()
         t0, i, step = time.perf_counter(), 0, 0
         pattern = [3, 1, 0, 4, 2]
@@ -143,7 +168,8 @@ class FakeEngine:
             flags = [j < len(chunk) - 1 for j in range(len(chunk))] if spec and step > 0 else [False] * len(chunk)
             i += len(chunk)
             yield StepEvent(step=step, token_ids=chunk, accept_length=sum(flags), from_draft=flags,
-                            text=tok.decode(chunk), elapsed_s=time.perf_counter() - t0, num_generated=i)
+                            text=tok.decode(chunk), elapsed_s=time.perf_counter() - t0, num_generated=i,
+                            pieces=[tok.decode([t]) for t in chunk])
             step += 1
 
 
@@ -180,17 +206,17 @@ def sample_video() -> Path:
 
 def real_engine():
     """(engine, preset name): the app's real engine with the bundled Std-SD pair (committed in assets/model)."""
-    from app.engine import Engine
+    from app.engine import SpecvlmFacade
     from specvlm.models.presets import BUNDLED_STD, PRESETS
 
     assert Path(PRESETS[BUNDLED_STD].target).exists(), "the bundled pair is committed in assets/model"
-    return Engine(), BUNDLED_STD
+    return SpecvlmFacade(), BUNDLED_STD
 
 
 def test_fake_engine_streams_prefill_first():
     eng = FakeEngine(step_s=0)
     cfg = SimpleNamespace(method="specvlm", max_new_tokens=10)
-    evs = list(eng.stream(None, None, "", cfg, lambda: False))
+    evs = list(eng.stream(None, eng.prepare(None, None, ""), cfg, lambda: False))
     assert isinstance(evs[0], PrefillInfo) and evs[0].prune is not None
     assert sum(len(e.token_ids) for e in evs[1:]) == 10
     assert [t for e in evs[1:] for t in e.token_ids] == eng.tokens(10)

@@ -9,7 +9,7 @@ from test_robust_backend import _run
 from test_video import write_video
 
 from app.backend import Backend
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 
 
 def _save(tmp_path, name, model, processor):
@@ -34,7 +34,7 @@ def _smolvlm(tmp_path):
 def test_custom_folders_of_new_families_run_losslessly_with_heatmaps(tmp_path, build):
     target, draft = build(tmp_path)
     clip = write_video(tmp_path / "clip.mp4", n=8, w=96, h=64)
-    backend = Backend(Engine(), device="cpu", dtype="float32")
+    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
     last = _run(backend, clip, custom_model=f"{target} + {draft}", num_frames=4, max_new_tokens=16)
     assert "error" not in last or not last["error"], last.get("error")
     assert last["status"].startswith("**Done.**"), last["status"]

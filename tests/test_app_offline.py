@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.backend import Backend
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 from app.models_notes import HUB_UNREACHABLE, synthetic_caveat
 from app.settings import RunRequest, RunSettings
 
@@ -17,7 +17,7 @@ def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-class NoLoadEngine(Engine):
+class NoLoadEngine(SpecvlmFacade):
     """The real facade (presets, Hub answer, local cache) that fails the test if it loads a model."""
 
     def load_pair(self, *a, **k):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from app.backend import Backend
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 from app.settings import RunRequest, RunSettings
 
 from specvlm.bench import clipfiles
@@ -31,7 +31,7 @@ Then it starts to move.
 """
 
 
-class RecordingEngine(Engine):
+class RecordingEngine(SpecvlmFacade):
     """The real engine over the session's tiny Qwen2.5-VL, keeping every run's events and clip."""
 
     def __init__(self, pair):
@@ -55,10 +55,10 @@ class RecordingEngine(Engine):
         self.clips.append(clip)
         return clip
 
-    def stream(self, pair, clip, prompt, config, should_stop, **kw):
+    def stream(self, pair, inputs, config, should_stop):
         events = self.runs.setdefault(config.method, [])
         events.clear()
-        for ev in super().stream(pair, clip, prompt, config, should_stop, **kw):
+        for ev in super().stream(pair, inputs, config, should_stop):
             events.append(ev)
             yield ev
 

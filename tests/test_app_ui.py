@@ -166,9 +166,9 @@ class MarginEngine(FakeEngine):
         super().__init__(**kw)
         self.margin = margin
 
-    def stream(self, pair, clip, prompt, config, should_stop, **kw):
+    def stream(self, pair, inputs, config, should_stop):
         import dataclasses
-        for ev in super().stream(pair, clip, prompt, config, should_stop, **kw):
+        for ev in super().stream(pair, inputs, config, should_stop):
             yield dataclasses.replace(ev, margin=self.margin) if config.method == "vanilla" and hasattr(ev, "step") \
                 else ev
 
@@ -363,11 +363,9 @@ def test_compare_passes_subtitles_mode_and_truth_to_the_engine(tmp_path):
     compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
     truth = _truth_file(tmp_path / "clip.json")
     last = _call(compare.fn, *BASE_ARGS, "a.srt", "target", truth, True)
-    van_kw, spec_kw = eng.stream_kwargs
-    assert [c.text for c in van_kw["subtitles"]] == ["Hello there"] and van_kw["subtitle_mode"] == "target"
-    assert "truth" not in van_kw  # vanilla prunes nothing
-    assert spec_kw["subtitles"] == van_kw["subtitles"] and spec_kw["subtitle_mode"] == "target"
-    assert spec_kw["truth"]["text"]["box"] == [4, 4, 20, 12]
+    (kw,) = eng.prepare_kwargs    # prepared once; both runs stream from it (vanilla prunes nothing)
+    assert [c.text for c in kw["subtitles"]] == ["Hello there"] and kw["subtitle_mode"] == "target"
+    assert kw["truth"]["text"]["box"] == [4, 4, 20, 12] and eng.streams == ["vanilla", "specvlm"]
     assert "kept **4** on-screen-text tokens" in last["summary"]
     assert "kept 4 on-screen-text tokens" in last["status"] and "1 subtitle cue shown to the target" in last["status"]
 
@@ -377,7 +375,7 @@ def test_compare_with_fewer_args_keeps_working():
     eng = FakeEngine(step_s=0.0)
     compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
     last = _call(compare.fn, *BASE_ARGS[:14])
-    assert last["status"].startswith("**Done.**") and eng.stream_kwargs == [{}, {}]
+    assert last["status"].startswith("**Done.**") and eng.prepare_kwargs == [{}]
 
 
 def test_settings_reach_the_engine_through_backend_run(tmp_path):
@@ -385,10 +383,10 @@ def test_settings_reach_the_engine_through_backend_run(tmp_path):
     b = Backend(eng, update_interval_s=0.0)
     ups = list(b.run(RunRequest("clip.mp4", "Describe.", _settings(subtitle_mode="Draft only"), srt="a.srt"),
                      session="s"))
-    assert "error" not in ups[-1] and [k["subtitle_mode"] for k in eng.stream_kwargs] == ["draft", "draft"]
-    eng.stream_kwargs.clear()
+    assert "error" not in ups[-1] and [k["subtitle_mode"] for k in eng.prepare_kwargs] == ["draft"]
+    eng.prepare_kwargs.clear()
     _run(b)  # no .srt, no forcing: the engine is called exactly as before
-    assert eng.stream_kwargs == [{}, {}]
+    assert eng.prepare_kwargs == [{}]
 
 
 @pytest.mark.parametrize("truth, why", [
@@ -403,7 +401,7 @@ def test_keep_text_without_usable_truth_still_runs(tmp_path, truth, why):
     last = ups[-1]
     assert "error" not in last and "Outputs identical" in last["summary"]
     assert "no on-screen-text tokens were forced" in last["status"] and why in last["status"]
-    assert all("truth" not in k for k in eng.stream_kwargs) and "on-screen-text" not in last["summary"]
+    assert all("truth" not in k for k in eng.prepare_kwargs) and "on-screen-text" not in last["summary"]
 
 
 def test_truth_is_ignored_unless_keep_text(tmp_path):
@@ -411,7 +409,7 @@ def test_truth_is_ignored_unless_keep_text(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     ups = list(Backend(eng, update_interval_s=0.0).run(RunRequest("clip.mp4", "", _settings(), truth=str(bad))))
-    assert "error" not in ups[-1] and eng.stream_kwargs == [{}, {}]
+    assert "error" not in ups[-1] and eng.prepare_kwargs == [{}]
 
 
 @pytest.mark.parametrize("content, msg", [
@@ -542,8 +540,8 @@ def test_preset_info_shows_project_paths_relative():
     root = Path(__file__).resolve().parents[1]
     assert _shown(str(root / "assets" / "model" / "target")) == "assets/model/target"
     assert _shown("Qwen/Qwen2.5-VL-7B-Instruct") == "Qwen/Qwen2.5-VL-7B-Instruct"
-    from app.engine import Engine
-    b = Backend(Engine())
+    from app.engine import SpecvlmFacade
+    b = Backend(SpecvlmFacade())
     bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
     text, _, _ = b.preset_info(bundled)
     assert str(root) not in text and "assets/model/target" in text and "assets/model/draft" in text
@@ -580,10 +578,20 @@ def test_a_stopped_runs_upload_stays_for_the_run_held_behind_it():
 
 def test_a_speedup_before_both_runs_finished_says_so():
     from app.summary import summary_md
-    from app.view import RunProgress
+    from app.view import RunPanel
+    from specvlm.analysis.run import RunRecord
+    from specvlm.types import StepEvent
 
-    van = RunProgress("Vanilla", counts=[10], elapsed=1.0, done=True)
-    spec = RunProgress("SpecVLM", counts=[10], elapsed=0.5, accept=[3, 4], done=False, stopped=True)
+    def record(elapsed, accept):   # 10 tokens in ``elapsed`` seconds
+        steps, n = [StepEvent(0, [1], 0, [False], "a", num_generated=1)], 1
+        for i, a in enumerate(accept):
+            n += a + 1
+            steps.append(StepEvent(i + 1, [1] * (a + 1), a, [True] * a + [False], "b", num_generated=n,
+                                   elapsed_s=elapsed * (i + 1) / len(accept)))
+        return RunRecord(steps=steps)
+
+    van = RunPanel("Vanilla", record(1.0, [0] * 9), done=True)
+    spec = RunPanel("SpecVLM", record(0.5, [3, 4]), done=False, stopped=True)
     assert "**Decode speedup 2.00x** (tokens/s ratio so far, before a run finished)" in summary_md(van, spec)
     spec.done = True
     assert "**Decode speedup 2.00x** (tokens/s ratio)" in summary_md(van, spec)

@@ -13,8 +13,8 @@ from app.uploads import check_box, load_truth
 
 
 def _probe(path):
-    from app.engine import Engine
-    return Engine().probe_video(path)
+    from app.engine import SpecvlmFacade
+    return SpecvlmFacade().probe_video(path)
 
 
 def _ffmpeg(*args: str) -> None:

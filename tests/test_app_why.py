@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from app import why_view as wv
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 from conftest import make_clip
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig, PruneConfig
@@ -24,9 +24,9 @@ def explained(pairs):
     cfg = DecodeConfig(method="specvlm", max_new_tokens=24, prune=PruneConfig(drop_rate=0.75))
     inputs = prepare(pair, clip, PROMPT, subtitles=cues, subtitle_mode="target")
     events = list(stream(pair, inputs, cfg, record_trees=True))
-    eng = Engine()
+    eng = SpecvlmFacade()
     rec = eng.make_record(events, cfg, PROMPT, pair, clip)
-    return eng.explain(rec, pair, clip, PROMPT, subtitles=cues, subtitle_mode="target"), events
+    return eng.explain(rec, pair, inputs, cues=cues, subtitle_mode="target"), events
 
 
 def test_the_record_explains_its_rejection_steps_and_survives_json(explained, tmp_path):
@@ -78,7 +78,7 @@ def test_a_withheld_cue_holding_the_steps_word_is_named(explained):
     assert '"The code is 42."' in text and "(2.0-3.5 s)" in text and "did not get" in text
 
 
-class _ClipEngine(Engine):
+class _ClipEngine(SpecvlmFacade):
     """The real engine reading a generated clip instead of a file."""
 
     def load_video(self, path, config, should_stop=None):
@@ -87,7 +87,8 @@ class _ClipEngine(Engine):
 
 def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
     from app.view import RunView
-    from app.worker import DecodeWorker, Outcome, Phase, Record, RunJob
+    from app.worker import DecodeWorker, Phase, Record, RunJob
+    from specvlm.analysis.run import Comparison
     from specvlm.config import VideoConfig
     from specvlm.types import Stopped
 
@@ -98,15 +99,16 @@ def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
     worker = DecodeWorker(_ClipEngine(), lambda *a: pair, 0.01)
     msgs = [m for batch in worker.run(job) for m in batch]
     kinds = [type(m).__name__ if not isinstance(m, Phase) else f"Phase:{m.name}" for m in msgs]
-    at = kinds.index("Outcome")
+    at = kinds.index("Comparison")
     assert kinds.index("Record") < kinds.index("Phase:explain") and at < kinds.index("Phase:explain")  # Inspect first
     records = [m for m in msgs if isinstance(m, Record)]
     assert not records[0].data.get("why") and records[-1].data["why"]      # then comes the explained record
     with pytest.raises(Stopped):                                          # Stop reaches the extra target pass
-        _ClipEngine().explain(ins.from_dict(records[0].data), pair, make_clip(num_frames=8, side=112), PROMPT,
-                              should_stop=lambda: True)
+        eng = _ClipEngine()
+        inputs = eng.prepare(pair, make_clip(num_frames=8, side=112), PROMPT)
+        eng.explain(ins.from_dict(records[0].data), pair, inputs, should_stop=lambda: True)
     view = RunView("SpecVLM", cfg)
     for m in msgs:
-        if isinstance(m, Outcome):
+        if isinstance(m, Comparison):
             view.fold([m])
     assert not view.final(stopped=True)["status"].startswith("**Stopped")  # a Stop while explaining: Done

@@ -83,7 +83,7 @@ def test_the_app_example_shows_the_failure():
     row's preset brings its frame count and draft tree): τ is lower than with the subtitles given to both
     models, and the outputs are identical in both runs."""
     from app.backend import Backend
-    from app.engine import Engine
+    from app.engine import SpecvlmFacade
     from app.examples import EXAMPLE_COLUMNS, example_rows, failure_example
     from app.settings import RunRequest, RunSettings
     from specvlm.models.presets import PRESETS
@@ -93,7 +93,7 @@ def test_the_app_example_shows_the_failure():
     preset = PRESETS[ex["preset"]]
     tree = dict(tree_shape=preset.tree.shape, depth=preset.tree.depth, top_k=preset.tree.top_k,
                 total_tokens=preset.tree.total_tokens, min_prob=preset.tree.min_prob)
-    backend = Backend(Engine(), device="cpu", dtype="float32")
+    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
     out = {}
     for mode in (ex["subtitle_mode"], "both"):
         settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new"],

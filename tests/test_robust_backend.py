@@ -26,14 +26,14 @@ from test_app_fakes import FakeEngine
 from test_video import _audio_only, _marker, _palette_frame, _png, write_video
 
 from app.backend import WORKER_PREFIX, Backend
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError
 from app.uploads import UploadJanitor
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class IOEngine(Engine):
+class IOEngine(SpecvlmFacade):
     """Real probe / decode / subtitles / model-loading errors / OOM handling; fake token stream."""
 
     def __init__(self, fake: FakeEngine | None = None, video_timeout_s: float = 20.0):
@@ -59,10 +59,13 @@ class IOEngine(Engine):
             return self.fake.load_pair(target, draft, device, dtype)
         return super().load_pair(target, draft, device, dtype)  # the real loader (error cases only)
 
-    def stream(self, pair, clip, prompt, config, should_stop):
+    def prepare(self, pair, clip, prompt, **kw):
         self.prompts.append(prompt)
         self.clips.append(clip)
-        return self.fake.stream(pair, clip, prompt, config, should_stop)
+        return self.fake.prepare(pair, clip, prompt, **kw)
+
+    def stream(self, pair, inputs, config, should_stop):
+        return self.fake.stream(pair, inputs, config, should_stop)
 
 
 def _settings(**kw):
@@ -134,7 +137,7 @@ def test_codec_fallbacks_rotation_and_tiny_sizes_run(tmp_path):
             assert "decoded with PyAV" in last["status"]
         if name in ("tiny", "odd"):
             assert "upscaled" in last["status"]
-    rot = eng.clips[4].frames  # two streams per run: h265, gif, then rot90
+    rot = eng.clips[2].frames  # one prepare per run: h265, gif, then rot90
     assert rot.shape[1:3] == (64, 48)  # 64x48 coded, shown upright as portrait
     assert eng.fake.loads == 1
 
@@ -272,7 +275,7 @@ def test_prompt_length_limit(clip):
     _ok(_run(b, clip, prompt="x" * 50))
     last = _run(b, clip, prompt="x" * 51)
     assert "51 characters" in last["error"] and "up to 50" in last["error"]
-    assert len(eng.prompts) == 2  # vanilla + speculative of the first run only
+    assert len(eng.prompts) == 1  # prepared once, for the first run only
 
 
 @pytest.mark.parametrize("kw,words", [
@@ -360,9 +363,9 @@ class OOMEngine(IOEngine):
         self.cache_ref = None
         self.failed = False
 
-    def stream(self, pair, clip, prompt, config, should_stop):
+    def stream(self, pair, inputs, config, should_stop):
         if self.failed:
-            return super().stream(pair, clip, prompt, config, should_stop)
+            return super().stream(pair, inputs, config, should_stop)
         return self._boom()
 
     def _boom(self):
@@ -410,10 +413,10 @@ def test_out_of_memory_while_loading_the_model(clip, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs on GPU machines)")
 def test_real_cuda_oom_releases_device_memory(clip):
     class CudaOOM(IOEngine):
-        def stream(self, pair, clip, prompt, config, should_stop):
-            if self.prompts:
-                return super().stream(pair, clip, prompt, config, should_stop)
-            self.prompts.append(prompt)
+        def stream(self, pair, inputs, config, should_stop):
+            if getattr(self, "boomed", False):
+                return super().stream(pair, inputs, config, should_stop)
+            self.boomed = True
             return self._boom()
 
         def _boom(self):
@@ -432,7 +435,7 @@ def test_real_cuda_oom_releases_device_memory(clip):
 
 
 def test_is_oom_recognises_host_and_device_errors():
-    e = Engine()
+    e = SpecvlmFacade()
     assert e.is_oom(torch.OutOfMemoryError("x")) and e.is_oom(MemoryError())
     assert e.is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
     assert not e.is_oom(RuntimeError("shape mismatch"))

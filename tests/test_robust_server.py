@@ -23,7 +23,7 @@ from test_app_fakes import FakeEngine, free_port
 pytest.importorskip("gradio_client")
 
 from app.backend import WORKER_PREFIX, Backend
-from app.engine import Engine
+from app.engine import SpecvlmFacade
 from app.settings import Limits
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,7 +32,7 @@ PROMPT = "Describe the video."
 TINY = "Tiny (in-process)"
 
 
-class TinyEngine(Engine):
+class TinyEngine(SpecvlmFacade):
     """The real engine (probe, decode, stream) over one shared tiny Qwen2.5-VL."""
 
     def presets(self):
@@ -53,7 +53,7 @@ class ProbingFake(FakeEngine):
     """The fake token streams, with the real probe (duration limit)."""
 
     video_timeout_s = 10.0
-    probe_video = Engine.probe_video
+    probe_video = SpecvlmFacade.probe_video
 
 
 def _write_clip(path: Path, n: int = 8, side: int = 56, fps: int = 4) -> str:

@@ -133,12 +133,12 @@ def test_stop_during_a_long_prefill_of_the_bundled_model_through_the_app():
     from gradio.media import get_video
 
     from app.backend import Backend
-    from app.engine import Engine
+    from app.engine import SpecvlmFacade
     from app.settings import RunRequest, RunSettings
     from specvlm.models.presets import default_preset_name
     produced, started = [], threading.Event()
 
-    class Recording(Engine):   # what the engine itself produced, whether or not the page saw it
+    class Recording(SpecvlmFacade):   # what the engine itself produced, whether or not the page saw it
         def stream(self, *a, **k):
             started.set()
             for ev in super().stream(*a, **k):

@@ -67,13 +67,16 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
         assert len(back) == len(batch) and isinstance(back, list)
         for msg, again in zip(batch, back):
             kinds.add(type(msg).__name__)
-            assert type(msg).__module__ in ("app.worker", "app.timing") and type(again) is type(msg)
-            if type(msg).__name__ != "Prefill" or msg.heatmaps is None:
+            assert type(msg).__module__ in ("app.worker", "app.timing", "specvlm.analysis.run")
+            assert type(again) is type(msg)
+            if type(msg).__name__ != "Heatmaps":
                 assert again == msg
             else:
-                img, cap = msg.heatmaps["stages"][0]
-                np.testing.assert_array_equal(again.heatmaps["stages"][0][0], img)
-    assert {"Phase", "ClipReady", "Prefill", "Step", "RunEnd", "Outcome"} <= kinds
+                img, cap = msg.data["stages"][0]
+                np.testing.assert_array_equal(again.data["stages"][0][0], img)
+            if type(msg).__name__ == "RunEvents":   # the engine's own events, as plain data
+                assert all(type(ev).__name__ in ("dict", "StepEvent") for ev in msg.events)
+    assert {"Phase", "ClipReady", "Heatmaps", "RunEvents", "Comparison"} <= kinds
 
 
 def _zerogpu_default_job(monkeypatch) -> RunJob:
@@ -194,20 +197,29 @@ def test_off_zerogpu_the_gpu_function_is_the_worker_itself(monkeypatch):
 # ---- how a Run ends ----------------------------------------------------------------------------
 
 def _cut(b: Backend, after_steps: int, error: Exception | None):
-    """Make ``b``'s GPU function stop after ``after_steps`` vanilla Step messages: end, or raise ``error``."""
+    """Make ``b``'s GPU function stop after ``after_steps`` vanilla steps: end, or raise ``error``."""
+    import dataclasses
+
+    from specvlm.types import StepEvent
     run = b.gpu_run
 
     def cut(job):
         seen = 0
         for batch in run(job):
-            steps = [m for m in batch if type(m).__name__ == "Step"]
-            if seen + len(steps) >= after_steps:
-                yield batch[:batch.index(steps[after_steps - seen - 1]) + 1]
-                if error is not None:
-                    raise error
-                return
-            seen += len(steps)
-            yield batch
+            out = []
+            for m in batch:
+                if type(m).__name__ == "RunEvents" and m.run == "vanilla":
+                    evs = []
+                    for ev in m.events:
+                        evs.append(ev)
+                        seen += isinstance(ev, StepEvent)
+                        if seen == after_steps:
+                            yield out + [dataclasses.replace(m, events=tuple(evs), finished=False)]
+                            if error is not None:
+                                raise error
+                            return
+                out.append(m)
+            yield out
     b.gpu_run = cut
 
 

@@ -223,7 +223,7 @@ def main() -> None:
     import app.ui
 
     captured: dict = {"streams": []}
-    build_demo, stream = app.ui.build_demo, app.engine.Engine.stream
+    build_demo, stream = app.ui.build_demo, app.engine.SpecvlmFacade.stream
 
     def capturing_build_demo(backend, *a, **k):  # in the main thread, after loading, before the launch
         captured["backend"], captured["note"] = backend, k.get("footer", "")
@@ -238,7 +238,7 @@ def main() -> None:
         captured["streams"].append(os.getpid())  # the worker process changes only its own copy of this list
         return stream(self, *a, **k)
 
-    app.ui.build_demo, app.engine.Engine.stream = capturing_build_demo, counting_stream
+    app.ui.build_demo, app.engine.SpecvlmFacade.stream = capturing_build_demo, counting_stream
     out: dict = {}
 
     def driver() -> None:

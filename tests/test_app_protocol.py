@@ -1,0 +1,66 @@
+"""The app talks to the library through one typed protocol (app.engine.Facade): the real facade and every
+test fake implement it, so a fake that drifts from the engine's calls fails here, not silently in the app
+tests that use it."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from app.engine import Facade, SpecvlmFacade
+from test_app_browser_ux import ProbingEngine
+from test_app_fakes import FakeEngine
+from test_app_offline import NoLoadEngine
+from test_app_subtitles import RecordingEngine
+from test_app_ui import MarginEngine
+from test_app_why import _ClipEngine
+from test_robust_backend import IOEngine, OOMEngine
+from test_robust_server import ProbingFake, TinyEngine
+
+MEMBERS = sorted(n for n, v in vars(Facade).items() if callable(v) and not n.startswith("_"))
+
+
+def mismatches(cls: type) -> list[str]:
+    """The protocol's methods that ``cls`` lacks or cannot be called as the app calls them: each call is made
+    with the protocol's required parameters by position and the others by keyword."""
+    out = []
+    for name in MEMBERS:
+        impl = getattr(cls, name, None)
+        if not callable(impl):
+            out.append(f"{name}: missing")
+            continue
+        args, kwargs = [], {}
+        for p in list(inspect.signature(getattr(Facade, name)).parameters.values())[1:]:
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty:
+                args.append(object())
+            else:
+                kwargs[p.name] = object()
+        try:
+            inspect.signature(impl).bind(object(), *args, **kwargs)
+        except TypeError as e:
+            out.append(f"{name}: {e}")
+    return out
+
+
+def test_the_protocol_names_what_the_app_calls():
+    assert {"prepare", "stream", "make_record", "explain", "load_video", "load_pair", "presets"} <= set(MEMBERS)
+
+
+@pytest.mark.parametrize("cls", [SpecvlmFacade, FakeEngine, MarginEngine, RecordingEngine, IOEngine, OOMEngine,
+                                 TinyEngine, ProbingFake, ProbingEngine, NoLoadEngine, _ClipEngine],
+                         ids=lambda c: c.__name__)
+def test_every_engine_implements_the_protocol(cls):
+    assert mismatches(cls) == []
+    assert issubclass(cls, Facade)
+
+
+def test_a_fake_with_the_old_stream_call_is_caught():
+    class Drifted(FakeEngine):
+        def stream(self, pair, clip, prompt, config, should_stop, **kw):   # prepares inside, as it once did
+            return iter(())
+
+    class Missing(FakeEngine):
+        prepare = None
+
+    assert [m.split(":")[0] for m in mismatches(Drifted)] == ["stream"]
+    assert mismatches(Missing) == ["prepare: missing"]
