@@ -174,7 +174,8 @@ class DecodeWorker:
         if str(getattr(pair, "device", "cpu")).startswith("cpu"):
             meter.start()
         yield [Phase("vanilla")]
-        inputs = yield from self._prepare(pair, clip, job)   # once, for every run of the job
+        inputs = _Once(lambda: self.engine.prepare(pair, clip, job.prompt, subtitles=list(job.subtitles),
+                                                   subtitle_mode=job.subtitle_mode, truth=job.truth))
         van = yield from self._one("vanilla", vanilla, pair, inputs, clip)
         yield [Phase("spec")]
         spec = yield from self._one("spec", job.dec, pair, inputs, clip)
@@ -194,7 +195,7 @@ class DecodeWorker:
         yield [compared, meter.stop()] + ([Record(rec.to_json())] if rec else [])
         if rec is not None:
             yield [Phase("explain")]
-            yield from self._explain(rec, job, pair, inputs)
+            yield from self._explain(rec, job, pair, inputs())
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
@@ -213,29 +214,16 @@ class DecodeWorker:
             raise UserError(f"Could not read the video: {upload_name(e, path)}") from e
         return clip
 
-    def _prepare(self, pair: Any, clip: Any, job: RunJob) -> Iterator[list[Any]]:
-        """The job's model inputs, prepared in a thread (the processor's work; a close waits for it to
-        end); yields heartbeats, returns the inputs."""
-        inputs = None
-        batches = pump(lambda stop: [self.engine.prepare(pair, clip, job.prompt, subtitles=list(job.subtitles),
-                                                         subtitle_mode=job.subtitle_mode, truth=job.truth)],
-                       f"{WORKER_PREFIX}prepare", self.update_interval_s)
-        with contextlib.closing(batches):
-            for items, _ in batches:
-                inputs = items[-1] if items else inputs
-                if not items:
-                    yield []
-        return inputs
-
-    def _one(self, name: str, dec: Any, pair: Any, inputs: Any, clip: Any) -> Iterator[list[Any]]:
-        """Decode one run from the prepared inputs in a thread; yields batches; returns the engine's events.
+    def _one(self, name: str, dec: Any, pair: Any, inputs: _Once, clip: Any) -> Iterator[list[Any]]:
+        """Decode one run in a thread, from the job's inputs (prepared by the first run's thread, once);
+        yields batches; returns the engine's events.
 
         The thread always ends before this returns or is closed (the stop flag is set unless the run
         finished; the engine polls it between prefill layers and every step), so a stopped run uses
         no CPU/GPU afterwards. ``clip`` None: a timing repeat, which yields heartbeats only.
         """
         events: list[Any] = []
-        batches = pump(lambda stop: self.engine.stream(pair, inputs, dec, stop), f"{WORKER_PREFIX}{name}",
+        batches = pump(lambda stop: self.engine.stream(pair, inputs(), dec, stop), f"{WORKER_PREFIX}{name}",
                        self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
@@ -283,6 +271,18 @@ class DecodeWorker:
             return
         if explained is not None:
             yield [Record(explained.to_json())]
+
+
+class _Once:
+    """A value computed on the first call (in whichever thread makes it) and returned by every later call."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._value, self._made = make, None, False
+
+    def __call__(self) -> Any:
+        if not self._made:
+            self._value, self._made = self._make(), True
+        return self._value
 
 
 def _plain(ev: Any) -> dict | StepEvent:

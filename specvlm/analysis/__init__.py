@@ -1,3 +1,3 @@
-"""Reading runs after the fact: metrics (:mod:`~specvlm.analysis.metrics`), run records for
-inspection (:mod:`~specvlm.analysis.records`) and on-screen text awareness
-(:mod:`~specvlm.analysis.text_aware`)."""
+"""Reading runs: the run record and the comparison of two runs (:mod:`~specvlm.analysis.run`), metrics
+(:mod:`~specvlm.analysis.metrics`), inspection of run files (:mod:`~specvlm.analysis.records`) and on-screen
+text awareness (:mod:`~specvlm.analysis.text_aware`)."""

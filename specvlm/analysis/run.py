@@ -54,6 +54,8 @@ class RunRecord:
         meta: free-form (model name, video path, subtitle mode, text coverage, ...).
         version: :data:`RECORD_VERSION`.
         why: :class:`specvlm.analysis.why.StepWhy` fields (dicts) of the explained failing steps, or [].
+
+    Source: docs/design.md §3 (one run record), §4.12 (τ, tokens/s over decode time).
     """
 
     settings: dict = field(default_factory=dict)
@@ -322,7 +324,10 @@ def prefill_from_dict(d: dict) -> PrefillInfo:
 # --------------------------------------------------------------------------- two runs
 def run_speedup(vanilla: RunRecord, method: RunRecord) -> float | None:
     """The decode speedup of ``method`` over ``vanilla`` on the same input
-    (:func:`specvlm.analysis.metrics.speedup` of their decode times and token counts; None until both decoded)."""
+    (:func:`specvlm.analysis.metrics.speedup` of their decode times and token counts; None until both decoded).
+
+    Source: docs/design.md §4.12 (speedup = vanilla decode time / method decode time on the same input).
+    """
     return speedup(vanilla.decode_s, method.decode_s, vanilla_tokens=vanilla.num_generated,
                    method_tokens=method.num_generated)
 
@@ -339,6 +344,8 @@ class Comparison:
             (:func:`run_speedup`; pairs that decoded nothing left out).
         greedy: both runs decoded greedily; sampled runs are equal only in distribution, so their
             divergence is reported but not classified.
+
+    Source: docs/design.md §4.11 (report the first divergence), §4.12 (speedup).
     """
 
     divergence: Divergence
@@ -386,6 +393,8 @@ def compare_runs(vanilla: RunRecord, spec: RunRecord, dtype: Any, *,
 
     Returns:
         Comparison.
+
+    Source: docs/design.md §4.11-4.12.
     """
     try:
         div = compare_outputs(vanilla.token_ids, spec.token_ids, vanilla.margins, dtype)
