@@ -66,3 +66,27 @@ def test_engine_drafts_with_the_long_prompt_tree_on_long_prompts(pairs):
         assert res.token_ids == van.token_ids, name
         sizes[name] = max(s.tree_size for s in res.steps[1:])
     assert sizes == {"long": 6, "short": short.depth}
+
+
+def test_defaults_without_a_preset_are_the_librarys():
+    """One home per default: a model without a preset gets DecodeConfig's budget, VideoConfig's frames and
+    TreeConfig(), in the CLI and through config_from_settings alike."""
+    import argparse
+
+    from specvlm.cli.args import add_decode_args, decode_config, video_config
+    from specvlm.config import DecodeConfig, VideoConfig, config_from_settings
+    from specvlm.models.presets import preset_defaults
+
+    budget, frames = DecodeConfig().max_new_tokens, VideoConfig().num_frames
+    d = preset_defaults(None)
+    assert (d.max_new_tokens, d.num_frames, d.tree) == (budget, frames, TreeConfig())
+    assert preset_defaults(PRESETS[BUNDLED_STD]) is PRESETS[BUNDLED_STD]
+    assert config_from_settings("specvlm").max_new_tokens == budget
+    p = argparse.ArgumentParser()
+    add_decode_args(p)
+    args = p.parse_args([])
+    assert decode_config(args, "specvlm", None).max_new_tokens == budget
+    assert video_config(args, None, None).num_frames == frames
+    bundled = PRESETS[BUNDLED_STD]
+    assert decode_config(args, "specvlm", bundled).max_new_tokens == bundled.max_new_tokens != budget
+    assert decode_config(args, "specvlm", bundled).tree == bundled.tree
