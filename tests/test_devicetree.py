@@ -12,9 +12,10 @@ import torch
 from specvlm.config import TreeConfig
 from specvlm.engine.hostreads import HostReadCounter
 from specvlm.spec import deviceaccept as da
+from specvlm.spec import devicestatic as ds
 from specvlm.spec import devicetree as dt
 from specvlm.spec.drafters import GreedyDrafter, greedy_accept
-from specvlm.spec.tree import DraftTree, ancestor_mask, verify_mask
+from specvlm.spec.tree import STATIC_TREES, DraftTree, ancestor_mask, static_paths, verify_mask
 
 V = 40
 DCAP = 4
@@ -249,10 +250,13 @@ def _greedy_cases():
         "verify_bias": (lambda p: dt.verify_bias(p, torch.bfloat16), (parents,)),
         "greedy_accept": (da.greedy_accept, (tokens, parents, target, 6)),
         "path_tokens": (da.path_tokens, (tokens, path)),
+        "static_children": (ds.static_children, (logp_rows((4,), 6, "ties"), STATIC_PLAN.levels[1])),
+        "static_tree": (lambda r: ds.static_tree(r, draft.device_feed, STATIC_PLAN), (draft.root,)),
         "pack": (da.pack, (torch.tensor(2), torch.tensor([4, 5, -1]), torch.tensor(7))),
     }
 
 
+STATIC_PLAN = ds.static_plan(static_paths("official-25"))
 CASES = _greedy_cases()
 
 
@@ -281,3 +285,32 @@ def _flat(out) -> list[torch.Tensor]:
     if isinstance(out, dt.DeviceTree):
         return [out.tokens, out.parents, out.scores, out.valid]
     return list(out)
+
+
+# --------------------------------------------------------------------------- static trees
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("preset", sorted(STATIC_TREES))
+def test_static_tree_equals_host(kind, preset):
+    plan = ds.static_plan(static_paths(preset))
+    for seed in range(6):
+        draft = TableDraft(seed, kind)
+        host = GreedyDrafter(TreeConfig(shape="static")).static(draft.root, draft.host_feed,
+                                                                static_paths(preset)).tree
+        dev = ds.static_tree(draft.root, draft.device_feed, plan)
+        assert dev.tokens.tolist() == host.tokens.tolist()
+        assert dev.parents.tolist() == host.parents.tolist()
+        torch.testing.assert_close(dev.scores, host.scores)
+        assert dev.valid.all()
+
+
+def test_static_plan_layout_and_errors():
+    plan = ds.static_plan([(0,), (1,), (0, 0), (1, 0), (1, 1), (0, 0, 0)])
+    assert plan.parents.tolist() == [-1, -1, 0, 1, 1, 2]
+    assert [lv.fed.tolist() for lv in plan.levels] == [[-1], [0, 1], [2]]
+    assert [lv.start for lv in plan.levels] == [0, 2, 5]
+    assert plan.levels[1].slot.tolist() == [0, 1, 1] and plan.levels[1].rank.tolist() == [0, 0, 1]
+    assert plan.levels[1].count.tolist() == [1, 2, 2] and plan.levels[1].counts == (1, 2)
+    with pytest.raises(ValueError, match="no parent"):
+        ds.static_plan([(0,), (0, 0, 0)])
+    with pytest.raises(dt.DeviceTreeError, match="smaller tree"):
+        ds.static_children(torch.zeros(1, 3), ds.static_plan([(0,), (1,), (2,), (3,)]).levels[0])
