@@ -280,3 +280,31 @@ def _flat(out) -> list[torch.Tensor]:
         t = out.tree
         return [t.tokens, t.parents, t.scores, t.valid, out.draft_probs]
     return list(out)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_sampled_step_does_not_sync_on_cuda():
+    """A whole sampled step (dynamic tree, accept, pack) on CUDA with sync debug mode raising on any sync."""
+    table = D_LOGITS.cuda()
+
+    def feed(tokens, parents, front):
+        return table[dt.node_depths(parents)[front].clamp(max=3), tokens[front]]
+
+    def step(root, noise, u, tprobs):
+        st = dsm.sampled_dynamic_tree(root, feed, CFG, 3, 3, 6, noise, 0.05)
+        tokens = torch.where(st.tree.valid, st.tree.tokens, -1)
+        path, n_acc, bonus = da.sampled_accept(tokens, st.tree.parents, tprobs, st.draft_probs, u, 3, 3)
+        return da.pack(n_acc, da.path_tokens(tokens, path), bonus)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    args = (table[0, ROOT], torch.rand(dsm.dynamic_noise_shape(3, 3, 6, VD), generator=gen, device="cuda"),
+            torch.rand(4, 4, generator=gen, device="cuda"), T_PROBS[1, :7].cuda())
+    step(*args)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        packed = step(*args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    acc, bonus = da.unpack(packed.tolist())
+    assert len(acc) <= 3 and 0 <= bonus < V

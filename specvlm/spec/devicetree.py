@@ -168,7 +168,8 @@ def dynamic_tree(root_logp: torch.Tensor, feed: DeviceFeed, depth: int, top_k: i
 
     Args:
         root_logp: float32 (V,) draft log-probs after the root.
-        feed: the draft on frontier nodes (:data:`DeviceFeed`), called depth - 1 times.
+        feed: the draft on frontier nodes (:data:`DeviceFeed`), called depth - 1 times; it returns
+            log-probs (<= 0), so scores fall along every path and :func:`rerank` keeps a tree.
         depth, top_k, total_tokens, min_prob: as :class:`specvlm.config.TreeConfig`.
 
     Returns:
@@ -217,6 +218,8 @@ def chain_tree(root_logp: torch.Tensor, feed_next: NextFeed, depth: int, min_pro
 
     Node d + 1 is valid iff node d is and its cumulative score >= log(min_prob). Scores are summed in
     float32 (the host sums in float64), so a score within rounding of log(min_prob) may stop differently.
+    The host chain without ``feed_next`` is the dynamic tree with ``top_k`` 1, whose ``topk(1)`` may break
+    ties unlike ``max``: mirror it with :func:`dynamic_tree` (top_k=1, total_tokens=depth).
 
     Args:
         root_logp: float32 (V,) draft log-probs after the root.
