@@ -64,6 +64,19 @@ class Engine:
         from specvlm.models.hub import in_local_cache
         return Path(model).expanduser().is_dir() or in_local_cache(model) or self.hub_reachable()
 
+    def model_size(self, model: str) -> Any:
+        """A model's :class:`specvlm.models.fit.ModelSize` from its config alone (None when it cannot be told):
+        a local folder's or cached config, else, while the Hub answers, a Hub id's ``config.json`` fetched
+        by itself (never its weights)."""
+        from pathlib import Path
+
+        from specvlm.models.fit import model_size
+        from specvlm.models.hub import fetch_config
+        size = model_size(model)
+        if size is None and not Path(model).expanduser().exists() and self.hub_reachable() and fetch_config(model):
+            size = model_size(model)
+        return size
+
     def probe_video(self, path: str) -> Any:
         """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""
         from specvlm.video import probe_video
