@@ -61,6 +61,12 @@ class ModelAccess:
             (symbolic links the operator puts there are followed); None: none.
         max_model_gb: largest custom model (target + draft weights at the load dtype, in GB of 1e9 bytes);
             None: only the device's memory bounds it.
+
+    Raises:
+        AccessError: ``max_model_gb`` not a positive number, an allowed id that is not a Hub id, or a
+            ``models_dir`` that is not an existing absolute folder.
+
+    Source: docs/scaling.md ("A public server").
     """
 
     exposure: str = ""
@@ -129,6 +135,8 @@ def exposure(host: str, share: bool, environ: Mapping[str, str]) -> str:
 
     A Hugging Face Space sets ``SPACE_ID`` (and ``SYSTEM=spaces``); a host other than loopback
     (``127.x.y.z``, ``localhost``, ``::1``) listens beyond this machine.
+
+    Source: Gradio's ``utils.get_space`` (``SPACE_ID``); docs/scaling.md ("A public server").
     """
     if environ.get("SPACE_ID") or environ.get("SYSTEM", "").lower() == "spaces":
         return "a Hugging Face Space"
@@ -210,6 +218,8 @@ def resolve_custom(field: Any, access: ModelAccess, engine: Any, device: str | N
         UserError: a field that is not text, too long or holds control characters; a model a public server
             does not offer (:meth:`ModelAccess.refusal`); Hub models the server cannot reach; a model too
             large for the device or ``access.max_model_gb``.
+
+    Source: docs/scaling.md ("A public server").
     """
     if field is None or (isinstance(field, str) and not field.strip()):
         return None
@@ -268,6 +278,8 @@ def check_size(engine: Any, models: tuple[str, ...], name: str, access: ModelAcc
 
     Raises:
         UserError: one line naming the model, the estimate and the bound.
+
+    Source: :mod:`specvlm.models.fit` (sizes from the config on the ``meta`` device, the loading margin).
     """
     size_of = getattr(engine, "model_size", None)
     if size_of is None:
