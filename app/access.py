@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -28,6 +29,8 @@ from typing import Any
 
 from app.models_notes import is_hub_id, missing_from_hub, needs_hub_error, parse_model_spec
 from app.settings import UserError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ModelAccess", "AccessError", "add_arguments", "access_from_args", "exposure", "resolve_custom",
            "custom_field", "MAX_FIELD_CHARS"]
@@ -284,7 +287,7 @@ def check_size(engine: Any, models: tuple[str, ...], name: str, access: ModelAcc
     size_of = getattr(engine, "model_size", None)
     if size_of is None:
         return
-    sizes = [size_of(m) for m in dict.fromkeys(models)]
+    sizes = [_size(size_of, m) for m in dict.fromkeys(models)]
     if any(s is None for s in sizes):
         if access.public:
             raise UserError(f"The custom model {name!r} cannot be sized from its config, so this server does not "
@@ -321,6 +324,15 @@ def device_memory(device: str) -> float | None:
         except (ValueError, OSError, AttributeError):
             return None
     return None
+
+
+def _size(size_of: Any, model: str) -> Any:
+    """``size_of(model)``, None when it fails (logged)."""
+    try:
+        return size_of(model)
+    except Exception:  # noqa: BLE001 - an unknown size is handled as one
+        log.warning("could not size %s", model, exc_info=True)
+        return None
 
 
 def _cuda(engine: Any) -> bool:

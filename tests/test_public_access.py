@@ -293,6 +293,7 @@ def test_an_allowlisted_id_and_a_folder_of_the_models_dir_load(start, tmp_path):
         out = _compare_json(app.client, custom)
         assert out["status"] == "done" and out["identical"] is True, out
         assert out["vanilla"]["token_ids"] == out["speculative"]["token_ids"] and out["vanilla"]["tokens"] > 0
+        assert str(tmp_path) not in json.dumps(out)   # the models directory's place stays on the server
     for probe in (*PROBES, "target/../../..", "someone/else"):
         out = _compare_json(app.client, probe)
         assert out["status"] == "error" and out["error"] == refusal, out
