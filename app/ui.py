@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 
 from app import plots, preview
+from app.access import custom_field
 from app.backend import Backend
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
@@ -139,8 +140,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         preset=gr.Dropdown(backend.preset_names(), value=d.preset, label="Model preset", elem_id="preset"),
         preset_md=gr.Markdown(backend.preset_info(d.preset)[0], elem_id="preset-info"),
         hub_md=gr.Markdown(f"*{backend.hub_note()}*" if backend.hub_note() else "", elem_id="hub-note"),
-        custom=gr.Textbox(value="", label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
-                          placeholder="overrides the preset when filled", elem_id="custom-model"),
+        custom=gr.Textbox(value="", elem_id="custom-model", **custom_field(getattr(backend, "access", None))),
     )
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
         c["method"] = gr.Dropdown(list(PRUNE_METHODS), value=d.method, label="Pruning method (right panel)",

@@ -127,7 +127,7 @@ def model_size(path: str) -> ModelSize | None:
     try:
         from transformers import AutoConfig
 
-        cfg = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=True)
+        cfg = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=True, trust_remote_code=False)
         return size_from_config(cfg)
     except Exception as exc:  # noqa: BLE001 - unknown size only means no check
         log.debug("size of %s unknown: %s", path, exc)
