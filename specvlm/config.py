@@ -227,7 +227,7 @@ ENGINES = ("eager", "static")
 
 ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "eager", "cuda": "static"}
 """The decode loop used where none is chosen, per torch device type (the one home of that default; other
-device types get the CPU's). The CLI, the bench, the app and ``scripts/gpu_check.py`` read it through
+device types get the CPU's). The CLI, the bench and the app read it through
 :func:`default_engine`."""
 
 
