@@ -66,7 +66,8 @@ def engine_row(key: str, runs: dict, scale: float, draft_scale: float, floor: di
     t_level = median(runs["draft_step_ms"]) * draft_scale / depth
     row = {"counts": {k: kinds.count(k) for k in ("identical", "near-tie", "mismatch")},
            "divergences": [r for r in runs["runs"] if r["kind"] != "identical"], "warmup_s": runs["warmup_s"],
-           "prefill_vanilla_s": median(runs["prefill_vanilla_s"]), "prefill_specvlm_s": median(runs["prefill_specvlm_s"]),
+           "prefill_vanilla_s": median(runs["prefill_vanilla_s"]),
+           "prefill_specvlm_s": median(runs["prefill_specvlm_s"]),
            "prune_s": median(runs["prune_s"]), "draft_prefill_s": median(runs["draft_prefill_s"]),
            "decode_step_ms": t_dec, "draft_level_ms": t_level, "verify_step_ms": t_ver,
            "tau_random_weights": median(runs["tau_random_weights"]),
@@ -132,7 +133,8 @@ def format_results(rows: list[dict], device_name: str) -> str:
         for e, x in r["engines"].items():
             at = f"{x['speedup_at_paper_tau']:.2f}x (τ = {x['paper_tau']})" if "paper_tau" in x else "-"
             need = f"τ = {x['tau_for_paper_speedup']:.2f} for {x['paper_speedup']}x" if "paper_speedup" in x else "-"
-            out.append(f"| {r['pair']} | {e} | " + " | ".join(_x(x["projected"][t]) for t in taus) + f" | {at} | {need} |")
+            cells = " | ".join(_x(x["projected"][t]) for t in taus)
+            out.append(f"| {r['pair']} | {e} | {cells} | {at} | {need} |")
         ceil = r["floor"]["ceiling"]
         out.append(f"| {r['pair']} | byte floor | " + " | ".join(_x(ceil[t]) for t in taus)
                    + f" | every draft accepted: {_x(ceil['all_accepted'])} | - |")

@@ -88,7 +88,7 @@ def _zerogpu_default_job(monkeypatch) -> RunJob:
             return dict(PRESETS)
 
         def default_preset(self):
-            return GPU_DEFAULTS[0]   # with CUDA (ZeroGPU's emulation says so) and the models cached or the Hub reachable
+            return GPU_DEFAULTS[0]   # with CUDA (ZeroGPU's emulation says so), the models cached or the Hub up
 
     monkeypatch.setattr(zerogpu, "active", lambda: True)
     d = Backend(Engine()).default_settings()

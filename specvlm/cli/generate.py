@@ -163,7 +163,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(res.text)
-    print(f"\n[{res.method}, {cfg.engine} engine] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, decode {res.decode_s:.2f} s, "
+    print(f"\n[{res.method}, {cfg.engine} engine] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, "
+          f"decode {res.decode_s:.2f} s, "
           f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
     if "vanilla" in out:
