@@ -54,7 +54,7 @@ from specvlm.models.ceiling import BandwidthError, gpu_bandwidth
 from specvlm.models.pair import pair_from_models
 from specvlm.testing import realdims
 
-from scripts.gpu_costs import VERIFY_SIZES, decode_runs, draft_level_ms, verify_curve
+from scripts.gpu_costs import VERIFY_SIZES, decode_runs, draft_level_ms, prepare_clips, verify_curve
 from scripts.gpu_report import PAPER_SPEEDUP, PAPER_TAU, format_results, summarize  # noqa: F401 - re-exported
 
 log = logging.getLogger("gpu_check")
@@ -170,7 +170,8 @@ def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict
     draft, dproc = store.get(setup.draft, setup.draft.layers) if setup.draft else (None, None)
     pair = pair_from_models(target, tproc, draft, dproc, name=setup.name)
     side = setup.target.vision.get("image_size", args.frame_side)  # fixed-size towers resize to their input
-    by_engine = {e: decode_runs(pair, setup.frames, side, args, store.dtype, e) for e in args.engine_list}
+    clips = prepare_clips(pair, setup.frames, side, args.clips)
+    by_engine = {e: decode_runs(pair, clips, args, store.dtype, e) for e in args.engine_list}
     first = next(iter(by_engine.values()))
     sizes = tuple(n for n in VERIFY_SIZES if n <= args.max_verify)
     curve = verify_curve(target, first["L"], sizes, first["rows"], args.rounds, args.iters, args.warmup)

@@ -62,13 +62,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def decode_runs(pair: Any, frames: int, side: int, args: argparse.Namespace, dtype: torch.dtype, engine: str) -> dict:
-    """Vanilla and SpecVLM on ``args.clips`` clips on one decode engine: comparisons and the runs' step times.
+def prepare_clips(pair: Any, frames: int, side: int, clips: int) -> list[Any]:
+    """ModelInputs of ``clips`` random clips of ``frames`` frames of ``side`` px (prepared once, decoded by
+    every engine)."""
+    return [pair.adapter.prepare(pair.processor, pair.target, make_clip(frames, side, c), PROMPT) for c in range(clips)]
+
+
+def decode_runs(pair: Any, clips: list[Any], args: argparse.Namespace, dtype: torch.dtype, engine: str) -> dict:
+    """Vanilla and SpecVLM on prepared clips on one decode engine: comparisons and the runs' step times.
 
     Args:
         pair: the ModelPair.
-        frames, side: clip frames and frame side (px).
-        args: ``clips``, ``new_tokens`` (fixed length), ``warmup_tokens`` (the untimed first pair of runs).
+        clips: ModelInputs (:func:`prepare_clips`).
+        args: ``new_tokens`` (fixed length), ``warmup_tokens`` (the untimed first pair of runs).
         dtype: the target's dtype (near-tie threshold).
         engine: :data:`specvlm.config.ENGINES` entry.
 
@@ -81,15 +87,12 @@ def decode_runs(pair: Any, frames: int, side: int, args: argparse.Namespace, dty
     out: dict[str, Any] = {"runs": [], "prefill_vanilla_s": [], "prefill_specvlm_s": [], "prune_s": [],
                            "draft_prefill_s": [], "decode_ms": [], "draft_step_ms": [], "verify_step_ms": [],
                            "tau_random_weights": []}
-    inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(frames, side, 0), PROMPT)
     t0 = time.perf_counter()
     for cfg in (cfg_v, cfg_s):   # untimed: holds the engine's capture or compilation, if any
-        generate(pair, inputs, replace(cfg, max_new_tokens=args.warmup_tokens))
+        generate(pair, clips[0], replace(cfg, max_new_tokens=args.warmup_tokens))
     _sync(pair.device)
     out["warmup_s"] = time.perf_counter() - t0
-    for c in range(args.clips):
-        if c:
-            inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(frames, side, c), PROMPT)
+    for inputs in clips:
         van, spec = generate(pair, inputs, cfg_v), generate(pair, inputs, cfg_s)
         out["runs"].append(compare(van, spec, dtype))
         out["prefill_vanilla_s"].append(van.prefill.prefill_s)
