@@ -32,7 +32,8 @@ from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, 
                                shown_name, synthetic_caveat)
 from app.runs import RunRegistry
 from app.engine import Engine
-from app.settings import MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt
+from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
+                          device_type_of, server_engine)
 from app.summary import comparison_json
 from app.view import RunView, final_status
 from app import zerogpu
@@ -100,7 +101,8 @@ class Backend:
         except Exception:
             preset = next(iter(self.preset_names()), "")
         _, frames, max_new = self.preset_info(preset)
-        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
+        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset),
+                           engine=server_engine(self.device, self._cuda()))
 
     def preset_tree(self, name: str) -> dict:
         """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""
@@ -423,7 +425,7 @@ class Backend:
         """
         s = request.settings
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
-        dec, vid = build_configs(s, self.limits)
+        dec, vid = build_configs(s, self.limits, device_type_of(self.device, self._cuda()))
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
         cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)

@@ -225,6 +225,25 @@ class SamplingConfig:
 ENGINES = ("eager", "static")
 """Decode-loop implementations (:attr:`DecodeConfig.engine`); both are token-identical."""
 
+ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "eager", "cuda": "static"}
+"""The decode loop used where none is chosen, per torch device type (the one home of that default; other
+device types get the CPU's). The CLI, the bench and the app read it through
+:func:`default_engine`."""
+
+
+def default_engine(device_type: str) -> str:
+    """The decode loop (:data:`ENGINES`) to use on a device type when none is chosen.
+
+    Args:
+        device_type: a torch device type, e.g. ``"cpu"`` or ``"cuda"`` (``torch.device(...).type``); a
+            device name such as ``"cuda:1"`` counts as its type.
+
+    Returns:
+        ``"eager"`` or ``"static"`` (:data:`ENGINE_BY_DEVICE`; unknown device types get the CPU's).
+    """
+    return ENGINE_BY_DEVICE.get(str(device_type).split(":")[0], ENGINE_BY_DEVICE["cpu"])
+
+
 _NESTED = (
     ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
     ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
@@ -248,7 +267,7 @@ class DecodeConfig:
         engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
             growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
             with device-side lengths (capturable, at most one host read per step). Both give the same
-            tokens.
+            tokens. The default is the CPU's (:func:`default_engine`); front ends choose per device.
 
     Raises:
         ConfigError: unknown method or engine, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
@@ -261,7 +280,7 @@ class DecodeConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    engine: str = "eager"
+    engine: str = ENGINE_BY_DEVICE["cpu"]
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -347,7 +366,7 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
                          shape: str | None = None, depth: int | None = None, top_k: int | None = None,
                          total_tokens: int | None = None, min_prob: float | None = None,
-                         engine: str = DecodeConfig.engine) -> DecodeConfig:
+                         engine: str | None = None, device_type: str = "cpu") -> DecodeConfig:
     """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
 
     Args:
@@ -358,7 +377,9 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         temperature, top_p_sampling: sampling (temperature 0 = greedy).
         tree: the preset's tree (None = ``TreeConfig()``); shape, depth, top_k, total_tokens, min_prob:
             the tree options, combined with it by :func:`tree_with_options`.
-        engine: the decode loop (:data:`ENGINES`).
+        engine: the decode loop (:data:`ENGINES`); None = :func:`default_engine` of ``device_type``.
+        device_type: the torch device type the request runs on (``"cpu"``, ``"cuda"``); only read when
+            ``engine`` is None.
 
     Raises:
         ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
@@ -369,5 +390,5 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
-        engine=engine,
+        engine=default_engine(device_type) if engine is None else engine,
     )

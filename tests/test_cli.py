@@ -237,3 +237,32 @@ def test_help_names_lambda_and_threads(command, capsys):
     assert "--lambda λ, --stage1-mass λ" in text and "deprecated spelling of --lambda" in text
     assert "Not nucleus sampling: that is --top-p-sampling" in text and "The pruning share λ is --lambda" in text
     assert "--threads N" in text
+
+
+def test_engine_flag_reaches_the_config_and_defaults_per_device(monkeypatch):
+    from specvlm.cli.args import decode_config, device_type
+    from specvlm.config import ENGINE_BY_DEVICE, default_engine
+
+    assert decode_config(_generate_args("--engine", "static"), "specvlm", None).engine == "static"
+    assert decode_config(_generate_args("--engine", "eager"), "vanilla", None, "cuda").engine == "eager"
+    # without --engine, the device type picks it (one table, specvlm.config.ENGINE_BY_DEVICE)
+    assert decode_config(_generate_args("--device", "cpu"), "specvlm", None).engine == ENGINE_BY_DEVICE["cpu"]
+    assert decode_config(_generate_args(), "specvlm", None, "cuda").engine == ENGINE_BY_DEVICE["cuda"]
+    assert (default_engine("cpu"), default_engine("cuda"), default_engine("cuda:1")) == ("eager", "static", "static")
+    assert default_engine("mps") == default_engine("cpu")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert device_type(_generate_args()) == "cuda" and device_type(_generate_args("--device", "cpu")) == "cpu"
+    assert decode_config(_generate_args(), "vanilla", None).engine == "static"
+
+
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_engine_flag_is_offered_and_checked(command, capsys):
+    from specvlm.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--engine {eager,static}" in text and "Default per device: cpu eager, cuda static" in text
+    with pytest.raises(SystemExit):
+        main([command, "--engine", "fast", "--video", "x.mp4"])
+    assert "invalid choice: 'fast'" in capsys.readouterr().err
