@@ -7,7 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.text.prompting import SubtitlePromptError
+
+
+class SubtitlePromptError(ValueError):
+    """The subtitle transcript could not be placed in the prompt (bad mode, unexpected tokenization)."""
 
 
 @dataclass

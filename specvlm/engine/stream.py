@@ -20,14 +20,14 @@ from typing import Callable, Iterator
 
 import torch
 
-from specvlm.analysis.metrics import Timer, logit_margin, summarize
+from specvlm.engine.measures import Timer, logit_margin, summarize
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.engine import kv
 from specvlm.engine.draft import make_draft_runner
 from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
 from specvlm.engine.prepare import for_pair
-from specvlm.engine.stopping import stop_between_layers
+from specvlm.models.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
@@ -124,7 +124,7 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
             ``inputs.for_target()``, with scores for the ``specvlm`` and ``attention`` methods); its KV
             cache is copied, so one prefill serves any number of requests on the same inputs.
         should_stop: polled before every step and, during the prefills, before every layer of the
-            models (:func:`specvlm.engine.stopping.stop_between_layers`); True ends the stream early,
+            models (:func:`specvlm.models.stopping.stop_between_layers`); True ends the stream early,
             before its PrefillInfo when the prefill was running.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
 

@@ -1,4 +1,4 @@
-"""The engine's attention, registered through transformers' public extension points.
+"""The attention the engine runs, registered through transformers' public extension points.
 
 * ``specvlm_gqa`` attention (registered with ``AttentionInterface``): for short
   queries (decode, tree verify, tree drafting) with an explicit mask it folds the
@@ -28,7 +28,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from specvlm.engine import stopping
+from specvlm.models import stopping
 
 ATTN_IMPL = "specvlm_gqa"
 MAX_GROUPED_QUERY = 256
