@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 450
-AWAITING_SPLIT: dict[str, int] = {}
+AWAITING_SPLIT: dict[str, int] = {"training/eval_bundled.py": 763, "training/data.py": 481}
 """Modules over the limit whose split is pending; each may not grow, and leaves this table once split."""
 
 
@@ -177,7 +177,7 @@ def test_the_layer_check_finds_an_upward_import(tmp_path, monkeypatch):
         "front.ui -> pkg.tools (test and benchmark tooling)", "pkg.low.a (floor 1) -> pkg.high (floor 2)"]
 
 
-@pytest.mark.parametrize("folder", ["specvlm", "app"])
+@pytest.mark.parametrize("folder", ["specvlm", "app", "training"])
 def test_no_module_exceeds_the_size_limit(folder):
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / folder).rglob("*.py")}
     assert sizes, folder

@@ -1,4 +1,5 @@
 """Tests for the procedural video generator and its caption grammar (specvlm.bench.synth)."""
+import av
 import numpy as np
 import pytest
 
@@ -125,7 +126,6 @@ def test_truth_json_round_trip(tmp_path):
 
 
 def test_mp4_round_trip(tmp_path):
-    av = pytest.importorskip("av")
     frames, _ = synth.generate(1, _spec(num_frames=12, height=112, width=140))
     path = clipfiles.write_mp4(tmp_path / "clip.mp4", frames, fps=8)
     with av.open(str(path)) as c:

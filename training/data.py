@@ -1,4 +1,4 @@
-"""Training data: synthetic clips from :mod:`specvlm.bench.synth` and :mod:`scripts.training.scenes`,
+"""Training data: synthetic clips from :mod:`specvlm.bench.synth` and :mod:`training.scenes`,
 conversations (with the app's subtitle transcript, :mod:`specvlm.text.prompting`), per-token labels, batches.
 
 Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses seeds >= 10**9.
@@ -11,7 +11,7 @@ import re
 import numpy as np
 import torch
 
-from scripts.training import scenes
+from training import scenes
 from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.text.prompting import subtitle_block, user_text

@@ -32,8 +32,8 @@ decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
 Examples:
-    python -m scripts.eval_bundled --num-videos 10 --max-new-tokens 48          # quick look
-    python -m scripts.eval_bundled --num-videos 200 --workers 2 --out assets/model/eval.json
+    python -m training.eval_bundled --num-videos 10 --max-new-tokens 48          # quick look
+    python -m training.eval_bundled --num-videos 200 --workers 2 --out assets/model/eval.json
 """
 from __future__ import annotations
 
