@@ -7,10 +7,9 @@ from __future__ import annotations
 import html
 import re
 
-import pytest
 from gradio_client import Client, handle_file
 
-from test_app_fakes import FakeEngine, free_port, real_engine, sample_video
+from helpers.fakes import FakeEngine, free_port, real_engine, sample_video
 
 from app.backend import Backend
 

@@ -12,8 +12,9 @@ from collections import Counter
 import pytest
 import torch
 
+from helpers.media import make_clip
+
 import specvlm.engine.stream as dec
-from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.analysis.metrics import compare_outputs
 from specvlm.models.pair import pair_from_models

@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.engine import kv
 from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
 from specvlm.engine.prepare import prepare

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.engine import kv
 from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
 from specvlm.engine.prefill import prefill_target

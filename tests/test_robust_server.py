@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 
-from test_app_fakes import FakeEngine, free_port
+from helpers.engines import TINY, TinyEngine
+from helpers.fakes import FakeEngine, free_port
 
 from app.backend import WORKER_PREFIX, Backend
 from app.engine import Engine
@@ -28,24 +29,6 @@ from app.settings import Limits
 pytestmark = pytest.mark.timeout(180)
 
 PROMPT = "Describe the video."
-TINY = "Tiny (in-process)"
-
-
-class TinyEngine(Engine):
-    """The real engine (probe, decode, stream) over one shared tiny Qwen2.5-VL."""
-
-    def presets(self):
-        return {TINY: SimpleNamespace(name=TINY, target="tiny", draft=None, description="random tiny Qwen2.5-VL",
-                                      num_frames=4, requires_cuda=False, max_new_tokens=12)}
-
-    def default_preset(self):
-        return TINY
-
-    def load_pair(self, target, draft, device, dtype):
-        from specvlm.models.pair import pair_from_models
-        from specvlm.testing.tiny import tiny_qwen2_5_vl
-        model, processor = tiny_qwen2_5_vl()
-        return pair_from_models(model, processor, name="tiny")
 
 
 class ProbingFake(FakeEngine):

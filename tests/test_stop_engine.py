@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, VideoConfig
 from specvlm.engine.prepare import prepare
 from specvlm.models.stopping import install_stop_checks, stop_between_layers
