@@ -44,6 +44,25 @@ class ConfigError(ValueError):
     """A setting is out of range; the message names the setting and the valid range."""
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""Model dtypes the library runs, by name. Without a choice a model loads in float32 on a CPU and in bfloat16 on
+CUDA (float16 on GPUs without native bfloat16): :func:`specvlm.models.loading.load_pair`."""
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def dtype_name(dtype: object) -> str:
+    """The name in :data:`DTYPES` of a torch dtype (``torch.bfloat16``) or of a name or alias (``"bf16"``).
+
+    Raises:
+        ConfigError: any other dtype.
+    """
+    name = str(dtype).removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is unknown: use {', '.join(DTYPES)}.")
+    return name
+
+
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
     if not (lo <= value <= hi):
         raise ConfigError(f"{name}={value!r} is out of range: use a value in [{lo}, {hi}].")

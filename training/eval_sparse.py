@@ -141,7 +141,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
            "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
-    targets = _sparse_tokens(truth, given)
+    targets = _sparse_tokens(truth, given, eb.cell_pixels(pair.target))
     runs = [(m, given, shared) for m in args.methods]
     if truth.fact is not None:
         withheld = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="target")
@@ -167,17 +167,17 @@ def eval_clip(job: tuple[str, int]) -> dict:
     return rec
 
 
-def _sparse_tokens(truth: synth.SceneTruth, inputs) -> dict[str, set]:
-    """Video-token indices under the flash (``flash``) and under the on-screen text (``text``)."""
+def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
+    """Video-token indices under the flash (``flash``) and under the on-screen text (``text``); ``cell_px``:
+    :func:`training.eval_bundled.cell_pixels`."""
     import dataclasses
 
-    grid = inputs.vision["video_grid_thw"][0].tolist()
     out = {}
     flash = tuple(o for o in truth.objects if o.motion == synth.FLASH)
     for name, t in (("flash", dataclasses.replace(truth, objects=flash, text=None)),
                     ("text", dataclasses.replace(truth, objects=(), text=truth.text))):
         if t.objects or t.text is not None:
-            cov = eb.token_coverage(t, grid, inputs.token_grid.numpy())
+            cov = eb.token_coverage(t, inputs.token_grid.numpy(), inputs.frames_per_token, cell_px)
             out[name] = set(np.nonzero(cov > 0)[0].tolist())
     return out
 

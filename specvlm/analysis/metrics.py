@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from specvlm.config import NEAR_TIE_MARGIN
+from specvlm.config import NEAR_TIE_MARGIN, dtype_name
 # The engine's own measures (it records them while decoding), importable from here as well.
 from specvlm.engine.measures import (RunSummary, Timer, is_cuda, logit_margin, summarize, tau,  # noqa: F401
                                      tokens_per_second, tokens_per_target_forward)
@@ -88,14 +88,9 @@ def near_tie_threshold(dtype: torch.dtype | str) -> float:
         Threshold in logit units.
 
     Raises:
-        ValueError: a dtype other than float32, bfloat16 or float16.
+        ConfigError: a dtype other than float32, bfloat16 or float16 (:func:`specvlm.config.dtype_name`).
     """
-    name = str(dtype).removeprefix("torch.")
-    name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
-            "float": "float32"}.get(name, name)
-    if name not in NEAR_TIE_MARGIN:
-        raise ValueError(f"dtype {dtype!r} has no near-tie threshold: use float32, bfloat16 or float16.")
-    return NEAR_TIE_MARGIN[name]
+    return NEAR_TIE_MARGIN[dtype_name(dtype)]
 
 
 def compare_outputs(vanilla_ids: Sequence[int], spec_ids: Sequence[int], margins: Sequence[float],
