@@ -315,7 +315,7 @@ def test_early_stop_setting_reaches_the_tree_config():
     assert build_configs(RunSettings(preset="x"), Limits())[0].tree.min_prob == 0.0
 
 
-# ---- subtitles and on-screen-text forcing (issue 8) ----------------------------------------
+# ---- subtitles and on-screen-text forcing ----------------------------------------------
 
 def _truth_file(path, text=True):
     """A minimal ground-truth .json (what specvlm.bench.clipfiles.write_truth writes, trimmed to what forcing needs)."""
@@ -371,7 +371,7 @@ def test_compare_passes_subtitles_mode_and_truth_to_the_engine(tmp_path):
 
 
 def test_compare_with_fewer_args_keeps_working():
-    """API callers from before issue 8 pass 14 arguments: no subtitles, no forcing."""
+    """API callers that pass the first 14 arguments only get no subtitles and no forcing."""
     eng = FakeEngine(step_s=0.0)
     compare, _ = _compare_fn(Backend(eng, update_interval_s=0.0))
     last = _call(compare.fn, *BASE_ARGS[:14])

@@ -1,4 +1,4 @@
-"""Library-level robustness of specvlm.video for the input classes of issue 6 not covered by
+"""Library-level robustness of specvlm.video for the bad or unusual inputs not covered by
 tests/test_video.py: more codecs and containers, readers that agree, two-frame and sub-28 px
 clips, 4K and long videos (memory and decode work bounded), and a hung decoder.
 

@@ -94,7 +94,7 @@ def test_caption_direction_is_one_word_and_old_phrases_still_parse():
     new = captions.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
     for got in (old, new):
         assert [o["motion"] for o in got["objects"]] == ["left to right", "right to left"]
-    garbled = captions.parse_caption("one object. red circle moves left to left.")   # what the old weights say
+    garbled = captions.parse_caption("one object. red circle moves left to left.")   # a garbled motion phrase
     assert garbled["objects"][0]["motion"] is None
 
 
