@@ -50,6 +50,10 @@ class FakeEngine:
             stream before its PrefillInfo, like the real engine).
         eos_at: the token count at which the runs emit EOS unless ``config.stop_at_eos`` is False.
         stop_lag_s: seconds the prefill still takes once told to stop (a slow layer finishing).
+
+    Attributes:
+        ended: how each stream ended, in order: "done", "stopped" (its ``should_stop`` returned True) or
+            "closed" (its consumer closed it).
     """
 
     def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False,
