@@ -156,7 +156,7 @@ class Engine:
 
         from specvlm.engine.prepare import prepare
         from specvlm.analysis.why import explain_rejections
-        from specvlm.engine.stopping import stop_between_layers
+        from specvlm.models.stopping import stop_between_layers
         if record.prefill.prune is None:
             return record
         if truth is not None:

@@ -44,6 +44,25 @@ class ConfigError(ValueError):
     """A setting is out of range; the message names the setting and the valid range."""
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""Model dtypes the library runs, by name. Without a choice a model loads in float32 on a CPU and in bfloat16 on
+CUDA (float16 on GPUs without native bfloat16): :func:`specvlm.models.loading.load_pair`."""
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def dtype_name(dtype: object) -> str:
+    """The name in :data:`DTYPES` of a torch dtype (``torch.bfloat16``) or of a name or alias (``"bf16"``).
+
+    Raises:
+        ConfigError: any other dtype.
+    """
+    name = str(dtype).removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is unknown: use {', '.join(DTYPES)}.")
+    return name
+
+
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
     if not (lo <= value <= hi):
         raise ConfigError(f"{name}={value!r} is out of range: use a value in [{lo}, {hi}].")
@@ -160,28 +179,19 @@ BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=8, min_prob=0.05,
                               long_prompt=TreeConfig(shape="chain", depth=12, min_prob=0.1), long_from=8192)
 """Draft tree of the bundled Std-SD pair (assets/model: 4-layer target, 1-layer draft) on a CPU.
 
-From 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1: there a verify costs ~2x a
-decode step and a draft node ~0.05 of one, so longer chains pay (16,384 video tokens, 128 tokens
-fixed length, one process, 4 interleaved rounds: chain of 12 / stop 0.1 3.66x, of 8 / stop 0.05
-2.86x, of 16 / stop 0.3 3.61x). On the example clips the chain of 8 stays ahead (7 rounds: median
-1.86x vs 1.74x for the chain of 12).
-
-Chosen over 14 dynamic/chain/static trees on the app's three example clips (assets/videos, stop
-at EOS, 15-25 token captions): exact per-step counts (draft feeds and their widths, tree sizes,
-accepted lengths: deterministic) times step-cost ratios to one target decode step measured
-interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`).
-Predicted median speedup: this chain 2.29x, chain of 8 without a stop 2.26x, dynamic depth 6 top-2
-10 nodes 2.00x, the library default (dynamic depth 5, top-4, 16 nodes) 1.73x. With the fused draft
-a level costs ~0.03-0.1 of a target step, so the verify's size (a 17-token verify ~2x a decode
-step here) and the accepted length decide, and a narrow deep draft wins on short captions.
+A chain of up to 8 with early stop 0.05; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1,
+where a verify costs more decode steps' worth and longer chains pay. A fused draft level costs a small share of
+a target step, so the verify's size and the accepted length decide, and a narrow deep draft wins on short
+captions. Chosen from exact per-step counts on the app's example clips times step-cost ratios measured
+interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`);
+the trees compared and their figures: docs/benchmark.md, *Measurements behind the engine's choices*.
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
 
 The draft is the whole target, so every draft level costs a sizeable share of a target step and
-wide levels lose (every dynamic tree predicted < 1x); its accepted lengths are long (τ 5-9), so a
-deep chain with an early stop drafts them at one node per level (same measurement as
-:data:`BUNDLED_STD_TREE`; predicted 2.6x, chain of 8: 2.3x, noisier ratios).
+wide levels lose; its accepted lengths are long, so a deep chain with an early stop drafts them at one node
+per level (chosen as :data:`BUNDLED_STD_TREE`; figures in docs/benchmark.md).
 """
 
 

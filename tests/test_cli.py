@@ -2,29 +2,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
 
+from helpers.media import run_cli, write_mp4
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def write_mp4(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
-    """Write uint8 (T,H,W,3) frames as H.264 mp4 with PyAV."""
-    with av.open(str(path), "w") as out:
-        st = out.add_stream("libx264", rate=fps)
-        st.width, st.height, st.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
-        for f in frames:
-            for pkt in st.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                out.mux(pkt)
-        for pkt in st.encode():
-            out.mux(pkt)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +27,6 @@ def checkpoints(tmp_path_factory, qwen_tiny, llava_tiny):
                                  np.full((112, 112), 30 * t % 255, np.uint8)], -1) for t in range(16)])
     out["video"] = write_mp4(root / "clip.mp4", frames)
     return out
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specvlm", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])

@@ -64,7 +64,7 @@ def test_the_presets_tree_stays_whole_until_an_option_changes_it():
 def test_app_random_pruning_honours_the_seed():
     """Through the app's own run path: the same seed keeps the same video tokens, another seed others."""
     from app.backend import Backend
-    from test_app_fakes import real_engine, sample_video
+    from helpers.fakes import real_engine, sample_video
 
     engine, preset = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")

@@ -21,7 +21,7 @@ import torch
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import BenchError, BenchSettings
 from specvlm.config import DecodeConfig
-from specvlm.engine.attention import plain_sdpa
+from specvlm.models.attention import plain_sdpa
 from specvlm.bench.memory import MemoryProbe
 from specvlm.types import VideoClip
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from specvlm.config import (DEFAULT_PROMPT, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig, PruneConfig,
-                            VideoConfig, config_from_settings)
+from specvlm.config import (DEFAULT_PROMPT, DTYPES, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
+                            PruneConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 
 
@@ -32,7 +32,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                                    "bundled draft when --model is not given")
     g.add_argument("--self-sd", action="store_true", help="use the target as its own draft even for the bundled pair")
     g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda if available)")
-    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+    g.add_argument("--dtype", choices=DTYPES,
                    help="default: bfloat16 on CUDA, float32 on CPU")
     g.add_argument("--device-map", help='e.g. "auto" to shard a large target across GPUs')
 

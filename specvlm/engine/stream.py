@@ -20,14 +20,14 @@ from typing import Callable, Iterator
 
 import torch
 
-from specvlm.analysis.metrics import Timer, logit_margin, summarize
+from specvlm.engine.measures import Timer, logit_margin, summarize
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.engine import kv
 from specvlm.engine.draft import make_draft_runner
-from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
 from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
 from specvlm.engine.prepare import for_pair
-from specvlm.engine.stopping import stop_between_layers
+from specvlm.models.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
@@ -35,7 +35,6 @@ from specvlm.spec.drafting import draft_substitute, for_draft
 from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator, process_logits, sample
-from specvlm.spec.tree import verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
@@ -124,7 +123,7 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
             ``inputs.for_target()``, with scores for the ``specvlm`` and ``attention`` methods); its KV
             cache is copied, so one prefill serves any number of requests on the same inputs.
         should_stop: polled before every step and, during the prefills, before every layer of the
-            models (:func:`specvlm.engine.stopping.stop_between_layers`); True ends the stream early,
+            models (:func:`specvlm.models.stopping.stop_between_layers`); True ends the stream early,
             before its PrefillInfo when the prefill was running.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
 
@@ -251,7 +250,6 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
 
     runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
-    dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)
     config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
     drafter = make_drafter(config, pick.gen)  # greedy, or sampled siblings + recursive rejection sampling
@@ -264,15 +262,9 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
         # 4.9 verify: one target forward over root + tree with a 4-D mask, then accept
         with Timer(dev) as t_v:
             Lt = kv.cache_length(tp.cache)
-            toks = torch.cat([torch.tensor([root]), tree.tokens])
-            positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(
-                _rope_dims(inputs), -1)
-            mask = verify_mask(tree.parents, Lt, dtype, dev)
-            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
-                                   tp.cache, mask=mask, rows=slice(None))
+            logits = verify_tree(pair.target, pair.adapter, tp.cache, root, tree, pos, _rope_dims(inputs))
             path, bonus = drafter.accept(draft, logits)
-            # 4.10 commit: keep root + accepted nodes in path order
-            kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
+            commit(tp.cache, Lt, path)  # 4.10 commit: keep root + accepted nodes in path order
         accepted = [int(tree.tokens[i]) for i in path]
         new = em.take(accepted + [bonus])
         n_acc = min(len(accepted), len(new))
