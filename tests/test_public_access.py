@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_app_fakes import ROOT, FakeEngine, free_port, sample_video
+from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 
 pytest.importorskip("gradio_client")
 
