@@ -145,6 +145,15 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
     if config.speculative:
         inputs = for_pair(pair, inputs)
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
+    if config.engine == "static":
+        from specvlm.engine import staticloop   # imports this module's helpers
+        why = staticloop.static_supported(pair, config, int(inputs.for_target().input_ids.shape[1]))
+        if why is None:
+            events = (staticloop.stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+                      if config.speculative else staticloop.stream_vanilla(pair, inputs, config, prefill, should_stop))
+            yield from _in_inference_mode(events)
+            return
+        log.info("engine 'static' not used for this request: %s.", why)
     if config.speculative:
         events = _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
     else:

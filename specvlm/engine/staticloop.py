@@ -1,0 +1,152 @@
+"""The static decode loop: fixed-shape steps over static KV buffers, one host read per step.
+
+``stream()`` (:mod:`specvlm.engine.stream`) runs these generators when ``DecodeConfig.engine`` is
+``static``. Prefill, pruning and the draft prefill are the eager engine's; their caches are then
+copied into static buffers (:func:`specvlm.engine.statickv.allocate`) sized once for the request,
+and every step runs a fixed-shape function (:mod:`specvlm.engine.steps`; captured in a CUDA graph
+on a GPU, :mod:`specvlm.engine.graphs`) whose packed result is read to the host once: the token
+and its logit margin (vanilla), or the accepted tokens, the tree size and the bonus (speculative).
+Events are the eager engine's :class:`PrefillInfo` / :class:`StepEvent` with the same fields and,
+greedy, the same tokens.
+
+Supported: greedy decoding, chain trees. Sampling and the other tree shapes run the eager loop
+(:func:`static_supported` says why, and ``stream()`` logs it).
+
+Source: docs/design.md §4.1-4.12 (the algorithm) and §11 (the GPU fast path).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+import torch
+
+from specvlm.analysis.metrics import Timer
+from specvlm.config import DecodeConfig
+from specvlm.engine import statickv
+from specvlm.engine.graphs import step_runner
+from specvlm.engine.prefill import prefill_draft
+from specvlm.engine.steps import ModelSide, decode_step, draft_chain, spec_state, vanilla_state, verify_chain
+from specvlm.engine.stopping import stop_between_layers
+from specvlm.engine.stream import _first_token, _prefill, _rope_dims, _subtitle_tokens
+from specvlm.models.pair import ModelPair
+from specvlm.spec.drafting import draft_substitute
+from specvlm.spec.grid import map_keep
+from specvlm.spec.pruning import SCORE_METHODS, prune
+from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
+
+log = logging.getLogger(__name__)
+
+MARGIN = 8
+"""Spare slots in every static buffer beyond what a request can write."""
+
+
+def static_supported(pair: ModelPair, config: DecodeConfig, prompt_tokens: int) -> str | None:
+    """None when the static loop runs this request, else the reason it runs the eager loop."""
+    if not config.sampling.greedy:
+        return "sampling (temperature > 0) runs the eager loop"
+    if config.speculative:
+        if config.tree.for_prompt(prompt_tokens).shape != "chain":
+            return "only chain trees run the static loop"
+        if pair.draft.device != pair.device:
+            return "the draft is on another device than the target"
+    return None
+
+
+def _side(model, adapter, cache, rope_dims: int, capacity: int) -> ModelSide:
+    dtype = model.get_input_embeddings().weight.dtype
+    return ModelSide(model, adapter, statickv.allocate(cache, capacity), rope_dims, dtype)
+
+
+def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
+    """Plain greedy decoding on the static path (events as ``stream()``'s vanilla loop)."""
+    dev = pair.device
+    n_sub = _subtitle_tokens(inputs, "target")
+    inputs = inputs.for_target()
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
+        tp = _prefill(pair, inputs, False, reuse)
+    L = int(inputs.input_ids.shape[1])
+    yield PrefillInfo(L, inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
+                      inputs.token_grid, inputs.frames_per_token, n_sub, 0)
+    last = tp.last_logits
+    side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + config.max_new_tokens + MARGIN)
+    del tp
+    st = vanilla_state(last.argmax().view(1), inputs.next_position, dev)
+    run, t_cap = step_runner(lambda: decode_step(side, st), dev, [st.token, st.pos, st.out, side.cache.length])
+    if t_cap:
+        log.info("static vanilla step captured in %.3f s", t_cap)
+    em, _, t_dec, _, event = _first_token(pair, config, last)
+    yield event
+    step = 0
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        with Timer(dev) as t_v:
+            run()
+            tok, margin = st.out.tolist()   # the step's one host read
+        new = em.take([int(tok)])
+        yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids), margin=margin)
+
+
+def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop, record_trees: bool):
+    """Greedy speculative decoding on the static path (events as ``stream()``'s speculative loop)."""
+    dev = pair.device
+    t_in = inputs.for_target()
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
+        tp = _prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
+    # 4.3-4.6 pruning (pure)
+    with Timer() as t_prune:
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens, original positions
+    d_in = inputs.draft_inputs or inputs
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    L = int(t_in.input_ids.shape[1])
+    yield PrefillInfo(L, inputs.num_video_tokens, d_len, pr, t_pre.seconds, t_prune.seconds, t_dpre.seconds,
+                      inputs.token_grid, inputs.frames_per_token, _subtitle_tokens(inputs, "target"),
+                      _subtitle_tokens(d_in, "draft"))
+    tree = config.tree.for_prompt(L)
+    D, budget = tree.depth, config.max_new_tokens + 2 * (tree.depth + 1) + MARGIN
+    target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
+    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + D)
+    last = tp.last_logits
+    del tp, d_cache
+    rows, sub = draft_substitute(pair)
+    offset = d_in.next_position - t_in.next_position
+    min_logp = math.log(tree.min_prob) if tree.min_prob > 0 else -math.inf
+    st = spec_state(int(last.argmax()), t_in.next_position, D, D, rows, sub, dev)
+    saved = [st.pending, st.n_pending, st.root, st.pos, st.out, target.cache.length, draft.cache.length]
+    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+    run_draft, c1 = step_runner(lambda: draft_chain(draft, st, offset, pair.shared_vocab, min_logp), dev, saved,
+                                pool)
+    run_verify, c2 = step_runner(lambda: verify_chain(target, st, rows, sub), dev, saved, pool)
+    if c1 + c2:
+        log.info("static draft and verify steps captured in %.3f s", c1 + c2)
+    em, _, t_dec, _, event = _first_token(pair, config, last)
+    yield event
+    step = 0
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        # 4.8 draft tree from the root (the pending tokens enter the draft cache first)
+        with Timer(dev) as t_d:
+            run_draft()
+        # 4.9-4.10 verify, accept on the device, commit; the step's one host read
+        with Timer(dev) as t_v:
+            run_verify()
+            out = st.out.tolist()
+        n_acc, size, bonus, accepted = out[0], out[1], out[2], out[3:3 + out[0]]
+        new = em.take(accepted + [bonus])
+        n_new = min(n_acc, len(new))
+        rec = _record(st, size, n_acc, bonus) if record_trees else None
+        yield StepEvent(step, new, n_new, [i < n_new for i in range(len(new))], em.delta(), draft_ms=t_d.ms,
+                        verify_ms=t_v.ms, tree_size=size, elapsed_s=time.perf_counter() - t_dec,
+                        num_generated=len(em.ids), tree=rec)
+
+
+def _record(st, size: int, n_acc: int, bonus: int) -> DraftTreeRecord:
+    """The step's chain as a DraftTreeRecord (reads the drafted scores: a second host read)."""
+    return DraftTreeRecord(st.tokens[:size].tolist(), list(range(-1, size - 1)), st.scores[:size].tolist(),
+                           list(range(n_acc)), bonus)
