@@ -2,7 +2,6 @@
 model.generate(), at most one host read per step, traceable step functions."""
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from specvlm.engine import statickv
 from specvlm.engine.hostreads import HostReadCounter
 from specvlm.engine.prefill import prefill_draft, prefill_target
 from specvlm.engine.prepare import prepare
-from specvlm.engine.steps import ModelSide, decode_step, draft_chain, spec_state, vanilla_state, verify_chain
+from specvlm.engine.steps import ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state, verify_step
 from specvlm.engine.stream import generate, stream
 from specvlm.models.pair import pair_from_models
 from specvlm.types import StepEvent
@@ -72,16 +71,21 @@ def test_vanilla_static_equals_eager_and_hf_generate(pairs, fam):
     assert out[0, enc["input_ids"].shape[1]:].tolist() == ids
 
 
+TREES = {"chain": CHAIN, "chain-stop": TreeConfig(shape="chain", depth=3, min_prob=0.2),
+         "dynamic": TreeConfig(shape="dynamic"), "static": TreeConfig(shape="static"),
+         "dynamic-stop": TreeConfig(shape="dynamic", depth=4, top_k=2, total_tokens=6, min_prob=0.3)}
+
+
 @pytest.mark.parametrize("key", [("qwen", "self"), ("qwen", "std"), ("llava", "self"), ("llava", "std")])
-@pytest.mark.parametrize("depth,min_prob", [(6, 0.0), (3, 0.2)])
-def test_chain_static_equals_vanilla(pairs, key, depth, min_prob):
+@pytest.mark.parametrize("tree", list(TREES))
+def test_every_tree_shape_static_equals_vanilla(pairs, key, tree):
     pair = pairs[key]
     inputs = prepare(pair, make_clip(), PROMPT)
     van = _steps(pair, inputs, _cfg("vanilla", "eager"))[0]
-    ids, acc, reads = _same(pair, inputs, tree=TreeConfig(shape="chain", depth=depth, min_prob=min_prob))
+    ids, acc, reads = _same(pair, inputs, tree=TREES[tree])
     assert ids == van
     assert reads <= 1.0
-    assert max(acc) <= depth
+    assert max(acc) <= TREES[tree].depth
 
 
 def test_qwen3_vl_and_smolvlm_static_is_lossless():
@@ -192,15 +196,17 @@ def sides(pairs):
     return pair, inputs, target, draft, first
 
 
-def test_step_functions_trace_without_graph_breaks(sides):
+@pytest.mark.parametrize("tree", ["chain", "static", "dynamic-stop"])
+def test_step_functions_trace_without_graph_breaks(sides, tree):
     pair, inputs, target, draft, first = sides
     with torch.inference_mode():
         cpu = torch.device("cpu")
         st = vanilla_state(torch.tensor([first]), inputs.next_position, cpu)
-        ss = spec_state(first, inputs.next_position, 4, 4, 400, 0, cpu)
+        shape = tree_shape(TREES[tree], pair.shared_vocab, cpu)
+        ss = spec_state(first, inputs.next_position, shape, 400, 0, cpu)
         fns = {"decode": lambda: decode_step(target, st),
-               "draft": lambda: draft_chain(draft, ss, 0, pair.shared_vocab, -math.inf),
-               "verify": lambda: verify_chain(target, ss, 400, 0)}
+               "draft": lambda: draft_step(draft, ss, shape, 0, pair.shared_vocab),
+               "verify": lambda: verify_step(target, ss, shape, 400, 0)}
         for name, fn in fns.items():
             torch._dynamo.reset()
             torch.compile(fn, fullgraph=True, backend="eager")()   # raises on a graph break

@@ -9,15 +9,14 @@ and its logit margin (vanilla), or the accepted tokens, the tree size and the bo
 Events are the eager engine's :class:`PrefillInfo` / :class:`StepEvent` with the same fields and,
 greedy, the same tokens.
 
-Supported: greedy decoding, chain trees. Sampling and the other tree shapes run the eager loop
-(:func:`static_supported` says why, and ``stream()`` logs it).
+Supported: greedy decoding with every tree shape (chain, static, dynamic). Sampling runs the eager
+loop (:func:`static_supported` says why, and ``stream()`` logs it).
 
 Source: docs/design.md §4.1-4.12 (the algorithm) and §11 (the GPU fast path).
 """
 from __future__ import annotations
 
 import logging
-import math
 import time
 import torch
 
@@ -25,11 +24,16 @@ from specvlm.analysis.metrics import Timer
 from specvlm.config import DecodeConfig
 from specvlm.engine import statickv
 from specvlm.engine.graphs import step_runner
+from specvlm.engine.loopparts import first_token as _first_token
+from specvlm.engine.loopparts import prefill as _prefill
+from specvlm.engine.loopparts import rope_dims as _rope_dims
+from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.prefill import prefill_draft
-from specvlm.engine.steps import ModelSide, decode_step, draft_chain, spec_state, vanilla_state, verify_chain
+from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
+                                  verify_step)
 from specvlm.engine.stopping import stop_between_layers
-from specvlm.engine.stream import _first_token, _prefill, _rope_dims, _subtitle_tokens
 from specvlm.models.pair import ModelPair
+from specvlm.spec.deviceaccept import unpack
 from specvlm.spec.drafting import draft_substitute
 from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
@@ -46,8 +50,6 @@ def static_supported(pair: ModelPair, config: DecodeConfig, prompt_tokens: int) 
     if not config.sampling.greedy:
         return "sampling (temperature > 0) runs the eager loop"
     if config.speculative:
-        if config.tree.for_prompt(prompt_tokens).shape != "chain":
-            return "only chain trees run the static loop"
         if pair.draft.device != pair.device:
             return "the draft is on another device than the target"
     return None
@@ -108,21 +110,20 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     yield PrefillInfo(L, inputs.num_video_tokens, d_len, pr, t_pre.seconds, t_prune.seconds, t_dpre.seconds,
                       inputs.token_grid, inputs.frames_per_token, _subtitle_tokens(inputs, "target"),
                       _subtitle_tokens(d_in, "draft"))
-    tree = config.tree.for_prompt(L)
-    D, budget = tree.depth, config.max_new_tokens + 2 * (tree.depth + 1) + MARGIN
+    rows, sub = draft_substitute(pair)
+    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev)
+    D, N = shape.depth, shape.nodes
+    budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
     target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
-    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + D)
+    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + _drafted(shape))
     last = tp.last_logits
     del tp, d_cache
-    rows, sub = draft_substitute(pair)
     offset = d_in.next_position - t_in.next_position
-    min_logp = math.log(tree.min_prob) if tree.min_prob > 0 else -math.inf
-    st = spec_state(int(last.argmax()), t_in.next_position, D, D, rows, sub, dev)
-    saved = [st.pending, st.n_pending, st.root, st.pos, st.out, target.cache.length, draft.cache.length]
+    st = spec_state(int(last.argmax()), t_in.next_position, shape, rows, sub, dev)
+    saved = st.tensors() + [target.cache.length, draft.cache.length]
     pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
-    run_draft, c1 = step_runner(lambda: draft_chain(draft, st, offset, pair.shared_vocab, min_logp), dev, saved,
-                                pool)
-    run_verify, c2 = step_runner(lambda: verify_chain(target, st, rows, sub), dev, saved, pool)
+    run_draft, c1 = step_runner(lambda: draft_step(draft, st, shape, offset, pair.shared_vocab), dev, saved, pool)
+    run_verify, c2 = step_runner(lambda: verify_step(target, st, shape, rows, sub), dev, saved, pool)
     if c1 + c2:
         log.info("static draft and verify steps captured in %.3f s", c1 + c2)
     em, _, t_dec, _, event = _first_token(pair, config, last)
@@ -137,7 +138,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
         with Timer(dev) as t_v:
             run_verify()
             out = st.out.tolist()
-        n_acc, size, bonus, accepted = out[0], out[1], out[2], out[3:3 + out[0]]
+        accepted, bonus = unpack(out[:-1])
+        n_acc, size = len(accepted), out[-1]
         new = em.take(accepted + [bonus])
         n_new = min(n_acc, len(new))
         rec = _record(st, size, n_acc, bonus) if record_trees else None
@@ -146,7 +148,16 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                         num_generated=len(em.ids), tree=rec)
 
 
+def _drafted(shape) -> int:
+    """Draft-cache slots a step's tree nodes may be written to (every node drafted before a rerank)."""
+    c = shape.config
+    if c.shape != "dynamic":
+        return shape.nodes
+    k = c.top_k
+    return k + (c.depth - 1) * k * k
+
+
 def _record(st, size: int, n_acc: int, bonus: int) -> DraftTreeRecord:
-    """The step's chain as a DraftTreeRecord (reads the drafted scores: a second host read)."""
-    return DraftTreeRecord(st.tokens[:size].tolist(), list(range(-1, size - 1)), st.scores[:size].tolist(),
-                           list(range(n_acc)), bonus)
+    """The step's tree as a DraftTreeRecord (reads the tree: host reads beyond the step's one)."""
+    return DraftTreeRecord(st.tokens[:size].tolist(), st.parents[:size].tolist(), st.scores[:size].tolist(),
+                           st.path[:n_acc].tolist(), bonus)

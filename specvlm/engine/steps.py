@@ -22,7 +22,13 @@ import torch
 
 from specvlm.engine.attention import STATIC_KWARG
 from specvlm.engine.staticattn import StaticAttn, allowed_bias, causal_bias, key_bias
+from specvlm.config import TreeConfig
 from specvlm.engine.statickv import StaticKV
+from specvlm.spec.deviceaccept import greedy_accept, pack, path_tokens
+from specvlm.spec.devicestatic import StaticPlan, static_plan, static_tree
+from specvlm.spec.devicetree import (DeviceFeed, NextFeed, ancestor_matrix, chain_tree, dynamic_tree, node_depths,
+                                     verify_bias)
+from specvlm.spec.tree import static_paths
 
 
 @dataclass
@@ -119,6 +125,39 @@ def decode_step(side: ModelSide, st: VanillaState) -> None:
 
 
 # --------------------------------------------------------------------------- speculative
+@dataclass(frozen=True)
+class TreeShape:
+    """A draft tree's fixed shape for the static steps.
+
+    Attributes:
+        config: the tree settings (:class:`specvlm.config.TreeConfig`).
+        nodes: N, nodes every step verifies (invalid ones included).
+        depth: D, the longest path (accepted tokens per step at most).
+        plan: the static tree's plan, or None.
+    """
+
+    config: TreeConfig
+    nodes: int
+    depth: int
+    plan: StaticPlan | None = None
+
+
+def tree_shape(config: TreeConfig, vocab: int, device: torch.device) -> TreeShape:
+    """The fixed shape of ``config``'s trees over a draft vocabulary of ``vocab`` ids.
+
+    Raises:
+        ValueError: an unknown or malformed static preset.
+    """
+    if config.shape == "chain":
+        return TreeShape(config, config.depth, config.depth)
+    if config.shape == "static":
+        plan = static_plan(static_paths(config.static_preset), device)
+        return TreeShape(config, int(plan.parents.shape[0]), len(plan.levels), plan)
+    k = min(config.top_k, vocab)
+    drafted = k + (config.depth - 1) * k * k
+    return TreeShape(config, min(config.total_tokens, drafted), config.depth)
+
+
 @dataclass
 class SpecState:
     """Device state of speculative decoding (fixed shapes; D = max depth, N = tree nodes).
@@ -128,10 +167,12 @@ class SpecState:
         n_pending: int64 scalar, how many of ``pending`` are real (the last is the root).
         root: int64 (1,) the root as the target sees it (the last emitted token).
         pos: int64 scalar, the root's target position.
-        tokens: int64 (N,) drafted node tokens; scores: float64 (N,) cumulative draft log-probs.
-        valid: bool (N,) nodes that may be accepted (False past an early stop).
-        out: int64 (3 + D,) packed result of the last verify: (accepted count, tree size, bonus,
-            accepted tokens in path order, padded).
+        tokens, parents: int64 (N,) the drafted tree (parents-first, -1 = child of the root);
+        scores: float32 (N,) cumulative draft log-probs; valid: bool (N,) nodes that may be accepted
+            (False past an early stop; every valid node before every invalid one).
+        path: int64 (D,) the accepted node indices of the last verify, root-first, -1 padded.
+        out: int64 (D + 3,) packed result of the last verify: (accepted count, accepted tokens
+            padded to D, bonus) as :func:`specvlm.spec.deviceaccept.pack`, then the tree size.
     """
 
     pending: torch.Tensor
@@ -139,21 +180,33 @@ class SpecState:
     root: torch.Tensor
     pos: torch.Tensor
     tokens: torch.Tensor
+    parents: torch.Tensor
     scores: torch.Tensor
     valid: torch.Tensor
+    path: torch.Tensor
     out: torch.Tensor
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every state tensor (saved and restored around a CUDA graph's warm-up run)."""
+        return [self.pending, self.n_pending, self.root, self.pos, self.tokens, self.parents, self.scores,
+                self.valid, self.path, self.out]
 
-def spec_state(first: int, pos: int, depth: int, nodes: int, draft_rows: int, substitute: int,
+
+def spec_state(first: int, pos: int, shape: TreeShape, draft_rows: int, substitute: int,
                device: torch.device) -> SpecState:
     """The state before the first speculative step: the prefill's token ``first`` at ``pos``."""
-    def z(*shape, dtype=torch.long):
-        return torch.zeros(*shape, dtype=dtype, device=device)
-    pending = z(depth + 1)
+    def z(*size, dtype=torch.long):
+        return torch.zeros(*size, dtype=dtype, device=device)
+    d, n = shape.depth, shape.nodes
+    pending = z(d + 1)
     pending[0] = first if first < draft_rows else substitute
     return SpecState(pending, torch.tensor(1, device=device), torch.tensor([first], device=device),
-                     torch.tensor(pos, device=device), z(nodes), z(nodes, dtype=torch.float64),
-                     z(nodes, dtype=torch.bool), z(3 + depth))
+                     torch.tensor(pos, device=device), z(n), z(n), z(n, dtype=torch.float32),
+                     z(n, dtype=torch.bool), z(d), z(d + 3))
+
+
+def _logp(logits: torch.Tensor, shared: int) -> torch.Tensor:
+    return torch.log_softmax(logits[..., :shared].float(), -1)
 
 
 def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> torch.Tensor:
@@ -171,59 +224,81 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> to
     positions = st.pos + offset - (st.n_pending - 1) + ar
     logits = static_forward(side, st.pending, positions, ar + cache.length, causal_bias(n, side.dtype, ar.device))
     cache.advance(st.n_pending)
-    row = logits.index_select(0, (st.n_pending - 1).view(1))[0]
-    return torch.log_softmax(row[:shared].float(), -1)
+    return _logp(logits.index_select(0, (st.n_pending - 1).view(1))[0], shared)
 
 
-def draft_chain(side: ModelSide, st: SpecState, offset: int, shared: int, min_logp: float) -> None:
-    """The draft's greedy chain of D nodes into ``st.tokens / scores / valid`` (draft cache rolled back).
+def _tree_feed(side: ModelSide, st: SpecState, offset: int, shared: int) -> DeviceFeed:
+    """The draft on tree nodes (:data:`DeviceFeed`): drafted node i lives at slot length + i."""
+    cache = side.cache
 
-    Every level is drafted (fixed shape); a node past the early stop (its parent's cumulative
-    log-prob below ``min_logp``) is marked not valid, as the eager chain would not have drafted it.
+    def feed(tokens: torch.Tensor, parents: torch.Tensor, front: torch.Tensor) -> torch.Tensor:
+        slots = cache.slots[: tokens.shape[0]] + cache.length
+        anc = ancestor_matrix(parents)
+        depth = anc.sum(-1)[front]
+        logits = static_forward(side, tokens[front], st.pos + offset + depth, slots,
+                                allowed_bias(anc[front], side.dtype), write=slots[front])
+        return _logp(logits, shared)
+    return feed
 
-    Source: docs/design.md §4.8 (chain); early stop: Mamou et al. 2024 (arXiv 2405.04304).
+
+def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int, depth: int) -> NextFeed:
+    """The draft on one chain node (:data:`NextFeed`): node d (1-based) lives at slot length + d - 1."""
+    cache = side.cache
+    see = torch.ones(depth, depth, dtype=torch.bool, device=cache.slots.device).tril()
+
+    def feed_next(tok: torch.Tensor, d: int) -> torch.Tensor:
+        slots = cache.slots[: max(depth - 1, 1)] + cache.length
+        logits = static_forward(side, tok.view(1), (st.pos + offset + d).view(1), slots,
+                                allowed_bias(see[d - 1: d, : slots.shape[0]], side.dtype), write=slots[d - 1: d])
+        return _logp(logits[-1], shared)
+    return feed_next
+
+
+def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, shared: int) -> None:
+    """Feed the pending tokens, draft the whole tree into ``st`` (every level), roll the draft back.
+
+    Tree nodes are written past the draft's length, so the rollback is not advancing over them.
+
+    Source: docs/design.md §4.8; EAGLE-2 (Li et al. 2024) Sec. 4.
     """
-    cache, depth = side.cache, st.tokens.shape[0]
-    logp = feed_pending(side, st, offset, shared)
-    base = cache.length                      # tree node d (1-based) is written at base + d - 1
-    nodes = cache.slots[: max(depth - 1, 1)] + base
-    see = torch.ones(depth - 1, depth - 1, dtype=torch.bool, device=nodes.device).tril()
-    lp, tok = logp.max(-1)
-    score = lp.double()
-    st.tokens[0], st.scores[0] = tok, score
-    for d in range(1, depth):
-        bias = allowed_bias(see[d - 1: d], side.dtype) if depth > 1 else None
-        logits = static_forward(side, tok.view(1), (st.pos + offset + d).view(1), nodes, bias,
-                                write=nodes[d - 1: d])
-        lp, tok = torch.log_softmax(logits[-1, :shared].float(), -1).max(-1)
-        score = score + lp.double()
-        st.tokens[d], st.scores[d] = tok, score
-    st.valid[0] = True
-    st.valid[1:] = st.scores[:-1] >= min_logp
+    root_logp = feed_pending(side, st, offset, shared)
+    c = shape.config
+    if c.shape == "chain":
+        tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared, c.depth), c.depth, c.min_prob)
+    elif c.shape == "static":
+        tree = static_tree(root_logp, _tree_feed(side, st, offset, shared), shape.plan)
+    else:
+        tree = dynamic_tree(root_logp, _tree_feed(side, st, offset, shared), c.depth, c.top_k, c.total_tokens,
+                            c.min_prob)
+    st.tokens.copy_(tree.tokens)
+    st.parents.copy_(tree.parents)
+    st.scores.copy_(tree.scores)
+    st.valid.copy_(tree.valid)
 
 
-def verify_chain(side: ModelSide, st: SpecState, draft_rows: int, substitute: int) -> None:
-    """Verify root + chain in one target forward, accept greedily, commit, write ``st.out``; prepare
-    the next step's pending tokens and root.
+def verify_step(side: ModelSide, st: SpecState, shape: TreeShape, draft_rows: int, substitute: int) -> None:
+    """Verify root + tree in one target forward, accept greedily, commit, write ``st.out``; prepare the
+    next step's pending tokens, root and position.
 
-    Source: docs/design.md §4.9-4.10 (greedy acceptance: the longest matching prefix; the bonus is
-    the target's argmax after the last accepted node).
+    Source: docs/design.md §4.9-4.10 (greedy acceptance; commit = root + accepted path in path order).
     """
-    cache, depth = side.cache, st.tokens.shape[0]
-    n = depth + 1
+    cache, d = side.cache, shape.depth
+    n = shape.nodes + 1
     ar = cache.slots[:n]
-    toks = torch.cat([st.root, st.tokens])
-    logits = static_forward(side, toks, st.pos + ar, ar + cache.length, causal_bias(n, side.dtype, ar.device))
-    tgt = logits.argmax(-1)                                          # (n,)
-    good = (st.tokens == tgt[:-1]) & st.valid
-    acc = good.long().cumprod(0).sum()                               # accepted count, 0..D
-    bonus = tgt.index_select(0, acc.view(1))                         # (1,)
-    cache.advance(acc + 1)                                           # a chain's path is a prefix: no copy
-    st.out[0], st.out[1], st.out[2] = acc, st.valid.long().sum(), bonus[0]
-    st.out[3:] = st.tokens
-    # the next step: pending = accepted tokens + bonus (draft-embeddable), root = bonus
-    nxt = torch.where(ar == acc, bonus, torch.cat([st.tokens, bonus]))
-    st.pending.copy_(torch.where(nxt < draft_rows, nxt, torch.full_like(nxt, substitute)))
+    depths = torch.cat([ar[:1], node_depths(st.parents)])
+    logits = static_forward(side, torch.cat([st.root, st.tokens]), st.pos + depths, ar + cache.length,
+                            verify_bias(st.parents, side.dtype)[None, None])
+    tgt = logits.argmax(-1)
+    path, acc, bonus = greedy_accept(torch.where(st.valid, st.tokens, -1), st.parents, tgt, d)
+    if shape.config.shape == "chain":
+        cache.advance(acc + 1)                   # a chain's path is a prefix of the block: nothing moves
+    else:
+        cache.commit(torch.cat([ar[:1], path + 1]), acc + 1)   # padding (-1) reads slot 0: never kept
+    toks = path_tokens(st.tokens, path)
+    st.out.copy_(torch.cat([pack(acc, toks, bonus), st.valid.sum().view(1)]))
+    st.path.copy_(path)
+    nxt = torch.where(ar[: d + 1] == acc, bonus, torch.cat([toks, bonus.view(1)]))
+    st.pending.copy_(torch.where((nxt >= 0) & (nxt < draft_rows), nxt, torch.full_like(nxt, substitute)))
     st.n_pending.copy_(acc + 1)
-    st.root.copy_(bonus)
+    st.root.copy_(bonus.view(1))
     st.pos.add_(acc + 1)
