@@ -134,12 +134,40 @@ def test_padded_vocabulary_ids_are_lossless():
     assert _same(pair, inputs, "none", n=32)[0] == van
 
 
-def test_sampling_runs_the_eager_loop(pairs):
+def test_sampling_runs_the_eager_loop_and_says_so(pairs, caplog):
     pair = pairs[("qwen", "std")]
     inputs = prepare(pair, make_clip(), PROMPT)
     for method in ("vanilla", "specvlm"):
         cfgs = [_cfg(method, e, n=12, sampling=SamplingConfig(temperature=1.0, seed=3)) for e in ("eager", "static")]
-        assert generate(pair, inputs, cfgs[1]).token_ids == generate(pair, inputs, cfgs[0]).token_ids
+        with caplog.at_level("INFO", logger="specvlm.engine.stream"):
+            static = generate(pair, inputs, cfgs[1]).token_ids
+        assert static == generate(pair, inputs, cfgs[0]).token_ids
+        assert "sampling (temperature > 0) runs the eager loop" in caplog.text
+
+
+def test_margins_reused_prefill_stop_and_tree_records(pairs):
+    pair = pairs[("qwen", "std")]
+    inputs = prepare(pair, make_clip(), PROMPT)
+    eager, static = (generate(pair, inputs, _cfg("vanilla", e, n=12)) for e in ("eager", "static"))
+    assert static.margins == pytest.approx(eager.margins, abs=1e-4)   # logits equal up to float rounding
+    assert static.margins[0] == eager.margins[0] and all(m > 0 for m in static.margins)
+    with torch.inference_mode():
+        tp = prefill_target(pair, inputs.for_target(), with_scores=True)
+    for method in ("vanilla", "specvlm"):
+        again = generate(pair, inputs, _cfg(method, n=12, tree=TREES["dynamic"]), prefill=tp)
+        assert again.token_ids == eager.token_ids
+    seen: list[StepEvent] = []
+    for ev in stream(pair, inputs, _cfg("specvlm", n=40), should_stop=lambda: len(seen) >= 3):
+        seen += [ev] if isinstance(ev, StepEvent) else []
+    assert len(seen) == 3 and sum(len(e.token_ids) for e in seen) < 40
+    res = generate(pair, inputs, _cfg("specvlm", n=24, tree=TREES["dynamic"]), record_trees=True)
+    assert res.token_ids == generate(pair, inputs, _cfg("vanilla", "eager", n=24)).token_ids
+    for ev in res.steps[1:]:
+        t = ev.tree
+        assert len(t.tokens) == ev.tree_size == len(t.parents) and all(p < i for i, p in enumerate(t.parents))
+        path = t.accepted_nodes
+        assert [t.tokens[i] for i in path] + [t.target_token] == ev.token_ids[:len(path) + 1]
+        assert all(t.parents[b] == a for a, b in zip([-1] + path, path))
 
 
 # --------------------------------------------------------------------------- the bundled pair
