@@ -314,3 +314,37 @@ def test_static_plan_layout_and_errors():
         ds.static_plan([(0,), (0, 0, 0)])
     with pytest.raises(dt.DeviceTreeError, match="smaller tree"):
         ds.static_children(torch.zeros(1, 3), ds.static_plan([(0,), (1,), (2,), (3,)]).levels[0])
+
+
+# --------------------------------------------------------------------------- on a GPU
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_sync_on_cuda_and_same_result(name):
+    """On CUDA nothing synchronises (sync debug mode raises); without ``topk``/``max`` (whose ties a CUDA
+    kernel may break differently) the result equals the CPU's."""
+    fn, args = CASES[name]
+    cuda = lambda x: x.cuda() if isinstance(x, torch.Tensor) else x  # noqa: E731
+    want = _flat(fn(*args))
+    if name in ("dynamic_tree", "chain_tree", "static_tree"):
+        draft = TableDraft(1, "mixed")
+        draft.root, draft.table = draft.root.cuda(), draft.table.cuda()
+        plan = ds.static_plan(static_paths("official-25"), "cuda")
+        fn = {"dynamic_tree": lambda r: dt.dynamic_tree(r, draft.device_feed, 4, 3, 10, 0.1),
+              "chain_tree": lambda r: dt.chain_tree(r, draft.device_next, 4, 0.1),
+              "static_tree": lambda r: ds.static_tree(r, draft.device_feed, plan)}[name]
+    if name == "static_children":
+        args = (args[0], ds.static_plan(static_paths("official-25"), "cuda").levels[1])
+    args = tuple(cuda(a) for a in args)
+    fn(*args)   # warm-up (first-call allocations)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = _flat(fn(*args))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [a.shape for a in got] == [b.shape for b in want]
+    if name not in TIE_PRONE:
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))
+
+
+TIE_PRONE = {"dynamic_level", "dynamic_tree", "static_children", "static_tree", "chain_level", "chain_tree"}

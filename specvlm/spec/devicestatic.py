@@ -4,12 +4,11 @@ A static tree (:data:`specvlm.spec.tree.STATIC_TREES`) is a list of rank paths: 
 the r_d-th child of path (r_1, ..., r_{d-1}). Its shape never changes, so :func:`static_plan` turns it,
 once per tree, into index tensors in the host drafter's node order (:meth:`specvlm.spec.drafting.Drafter.static`:
 level by level, parents in node order, children in rank order). Each step then needs only
-:func:`static_children` per level (greedy, the host's ``topk`` with each parent's own child count) or
-:func:`sampled_static_children` (children drawn without replacement by Gumbel-top-k), or the whole
-tree in :func:`static_tree`. No host reads, traceable by ``torch.compile(fullgraph=True)``.
+:func:`static_children` per level (greedy, the host's ``topk`` with each parent's own child count), or
+the whole tree in :func:`static_tree`; sampled static trees are in :mod:`specvlm.spec.devicesampled`.
+No host reads, traceable by ``torch.compile(fullgraph=True)``.
 
-Source: Medusa (Cai et al. 2024) / EAGLE (Li et al. 2024) static trees; Jeon et al. 2024 (siblings drawn
-without replacement); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.8.
+Source: Medusa (Cai et al. 2024) / EAGLE (Li et al. 2024) static trees; docs/design.md §4.8.
 """
 from __future__ import annotations
 
@@ -118,31 +117,6 @@ def static_children(logp: torch.Tensor, level: StaticLevel) -> tuple[torch.Tenso
         tok = torch.where(here, idx[level.slot, rank], tok)
         lp = torch.where(here, vals[level.slot, rank], lp)
     return tok, lp
-
-
-def sampled_static_children(q: torch.Tensor, level: StaticLevel, uniforms: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A level's children drawn without replacement: rank r = the r-th largest log q + Gumbel noise.
-
-    The order of the perturbed keys has the law of sequential draws without replacement (Plackett-Luce),
-    so rank r is the r-th draw, as :func:`specvlm.spec.sampling.sample_without_replacement` would give.
-
-    Args:
-        q: float32 (F, V) processed draft probabilities after each node of ``level.fed``.
-        level: the plan's level.
-        uniforms: float32 (F, V) in [0, 1), e.g. ``torch.rand(F, V, generator=g, device=dev)``.
-
-    Returns:
-        (tokens int64 (C,), drawn bool (C,)): ``drawn`` False where q's support is smaller than the
-        parent's child count (the host draws fewer children there).
-
-    Source: Kool et al. 2019 ("Stochastic Beams and Where to Find Them"), Gumbel-top-k; Jeon et al. 2024.
-    """
-    gumbel = -torch.log(-torch.log(uniforms.clamp(min=torch.finfo(torch.float32).tiny)))
-    keys = q.float().log() + gumbel
-    idx = keys.topk(level.counts[-1], dim=-1).indices
-    tok = idx[level.slot, level.rank]
-    return tok, q[level.slot, tok] > 0
 
 
 def static_tree(root_logp: torch.Tensor, feed: DeviceFeed, plan: StaticPlan) -> DeviceTree:

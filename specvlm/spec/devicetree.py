@@ -13,8 +13,8 @@ for the device and can capture it in a CUDA graph:
 
 Fixed shapes mean a tree always has the same node count for a given configuration. Where the host
 drafter would draft fewer nodes (the ``min_prob`` early stop, a static child that does not exist), the
-device tree keeps the slot and marks the node invalid (:attr:`DeviceTree.valid`); invalid nodes come after
-every valid one, their ancestors are valid or invalid, and the valid nodes are exactly the host's tree.
+device tree keeps the slot and marks the node invalid (:attr:`DeviceTree.valid`); in greedy trees invalid
+nodes come after every valid one, and the valid nodes are exactly the host's tree.
 Pass ``torch.where(valid, tokens, -1)`` to the acceptance functions of :mod:`specvlm.spec.deviceaccept`
 so an invalid node is never accepted.
 
@@ -53,8 +53,8 @@ class DeviceTree:
         tokens: int64 (N,) drafted token ids (an invalid node holds some in-vocabulary id).
         parents: int64 (N,) parent index, -1 for children of the root; parents[i] < i.
         scores: float32 (N,) cumulative draft log-probability along the path.
-        valid: bool (N,) False for slots the host drafter would not have drafted; every valid node
-            comes before every invalid one.
+        valid: bool (N,) False for slots the host drafter would not have drafted; a valid node's
+            parent is valid, and greedy trees put every valid node before every invalid one.
     """
 
     tokens: torch.Tensor
@@ -125,10 +125,21 @@ def rerank(scores: torch.Tensor, valid: torch.Tensor, total: int) -> torch.Tenso
 
     Source: EAGLE-2 (Li et al. 2024) Sec. 4.2 (reranking).
     """
-    n = min(total, scores.shape[0])
+    return best_first(scores, valid)[:min(total, scores.shape[0])].sort().values
+
+
+def best_first(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Indices ordered by (valid first, score descending, index ascending).
+
+    Args:
+        scores: float32 (M,).
+        valid: bool (M,).
+
+    Returns:
+        int64 (M,) a permutation.
+    """
     by_score = torch.argsort(scores, descending=True, stable=True)
-    by_valid = torch.argsort((~valid[by_score]).to(torch.int8), stable=True)
-    return by_score[by_valid][:n].sort().values
+    return by_score[torch.argsort((~valid[by_score]).to(torch.int8), stable=True)]
 
 
 def reindex_parents(parents: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -157,7 +168,8 @@ def dynamic_tree(root_logp: torch.Tensor, feed: DeviceFeed, depth: int, top_k: i
 
     Args:
         root_logp: float32 (V,) draft log-probs after the root.
-        feed: the draft on frontier nodes (:data:`DeviceFeed`), called depth - 1 times.
+        feed: the draft on frontier nodes (:data:`DeviceFeed`), called depth - 1 times; it returns
+            log-probs (<= 0), so scores fall along every path and :func:`rerank` keeps a tree.
         depth, top_k, total_tokens, min_prob: as :class:`specvlm.config.TreeConfig`.
 
     Returns:
@@ -206,6 +218,8 @@ def chain_tree(root_logp: torch.Tensor, feed_next: NextFeed, depth: int, min_pro
 
     Node d + 1 is valid iff node d is and its cumulative score >= log(min_prob). Scores are summed in
     float32 (the host sums in float64), so a score within rounding of log(min_prob) may stop differently.
+    The host chain without ``feed_next`` is the dynamic tree with ``top_k`` 1, whose ``topk(1)`` may break
+    ties unlike ``max``: mirror it with :func:`dynamic_tree` (top_k=1, total_tokens=depth).
 
     Args:
         root_logp: float32 (V,) draft log-probs after the root.
