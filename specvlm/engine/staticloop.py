@@ -9,8 +9,10 @@ and its logit margin (vanilla), or the accepted tokens, the tree size and the bo
 Events are the eager engine's :class:`PrefillInfo` / :class:`StepEvent` with the same fields and,
 greedy, the same tokens.
 
-Supported: greedy decoding with every tree shape (chain, static, dynamic). Sampling runs the eager
-loop (:func:`static_supported` says why, and ``stream()`` logs it).
+Supported: greedy and sampled decoding with every tree shape (chain, static, dynamic); sampled steps
+take their randomness from noise buffers refilled from the request's generator before each step
+(:mod:`specvlm.engine.sampledsteps`). A draft on another device than the target runs the eager loop
+(:func:`static_supported` says why, and ``stream()`` logs it).
 
 Source: docs/design.md §4.1-4.12 (the algorithm) and §11 (the GPU fast path).
 """
@@ -29,6 +31,7 @@ from specvlm.engine.loopparts import prefill as _prefill
 from specvlm.engine.loopparts import rope_dims as _rope_dims
 from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.prefill import prefill_draft
+from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
                                   verify_step)
 from specvlm.engine.stopping import stop_between_layers
@@ -37,6 +40,7 @@ from specvlm.spec.deviceaccept import unpack
 from specvlm.spec.drafting import draft_substitute
 from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
+from specvlm.spec.sampling import make_generator
 from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
@@ -47,8 +51,6 @@ MARGIN = 8
 
 def static_supported(pair: ModelPair, config: DecodeConfig, prompt_tokens: int) -> str | None:
     """None when the static loop runs this request, else the reason it runs the eager loop."""
-    if not config.sampling.greedy:
-        return "sampling (temperature > 0) runs the eager loop"
     if config.speculative:
         if pair.draft.device != pair.device:
             return "the draft is on another device than the target"
@@ -61,7 +63,7 @@ def _side(model, adapter, cache, rope_dims: int, capacity: int) -> ModelSide:
 
 
 def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
-    """Plain greedy decoding on the static path (events as ``stream()``'s vanilla loop)."""
+    """Plain decoding on the static path (events as ``stream()``'s vanilla loop)."""
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
     inputs = inputs.for_target()
@@ -73,16 +75,20 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
     last = tp.last_logits
     side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + config.max_new_tokens + MARGIN)
     del tp
-    st = vanilla_state(last.argmax().view(1), inputs.next_position, dev)
+    em, pick, _, first, event = _first_token(pair, config, last)
+    st = vanilla_state(torch.tensor([first], device=dev), inputs.next_position, dev, config.sampling)
     run, t_cap = step_runner(lambda: decode_step(side, st), dev, [st.token, st.pos, st.out, side.cache.length])
     if t_cap:
         log.info("static vanilla step captured in %.3f s", t_cap)
-    em, _, t_dec, _, event = _first_token(pair, config, last)
+    gen = _generator(pick, config, dev)
+    t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
     yield event
     step = 0
     while not em.done and not (should_stop and should_stop()):
         step += 1
         with Timer(dev) as t_v:
+            if st.noise is not None:
+                refresh(st.noise, gen)
             run()
             tok, margin = st.out.tolist()   # the step's one host read
         new = em.take([int(tok)])
@@ -91,7 +97,7 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
 
 
 def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop, record_trees: bool):
-    """Greedy speculative decoding on the static path (events as ``stream()``'s speculative loop)."""
+    """Speculative decoding on the static path (events as ``stream()``'s speculative loop)."""
     dev = pair.device
     t_in = inputs.for_target()
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
@@ -111,28 +117,32 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                       inputs.token_grid, inputs.frames_per_token, _subtitle_tokens(inputs, "target"),
                       _subtitle_tokens(d_in, "draft"))
     rows, sub = draft_substitute(pair)
-    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev)
+    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling)
     D, N = shape.depth, shape.nodes
     budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
     target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
-    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + _drafted(shape))
+    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted)
     last = tp.last_logits
     del tp, d_cache
     offset = d_in.next_position - t_in.next_position
-    st = spec_state(int(last.argmax()), t_in.next_position, shape, rows, sub, dev)
+    em, pick, _, first, event = _first_token(pair, config, last)
+    st = spec_state(first, t_in.next_position, shape, rows, sub, dev)
     saved = st.tensors() + [target.cache.length, draft.cache.length]
     pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
     run_draft, c1 = step_runner(lambda: draft_step(draft, st, shape, offset, pair.shared_vocab), dev, saved, pool)
     run_verify, c2 = step_runner(lambda: verify_step(target, st, shape, rows, sub), dev, saved, pool)
     if c1 + c2:
         log.info("static draft and verify steps captured in %.3f s", c1 + c2)
-    em, _, t_dec, _, event = _first_token(pair, config, last)
+    gen = _generator(pick, config, dev)
+    t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
     yield event
     step = 0
     while not em.done and not (should_stop and should_stop()):
         step += 1
         # 4.8 draft tree from the root (the pending tokens enter the draft cache first)
         with Timer(dev) as t_d:
+            if st.noise is not None:
+                refresh(st.noise, gen)
             run_draft()
         # 4.9-4.10 verify, accept on the device, commit; the step's one host read
         with Timer(dev) as t_v:
@@ -148,13 +158,14 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                         num_generated=len(em.ids), tree=rec)
 
 
-def _drafted(shape) -> int:
-    """Draft-cache slots a step's tree nodes may be written to (every node drafted before a rerank)."""
-    c = shape.config
-    if c.shape != "dynamic":
-        return shape.nodes
-    k = c.top_k
-    return k + (c.depth - 1) * k * k
+def _generator(pick, config: DecodeConfig, device: torch.device) -> torch.Generator | None:
+    """The request's generator for the steps' noise: the first token's on a CPU, a device one seeded from
+    the same seed elsewhere; None when greedy."""
+    if config.sampling.greedy:
+        return None
+    if device.type == "cpu":
+        return pick.gen
+    return make_generator((config.sampling.seed + 1) % 2**63, device)
 
 
 def _record(st, size: int, n_acc: int, bonus: int) -> DraftTreeRecord:

@@ -22,7 +22,9 @@ import torch
 
 from specvlm.engine.attention import STATIC_KWARG
 from specvlm.engine.staticattn import StaticAttn, allowed_bias, causal_bias, key_bias
-from specvlm.config import TreeConfig
+from specvlm.config import SamplingConfig, TreeConfig
+from specvlm.engine.sampledsteps import (Noise, SampledShape, accept_sampled, draft_sampled, new_noise,
+                                         sample_from, sampled_shape)
 from specvlm.engine.statickv import StaticKV
 from specvlm.spec.deviceaccept import greedy_accept, pack, path_tokens
 from specvlm.spec.devicestatic import StaticPlan, static_plan, static_tree
@@ -86,17 +88,23 @@ class VanillaState:
         token: int64 (1,) the last emitted token (the next input).
         pos: int64 scalar, its position.
         out: float64 (2,) packed output of the last step: (next token, its logit margin).
+        sampling: the sampling settings, None when greedy; noise: its noise buffers, or None.
     """
 
     token: torch.Tensor
     pos: torch.Tensor
     out: torch.Tensor
+    sampling: SamplingConfig | None = None
+    noise: Noise | None = None
 
 
-def vanilla_state(token: torch.Tensor, pos: int, device: torch.device) -> VanillaState:
+def vanilla_state(token: torch.Tensor, pos: int, device: torch.device,
+                  sampling: SamplingConfig | None = None) -> VanillaState:
     """The state before the first decode step (``token`` int64 (1,) on ``device``)."""
+    sampled = sampling is not None and not sampling.greedy
     return VanillaState(token.clone(), torch.tensor(pos, dtype=torch.long, device=device),
-                        torch.zeros(2, dtype=torch.float64, device=device))
+                        torch.zeros(2, dtype=torch.float64, device=device), sampling if sampled else None,
+                        new_noise(None, 0, device) if sampled else None)
 
 
 def margin_of(logits: torch.Tensor) -> torch.Tensor:
@@ -106,7 +114,8 @@ def margin_of(logits: torch.Tensor) -> torch.Tensor:
 
 
 def decode_step(side: ModelSide, st: VanillaState) -> None:
-    """One greedy decode step: feed ``st.token`` at ``st.pos``, write the argmax and margin to ``st.out``.
+    """One decode step: feed ``st.token`` at ``st.pos``, write the next token (argmax, or a draw with
+    ``st.noise`` when sampling) and the logit margin to ``st.out``.
 
     Afterwards ``st.token`` is the new token, ``st.pos`` its position and the cache one longer.
 
@@ -117,7 +126,7 @@ def decode_step(side: ModelSide, st: VanillaState) -> None:
     bias = causal_bias(1, side.dtype, one.device)
     logits = static_forward(side, st.token, st.pos.view(1), one, bias)[-1]
     cache.advance(1)
-    nxt = logits.argmax(-1, keepdim=True)
+    nxt = logits.argmax(-1, keepdim=True) if st.sampling is None else sample_from(logits, st.sampling, st.noise)
     st.token.copy_(nxt)
     st.pos.add_(1)
     st.out[0] = nxt[0].to(torch.float64)
@@ -139,23 +148,36 @@ class TreeShape:
     config: TreeConfig
     nodes: int
     depth: int
+    vocab: int
+    drafted: int
     plan: StaticPlan | None = None
+    sampled: SampledShape | None = None
 
 
-def tree_shape(config: TreeConfig, vocab: int, device: torch.device) -> TreeShape:
+def tree_shape(config: TreeConfig, vocab: int, device: torch.device,
+               sampling: SamplingConfig | None = None) -> TreeShape:
     """The fixed shape of ``config``'s trees over a draft vocabulary of ``vocab`` ids.
+
+    Args:
+        config: the tree; vocab: the vocabulary shared by draft and target; device: where plans live;
+        sampling: the sampling settings (None or temperature 0: greedy trees).
 
     Raises:
         ValueError: an unknown or malformed static preset.
     """
+    plan = static_plan(static_paths(config.static_preset), device) if config.shape == "static" else None
+    depth = len(plan.levels) if plan is not None else config.depth
+    if sampling is not None and not sampling.greedy:
+        sh = sampled_shape(config, sampling, vocab, plan, depth)
+        return TreeShape(config, sh.nodes, depth, vocab, sh.drafted, plan, sh)
+    if plan is not None:
+        n = int(plan.parents.shape[0])
+        return TreeShape(config, n, depth, vocab, n, plan)
     if config.shape == "chain":
-        return TreeShape(config, config.depth, config.depth)
-    if config.shape == "static":
-        plan = static_plan(static_paths(config.static_preset), device)
-        return TreeShape(config, int(plan.parents.shape[0]), len(plan.levels), plan)
+        return TreeShape(config, depth, depth, vocab, depth)
     k = min(config.top_k, vocab)
-    drafted = k + (config.depth - 1) * k * k
-    return TreeShape(config, min(config.total_tokens, drafted), config.depth)
+    drafted = k + (depth - 1) * k * k
+    return TreeShape(config, min(config.total_tokens, drafted), depth, vocab, drafted)
 
 
 @dataclass
@@ -173,6 +195,7 @@ class SpecState:
         path: int64 (D,) the accepted node indices of the last verify, root-first, -1 padded.
         out: int64 (D + 3,) packed result of the last verify: (accepted count, accepted tokens
             padded to D, bonus) as :func:`specvlm.spec.deviceaccept.pack`, then the tree size.
+        noise: the sampling noise buffers (:mod:`specvlm.engine.sampledsteps`), None when greedy.
     """
 
     pending: torch.Tensor
@@ -185,6 +208,7 @@ class SpecState:
     valid: torch.Tensor
     path: torch.Tensor
     out: torch.Tensor
+    noise: Noise | None = None
 
     def tensors(self) -> list[torch.Tensor]:
         """Every state tensor (saved and restored around a CUDA graph's warm-up run)."""
@@ -200,9 +224,10 @@ def spec_state(first: int, pos: int, shape: TreeShape, draft_rows: int, substitu
     d, n = shape.depth, shape.nodes
     pending = z(d + 1)
     pending[0] = first if first < draft_rows else substitute
+    noise = new_noise(shape.sampled, shape.vocab, device) if shape.sampled is not None else None
     return SpecState(pending, torch.tensor(1, device=device), torch.tensor([first], device=device),
                      torch.tensor(pos, device=device), z(n), z(n), z(n, dtype=torch.float32),
-                     z(n, dtype=torch.bool), z(d), z(d + 3))
+                     z(n, dtype=torch.bool), z(d), z(d + 3), noise)
 
 
 def _logp(logits: torch.Tensor, shared: int) -> torch.Tensor:
@@ -263,7 +288,10 @@ def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, sh
     """
     root_logp = feed_pending(side, st, offset, shared)
     c = shape.config
-    if c.shape == "chain":
+    if shape.sampled is not None:
+        tree = draft_sampled(root_logp, _tree_feed(side, st, offset, shared), c, shape.plan, shape.sampled,
+                             shape.depth, st.noise)
+    elif c.shape == "chain":
         tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared, c.depth), c.depth, c.min_prob)
     elif c.shape == "static":
         tree = static_tree(root_logp, _tree_feed(side, st, offset, shared), shape.plan)
@@ -277,10 +305,10 @@ def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, sh
 
 
 def verify_step(side: ModelSide, st: SpecState, shape: TreeShape, draft_rows: int, substitute: int) -> None:
-    """Verify root + tree in one target forward, accept greedily, commit, write ``st.out``; prepare the
-    next step's pending tokens, root and position.
+    """Verify root + tree in one target forward, accept (greedy, or recursive rejection sampling when
+    sampled), commit, write ``st.out``; prepare the next step's pending tokens, root and position.
 
-    Source: docs/design.md §4.9-4.10 (greedy acceptance; commit = root + accepted path in path order).
+    Source: docs/design.md §4.9-4.11 (acceptance; commit = root + accepted path in path order).
     """
     cache, d = side.cache, shape.depth
     n = shape.nodes + 1
@@ -288,8 +316,11 @@ def verify_step(side: ModelSide, st: SpecState, shape: TreeShape, draft_rows: in
     depths = torch.cat([ar[:1], node_depths(st.parents)])
     logits = static_forward(side, torch.cat([st.root, st.tokens]), st.pos + depths, ar + cache.length,
                             verify_bias(st.parents, side.dtype)[None, None])
-    tgt = logits.argmax(-1)
-    path, acc, bonus = greedy_accept(torch.where(st.valid, st.tokens, -1), st.parents, tgt, d)
+    drafted = torch.where(st.valid, st.tokens, -1)
+    if shape.sampled is not None:
+        path, acc, bonus = accept_sampled(logits, drafted, st.parents, shape.sampled, d, st.noise)
+    else:
+        path, acc, bonus = greedy_accept(drafted, st.parents, logits.argmax(-1), d)
     if shape.config.shape == "chain":
         cache.advance(acc + 1)                   # a chain's path is a prefix of the block: nothing moves
     else:
