@@ -233,13 +233,15 @@ def sides(pairs):
     return pair, inputs, target, draft, first
 
 
-@pytest.mark.parametrize("tree", ["chain", "static", "dynamic-stop"])
-def test_step_functions_trace_without_graph_breaks(sides, tree):
+@pytest.mark.parametrize("tree,t", [("chain", 0.0), ("static", 0.0), ("dynamic-stop", 0.0), ("dynamic", 0.8),
+                                    ("static", 0.8)])
+def test_step_functions_trace_without_graph_breaks(sides, tree, t):
     pair, inputs, target, draft, first = sides
+    sampling = SamplingConfig(temperature=t, top_p_sampling=0.9)
     with torch.inference_mode():
         cpu = torch.device("cpu")
-        st = vanilla_state(torch.tensor([first]), inputs.next_position, cpu)
-        shape = tree_shape(TREES[tree], pair.shared_vocab, cpu)
+        st = vanilla_state(torch.tensor([first]), inputs.next_position, cpu, sampling)
+        shape = tree_shape(TREES[tree], pair.shared_vocab, cpu, sampling)
         ss = spec_state(first, inputs.next_position, shape, 400, 0, cpu)
         fns = {"decode": lambda: decode_step(target, st),
                "draft": lambda: draft_step(draft, ss, shape, 0, pair.shared_vocab),
