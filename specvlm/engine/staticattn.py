@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
@@ -36,13 +37,14 @@ class StaticAttn:
         key_bias: float (1, 1, 1, cap) additive bias over the buffer's slots: 0 below the
             device-side length, a large negative number elsewhere; the model's dtype.
         block_index: int64 (F,) buffer slots of the block's keys: the n tokens written by this
-            step, and for a draft tree level also the tree nodes written by earlier levels.
-        block_bias: float (1, 1, n, F) additive bias of the n queries over the block (0 = visible).
+            step, and for a draft tree level also the tree nodes written by earlier levels; None when
+            every query sees exactly the slots ``key_bias`` leaves visible (one token, a chain node).
+        block_bias: float (1, 1, n, F) additive bias of the n queries over the block (0 = visible), or None.
     """
 
     key_bias: torch.Tensor
-    block_index: torch.Tensor
-    block_bias: torch.Tensor
+    block_index: torch.Tensor | None
+    block_bias: torch.Tensor | None
 
 
 def attend_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
@@ -109,6 +111,9 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     g = h // kvh
     scale = scaling if scaling is not None else d ** -0.5
     q = query.reshape(b, kvh, g * n, d)
+    if sa.block_index is None:   # one part: the visible slots already include the new ones
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=sa.key_bias.to(q.dtype), scale=scale)
+        return out.view(b, h, n, d).transpose(1, 2).contiguous()
     o_pre, lse_pre = attend_lse(q, key, value, sa.key_bias, scale)
     k_new = key.index_select(-2, sa.block_index)
     v_new = value.index_select(-2, sa.block_index)

@@ -25,6 +25,7 @@ import torch
 from specvlm.analysis.metrics import Timer
 from specvlm.config import DecodeConfig
 from specvlm.engine import statickv
+from specvlm.engine.fastdraft import FastDraftUnsupported
 from specvlm.engine.graphs import step_runner
 from specvlm.engine.loopparts import first_token as _first_token
 from specvlm.engine.loopparts import prefill as _prefill
@@ -32,6 +33,7 @@ from specvlm.engine.loopparts import rope_dims as _rope_dims
 from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.prefill import prefill_draft
 from specvlm.engine.sampledsteps import refresh
+from specvlm.engine.staticdraft import FusedDraft, fused_draft
 from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
                                   verify_step)
 from specvlm.engine.stopping import stop_between_layers
@@ -57,9 +59,18 @@ def static_supported(pair: ModelPair, config: DecodeConfig, prompt_tokens: int) 
     return None
 
 
-def _side(model, adapter, cache, rope_dims: int, capacity: int) -> ModelSide:
+def _side(model, adapter, cache, rope_dims: int, capacity: int, fused: FusedDraft | None = None) -> ModelSide:
     dtype = model.get_input_embeddings().weight.dtype
-    return ModelSide(model, adapter, statickv.allocate(cache, capacity), rope_dims, dtype)
+    return ModelSide(model, adapter, statickv.allocate(cache, capacity), rope_dims, dtype, fused)
+
+
+def _fused(pair: ModelPair, rope_dims: int, max_position: int) -> FusedDraft | None:
+    """The draft's fused forward where the fast draft runner supports the draft, else None (logged)."""
+    try:
+        return fused_draft(pair, rope_dims, max_position)
+    except FastDraftUnsupported as e:
+        log.info("fused static draft not used: %s", e)
+        return None
 
 
 def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
@@ -121,7 +132,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     D, N = shape.depth, shape.nodes
     budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
     target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
-    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted)
+    fused = _fused(pair, _rope_dims(d_in), d_in.next_position + budget)
+    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted, fused)
     last = tp.last_logits
     del tp, d_cache
     offset = d_in.next_position - t_in.next_position

@@ -25,6 +25,7 @@ from specvlm.engine.staticattn import StaticAttn, allowed_bias, causal_bias, key
 from specvlm.config import SamplingConfig, TreeConfig
 from specvlm.engine.sampledsteps import (Noise, SampledShape, accept_sampled, draft_sampled, new_noise,
                                          sample_from, sampled_shape)
+from specvlm.engine.staticdraft import FusedDraft, fused_forward
 from specvlm.engine.statickv import StaticKV
 from specvlm.spec.deviceaccept import greedy_accept, pack, path_tokens
 from specvlm.spec.devicestatic import StaticPlan, static_plan, static_tree
@@ -42,6 +43,7 @@ class ModelSide:
         cache: the request's static cache.
         rope_dims: R, rows of the position ids.
         dtype: the model's float dtype.
+        fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), or None = the module stack.
     """
 
     model: Any
@@ -49,30 +51,39 @@ class ModelSide:
     cache: StaticKV
     rope_dims: int
     dtype: torch.dtype
+    fused: FusedDraft | None = None
 
 
-def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor,
-                   block_bias: torch.Tensor, write: torch.Tensor | None = None) -> torch.Tensor:
+def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
+                   block_bias: torch.Tensor | None, write: torch.Tensor | None = None,
+                   visible: torch.Tensor | None = None) -> torch.Tensor:
     """One language-model forward over n tokens into the static cache (the length is not advanced).
 
     Args:
         side: the model and its cache.
         tokens: int64 (n,) token ids (the model can embed them).
         positions: int64 (n,) positions (every M-RoPE row the same, as for text tokens).
-        block_index: int64 (F,) buffer slots of the block keys (see :class:`StaticAttn`).
-        block_bias: float (1, 1, n, F) bias of the n queries over the block.
+        block_index: int64 (F,) buffer slots of the block keys (see :class:`StaticAttn`), or None.
+        block_bias: float (1, 1, n, F) bias of the n queries over the block, or None.
         write: int64 (n,) slots to write the n tokens to; None = ``length + arange(n)``.
+        visible: with no block, int64 scalar: every query sees slots [0, visible) (one token, or one
+            chain node after its contiguous ancestors); None = slots below the length, plus the block.
 
     Returns:
         float (n, vocab) logits.
     """
     model, cache = side.model, side.cache
+    bias = key_bias(cache.length if visible is None else visible, cache.slots, side.dtype)
+    sa = StaticAttn(bias, block_index, block_bias)
+    if side.fused is not None:
+        slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
+        return fused_forward(side.fused, cache, sa, tokens, positions, slots)
     emb = model.get_input_embeddings()(tokens[None])
     pos = side.adapter.lm_positions(positions[None].expand(side.rope_dims, -1))
-    sa = StaticAttn(key_bias(cache.length, cache.slots, side.dtype), block_index, block_bias)
     cache.cursor.write = write
     try:
-        out = side.adapter.language_model(model)(inputs_embeds=emb, position_ids=pos, attention_mask=block_bias,
+        mask = block_bias if block_bias is not None else bias   # a 4-D mask: transformers builds none
+        out = side.adapter.language_model(model)(inputs_embeds=emb, position_ids=pos, attention_mask=mask,
                                                  cache=cache, use_cache=True, **{STATIC_KWARG: sa})
     finally:
         cache.cursor.write = None
@@ -122,9 +133,7 @@ def decode_step(side: ModelSide, st: VanillaState) -> None:
     Source: gpt-fast ``decode_one_token``; docs/design.md §4.9 (greedy = argmax).
     """
     cache = side.cache
-    one = cache.slots[:1] + cache.length
-    bias = causal_bias(1, side.dtype, one.device)
-    logits = static_forward(side, st.token, st.pos.view(1), one, bias)[-1]
+    logits = static_forward(side, st.token, st.pos.view(1), None, None, visible=cache.length + 1)[-1]
     cache.advance(1)
     nxt = logits.argmax(-1, keepdim=True) if st.sampling is None else sample_from(logits, st.sampling, st.noise)
     st.token.copy_(nxt)
@@ -266,15 +275,14 @@ def _tree_feed(side: ModelSide, st: SpecState, offset: int, shared: int) -> Devi
     return feed
 
 
-def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int, depth: int) -> NextFeed:
+def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int) -> NextFeed:
     """The draft on one chain node (:data:`NextFeed`): node d (1-based) lives at slot length + d - 1."""
     cache = side.cache
-    see = torch.ones(depth, depth, dtype=torch.bool, device=cache.slots.device).tril()
 
     def feed_next(tok: torch.Tensor, d: int) -> torch.Tensor:
-        slots = cache.slots[: max(depth - 1, 1)] + cache.length
-        logits = static_forward(side, tok.view(1), (st.pos + offset + d).view(1), slots,
-                                allowed_bias(see[d - 1: d, : slots.shape[0]], side.dtype), write=slots[d - 1: d])
+        slot = (cache.length + d - 1).view(1)
+        logits = static_forward(side, tok.view(1), (st.pos + offset + d).view(1), None, None, write=slot,
+                                visible=cache.length + d)
         return _logp(logits[-1], shared)
     return feed_next
 
@@ -292,7 +300,7 @@ def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, sh
         tree = draft_sampled(root_logp, _tree_feed(side, st, offset, shared), c, shape.plan, shape.sampled,
                              shape.depth, st.noise)
     elif c.shape == "chain":
-        tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared, c.depth), c.depth, c.min_prob)
+        tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared), c.depth, c.min_prob)
     elif c.shape == "static":
         tree = static_tree(root_logp, _tree_feed(side, st, offset, shared), shape.plan)
     else:
