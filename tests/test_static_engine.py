@@ -17,6 +17,7 @@ from specvlm.engine.prefill import prefill_draft, prefill_target
 from specvlm.engine.prepare import prepare
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticattn import causal_bias
+from specvlm.engine.staticdraft import fused_draft
 from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, static_forward, tree_shape,
                                   vanilla_state, verify_step)
 from specvlm.spec.sampling import process_logits
@@ -228,7 +229,8 @@ def sides(pairs):
         tp = prefill_target(pair, inputs, with_scores=False)
         dc, _ = prefill_draft(pair, inputs, tp, torch.arange(inputs.num_video_tokens), target_inputs=inputs)
         target = ModelSide(pair.target, pair.adapter, statickv.allocate(tp.cache, 400), 3, torch.float32)
-        draft = ModelSide(pair.draft, pair.draft_adapter, statickv.allocate(dc, 400), 3, torch.float32)
+        fused = fused_draft(pair, 3, inputs.next_position + 400)      # the fast runner's fused forward
+        draft = ModelSide(pair.draft, pair.draft_adapter, statickv.allocate(dc, 400), 3, torch.float32, fused)
     first = int(tp.last_logits.argmax())
     return pair, inputs, target, draft, first
 
