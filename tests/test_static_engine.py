@@ -108,6 +108,20 @@ def test_qwen3_vl_and_smolvlm_static_is_lossless():
             assert _same(pair, inputs, n=24)[0] == van
 
 
+def test_cross_geometry_draft_is_lossless():
+    """A SmolVLM2-2.2B-layout target (81 tokens per frame) with a 256M-layout draft (64): each reads its own prompt."""
+    from specvlm.testing.tiny import tiny_smolvlm
+
+    big = tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3)
+    small = tiny_smolvlm(seed=1, hidden=32, layers=1, pad_vocab_to=64)
+    pair = pair_from_models(big[0], big[1], small[0], small[1])
+    inputs = prepare(pair, make_clip(4, 96, seed=1), PROMPT)
+    van = _steps(pair, inputs, _cfg("vanilla", "eager", n=20))[0]
+    for tree in ("chain", "dynamic"):
+        ids, _, reads = _same(pair, inputs, n=20, tree=TREES[tree])
+        assert ids == van and reads <= 1.0
+
+
 def test_subtitles_are_lossless_in_every_mode():
     from specvlm.testing.tiny_qwen3_vl import tiny_qwen3_vl
     from specvlm.text.subtitles import Cue

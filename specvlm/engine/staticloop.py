@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 import torch
 
 from specvlm.analysis.metrics import Timer
@@ -51,7 +52,7 @@ MARGIN = 8
 """Spare slots in every static buffer beyond what a request can write."""
 
 
-def static_supported(pair: ModelPair, config: DecodeConfig, prompt_tokens: int) -> str | None:
+def static_supported(pair: ModelPair, config: DecodeConfig) -> str | None:
     """None when the static loop runs this request, else the reason it runs the eager loop."""
     if config.speculative:
         if pair.draft.device != pair.device:
@@ -74,7 +75,15 @@ def _fused(pair: ModelPair, rope_dims: int, max_position: int) -> FusedDraft | N
 
 
 def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
-    """Plain decoding on the static path (events as ``stream()``'s vanilla loop)."""
+    """Plain decoding on the static path: :func:`specvlm.engine.steps.decode_step` per token.
+
+    Args:
+        pair: target + draft; inputs: prepared ModelInputs; config: the request (``method`` vanilla);
+        reuse: a target prefill to copy, or None; should_stop: polled before every step and layer of the prefill.
+
+    Yields:
+        One PrefillInfo, then StepEvents (step 0 = the prefill's token), as ``stream()``'s eager vanilla loop.
+    """
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
     inputs = inputs.for_target()
@@ -108,7 +117,16 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
 
 
 def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop, record_trees: bool):
-    """Speculative decoding on the static path (events as ``stream()``'s speculative loop)."""
+    """Speculative decoding on the static path: :func:`specvlm.engine.steps.draft_step` and
+    :func:`specvlm.engine.steps.verify_step` per step.
+
+    Args:
+        pair, inputs, config, reuse, should_stop: as :func:`stream_vanilla` (a speculative ``method``);
+        record_trees: attach each step's tree (:class:`DraftTreeRecord`; reads the tree to the host).
+
+    Yields:
+        One PrefillInfo, then StepEvents, as ``stream()``'s eager speculative loop.
+    """
     dev = pair.device
     t_in = inputs.for_target()
     # 4.1-4.2 target prefill in two passes, attention scores from pass B

@@ -86,7 +86,7 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
         inputs = for_pair(pair, inputs)
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
     if config.engine == "static":
-        why = staticloop.static_supported(pair, config, int(inputs.for_target().input_ids.shape[1]))
+        why = staticloop.static_supported(pair, config)
         if why is None:
             events = (staticloop.stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
                       if config.speculative else staticloop.stream_vanilla(pair, inputs, config, prefill, should_stop))
