@@ -6,7 +6,7 @@ tensors of fixed shapes and addresses, so on CUDA one capture serves every step 
 it in a ``torch.cuda.CUDAGraph`` and returns the graph's ``replay``. Elsewhere it returns the
 function itself. A capture that fails falls back to running the function (logged).
 
-Source: docs/design.md §11 (SGLang and gpt-fast capture the decode, draft and verify steps);
+Source: docs/design.md §4.13 (SGLang and gpt-fast capture the decode, draft and verify steps);
 PyTorch's CUDA graphs notes (warm-up on a side stream, static input and output tensors).
 """
 from __future__ import annotations
@@ -33,6 +33,8 @@ def step_runner(fn: Callable[[], None], device: torch.device, state: list[torch.
 
     Returns:
         (runner, capture seconds).
+
+    Source: PyTorch CUDA graphs notes (side-stream warm-up, static tensors); docs/design.md §4.13.
     """
     if torch.device(device).type != "cuda":
         return fn, 0.0

@@ -22,7 +22,10 @@ from specvlm.types import ModelInputs, StepEvent
 
 
 class Emitter:
-    """Tracks generated ids, EOS / max_new_tokens truncation and text deltas."""
+    """Tracks generated ids, EOS / max_new_tokens truncation and text deltas.
+
+    Source: docs/design.md §4.10 (stop at the first EOS, never exceed max_new_tokens).
+    """
 
     def __init__(self, pair: ModelPair, config: DecodeConfig):
         self.tok = pair.processor.tokenizer
@@ -66,6 +69,8 @@ class Picker:
 
     The same :func:`specvlm.spec.sampling.process_logits` (temperature, nucleus) is used by vanilla
     sampling and by verification, so both sample from the same target distribution.
+
+    Source: docs/design.md §4.11.
     """
 
     def __init__(self, sampling: SamplingConfig):
@@ -80,12 +85,18 @@ class Picker:
 
 
 def rope_dims(inputs: ModelInputs) -> int:
-    """R, the rows of the prompt's position ids."""
+    """R, the rows of the prompt's position ids.
+
+    Source: docs/design.md §7 (M-RoPE positions).
+    """
     return int(inputs.positions.shape[0])
 
 
 def prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
-    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``."""
+    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``.
+
+    Source: docs/design.md §4.1-4.2.
+    """
     if reuse is None:
         return prefill_target(pair, inputs, with_scores=with_scores)
     held, L = kv.cache_length(reuse.cache), int(inputs.input_ids.shape[1])
@@ -99,13 +110,19 @@ def prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: Targ
 
 
 def subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
-    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft")."""
+    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft").
+
+    Source: docs/design.md §2 (subtitle modes).
+    """
     hidden = {"target": "draft", "draft": "target"}[seen_by]
     return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
 
 
 def first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tensor):
-    """Emitter, picker, decode clock, the prefill's token and its step-0 StepEvent."""
+    """Emitter, picker, decode clock, the prefill's token and its step-0 StepEvent.
+
+    Source: docs/design.md §4.9 and §4.12.
+    """
     em = Emitter(pair, config)
     pick = Picker(config.sampling)
     t_dec = time.perf_counter()

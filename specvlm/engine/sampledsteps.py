@@ -32,6 +32,8 @@ class SampledShape:
         sampling: temperature / nucleus (:class:`specvlm.config.SamplingConfig`, temperature > 0).
         tree_noise: shape of the drafting noise; accept_noise: (D + 1, most children + 1).
         nodes: N, nodes every step verifies; drafted: nodes drafted before compaction.
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
     """
 
     sampling: SamplingConfig
@@ -46,6 +48,8 @@ def sampled_shape(config: TreeConfig, sampling: SamplingConfig, vocab: int, plan
     """The noise shapes and node counts of ``config``'s sampled trees over a draft vocabulary of ``vocab``.
 
     A chain is the dynamic tree with one child per node (as the host's sampled drafter builds it).
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
     """
     if plan is not None:
         n = int(plan.parents.shape[0])
@@ -71,6 +75,8 @@ class Noise:
     Attributes:
         tree: float32 drafting noise; accept: float32 acceptance noise; token: float32 (1,) a vanilla draw.
         draft_probs: float32 (N + 1, Vd) the rows the last tree's children were drawn from.
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
     """
 
     tree: torch.Tensor
@@ -80,7 +86,10 @@ class Noise:
 
 
 def new_noise(shape: SampledShape | None, vocab: int, device: torch.device) -> Noise:
-    """Zeroed noise buffers (vanilla sampling: ``shape`` None, only ``token`` is used)."""
+    """Zeroed noise buffers (vanilla sampling: ``shape`` None, only ``token`` is used).
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
+    """
     z = lambda *s: torch.zeros(*s, dtype=torch.float32, device=device)   # noqa: E731
     if shape is None:
         return Noise(z(1), z(1, 1), z(1), z(1, 1))
@@ -88,19 +97,28 @@ def new_noise(shape: SampledShape | None, vocab: int, device: torch.device) -> N
 
 
 def refresh(noise: Noise, generator: torch.Generator) -> None:
-    """Fill the noise buffers with fresh uniforms in [0, 1) from ``generator`` (on the buffers' device)."""
+    """Fill the noise buffers with fresh uniforms in [0, 1) from ``generator`` (on the buffers' device).
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
+    """
     for t in (noise.tree, noise.accept, noise.token):
         t.uniform_(0.0, 1.0, generator=generator)
 
 
 def sample_from(logits: torch.Tensor, sampling: SamplingConfig, noise: Noise) -> torch.Tensor:
-    """int64 (1,) a token drawn from the processed ``logits`` (V,) with ``noise.token``."""
+    """int64 (1,) a token drawn from the processed ``logits`` (V,) with ``noise.token``.
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
+    """
     return sample_token(process_logits(logits, sampling), noise.token[0]).view(1)
 
 
 def draft_sampled(root_logp: torch.Tensor, feed: DeviceFeed, config: TreeConfig, plan: StaticPlan | None,
                   shape: SampledShape, depth: int, noise: Noise) -> DeviceTree:
-    """The sampled tree (children drawn without replacement); its draft rows go to ``noise.draft_probs``."""
+    """The sampled tree (children drawn without replacement); its draft rows go to ``noise.draft_probs``.
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
+    """
     if plan is not None:
         out = sampled_static_tree(root_logp, feed, shape.sampling, plan, noise.tree)
     else:
@@ -112,7 +130,10 @@ def draft_sampled(root_logp: torch.Tensor, feed: DeviceFeed, config: TreeConfig,
 
 def accept_sampled(logits: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, shape: SampledShape,
                    depth: int, noise: Noise) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Recursive rejection sampling of the verified tree: (path (D,), accepted count, bonus)."""
+    """Recursive rejection sampling of the verified tree: (path (D,), accepted count, bonus).
+
+    Source: Jeon et al. 2024 (Recursive Speculative Decoding); Kool et al. 2019 (Gumbel-top-k); docs/design.md §4.11.
+    """
     probs = process_logits(logits.float(), shape.sampling)
     kids = shape.accept_noise[1] - 1
     return sampled_accept(tokens, parents, probs, noise.draft_probs, noise.accept, depth, kids)

@@ -40,6 +40,8 @@ class StaticAttn:
             step, and for a draft tree level also the tree nodes written by earlier levels; None when
             every query sees exactly the slots ``key_bias`` leaves visible (one token, a chain node).
         block_bias: float (1, 1, n, F) additive bias of the n queries over the block (0 = visible), or None.
+
+    Source: docs/design.md §4.13; vLLM tree attention (an n x n bias for the tree block).
     """
 
     key_bias: torch.Tensor
@@ -86,6 +88,8 @@ def merge_lse(o1: torch.Tensor, lse1: torch.Tensor, o2: torch.Tensor, lse2: torc
 
     Returns:
         float (..., M, d) in ``o1``'s dtype.
+
+    Source: Dao et al. 2022 (FlashAttention, block merge by log-sum-exp).
     """
     lse = torch.logaddexp(lse1, lse2)
     w1 = torch.exp(lse1 - lse)[..., None]
@@ -105,6 +109,9 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
     Returns:
         float (B, n, H, d) attention output (transformers' layout).
+
+    Source: Dao et al. 2022 (block merge by log-sum-exp); Ainslie et al. 2023 (grouped-query
+    attention); docs/design.md §4.13.
     """
     b, h, n, d = query.shape
     kvh = key.shape[1]
@@ -125,7 +132,10 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 
 def neg_bias(dtype: torch.dtype) -> float:
-    """The additive value of a hidden key: the dtype's minimum (finite, so an all-hidden row stays finite)."""
+    """The additive value of a hidden key: the dtype's minimum (finite, so an all-hidden row stays finite).
+
+    Source: docs/design.md §7 (finite additive masks).
+    """
     return torch.finfo(dtype).min
 
 
@@ -134,18 +144,26 @@ def key_bias(length: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> t
 
     Args:
         length: int64 scalar device tensor (valid slots); slots: int64 (cap,) = arange(cap).
+
+    Source: docs/design.md §4.13.
     """
     zero = torch.zeros((), dtype=dtype, device=slots.device)
     return torch.where(slots < length, zero, neg_bias(dtype)).view(1, 1, 1, -1)
 
 
 def causal_bias(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, n, n) bias of a plain causal block (token i sees tokens 0..i)."""
+    """(1, 1, n, n) bias of a plain causal block (token i sees tokens 0..i).
+
+    Source: docs/design.md §4.9.
+    """
     ok = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     return allowed_bias(ok, dtype)
 
 
 def allowed_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, n, F) additive bias from a bool (n, F) visibility matrix (True = visible)."""
+    """(1, 1, n, F) additive bias from a bool (n, F) visibility matrix (True = visible).
+
+    Source: docs/design.md §4.9.
+    """
     zero = torch.zeros((), dtype=dtype, device=allowed.device)
     return torch.where(allowed, zero, neg_bias(dtype))[None, None]

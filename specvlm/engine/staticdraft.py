@@ -32,6 +32,8 @@ class FusedDraft:
         layers, dims, head, final_norm: :func:`specvlm.engine.fastdraft.draft_weights`.
         embed: float (Vd, D) the input embedding table.
         cos, sin: float (P, head_dim) RoPE rows for positions 0..P-1 (sin sign-folded).
+
+    Source: docs/design.md §7 (per-forward fixed cost on a CPU).
     """
 
     layers: list
@@ -49,6 +51,8 @@ def fused_draft(pair: Any, rope_dims: int, max_position: int) -> FusedDraft:
     Raises:
         FastDraftUnsupported: the draft is not the plain decoder the fast runner implements, or its
             weights are on several devices.
+
+    Source: docs/design.md §7.
     """
     from specvlm.engine.fastdraft import FastDraftUnsupported
 
@@ -71,6 +75,8 @@ def fused_forward(fd: FusedDraft, cache: StaticKV, sa: StaticAttn, tokens: torch
 
     Returns:
         float (n, shared vocab) logits.
+
+    Source: docs/design.md §4.8 and §7; RoPE (Su et al. 2021).
     """
     d = fd.dims
     n, H, KV, hd = tokens.shape[0], d.heads, d.kv_heads, d.head_dim

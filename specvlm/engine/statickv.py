@@ -13,7 +13,7 @@ no shape depends on the length, so the steps that use it can be captured in a CU
   the device-side count. Entries past the count are garbage beyond the length, never seen.
 * Rollback (a draft's tree nodes): the length is simply not advanced over them.
 
-Source: docs/design.md §4.10 (commit = prefix + accepted path in path order) and §11 (HF
+Source: docs/design.md §4.10 (commit = prefix + accepted path in path order) and §4.13 (HF
 ``StaticCache`` writes with ``index_copy_`` at a device-side length; gpt-fast's static cache).
 """
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Cursor:
         length: int64 scalar device tensor, tokens held.
         slots: int64 (cap,) = arange(cap) on the device.
         write: int64 (n,) slots the next forward writes to, or None = ``length + arange(n)``.
+
+    Source: docs/design.md §4.13.
     """
 
     def __init__(self, length: torch.Tensor, slots: torch.Tensor):
@@ -50,6 +52,8 @@ class StaticKVLayer(CacheLayerMixin):
     Args:
         keys, values: float (B, kv_heads, cap, head_dim) preallocated buffers.
         cursor: the cache's shared :class:`Cursor`.
+
+    Source: transformers' ``StaticLayer`` (the Cache layer API); docs/design.md §4.13.
     """
 
     is_compileable = True
@@ -97,6 +101,8 @@ class StaticKV(Cache):
     Attributes:
         cursor: the shared cursor; length: int64 scalar device tensor, tokens held;
         slots: int64 (cap,) = arange(cap) on the device; capacity: cap, slots per layer.
+
+    Source: docs/design.md §4.10 and §4.13; transformers' ``StaticLayer`` (``index_copy_`` at a device-side length).
     """
 
     def __init__(self, layers: list[StaticKVLayer]):
@@ -139,6 +145,8 @@ def allocate(like: Cache, capacity: int) -> StaticKV:
 
     Raises:
         ValueError: ``capacity`` is smaller than the tokens held.
+
+    Source: docs/design.md §4.13 (buffers sized once per request).
     """
     first = like.layers[0]
     held = int(first.keys.shape[-2])

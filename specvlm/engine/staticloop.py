@@ -14,7 +14,7 @@ take their randomness from noise buffers refilled from the request's generator b
 (:mod:`specvlm.engine.sampledsteps`). A draft on another device than the target runs the eager loop
 (:func:`static_supported` says why, and ``stream()`` logs it).
 
-Source: docs/design.md §4.1-4.12 (the algorithm) and §11 (the GPU fast path).
+Source: docs/design.md §4.1-4.12 (the algorithm) and §4.13 (the GPU fast path).
 """
 from __future__ import annotations
 
@@ -53,7 +53,10 @@ MARGIN = 8
 
 
 def static_supported(pair: ModelPair, config: DecodeConfig) -> str | None:
-    """None when the static loop runs this request, else the reason it runs the eager loop."""
+    """None when the static loop runs this request, else the reason it runs the eager loop.
+
+    Source: docs/design.md §4.13.
+    """
     if config.speculative:
         if pair.draft.device != pair.device:
             return "the draft is on another device than the target"
@@ -83,6 +86,8 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
 
     Yields:
         One PrefillInfo, then StepEvents (step 0 = the prefill's token), as ``stream()``'s eager vanilla loop.
+
+    Source: docs/design.md §4.9 and §4.13.
     """
     dev = pair.device
     n_sub = _subtitle_tokens(inputs, "target")
@@ -126,6 +131,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
 
     Yields:
         One PrefillInfo, then StepEvents, as ``stream()``'s eager speculative loop.
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3; docs/design.md §4.1-4.13.
     """
     dev = pair.device
     t_in = inputs.for_target()

@@ -10,7 +10,7 @@ A model forward (:func:`static_forward`) goes through transformers' modules with
 :class:`~specvlm.engine.statickv.StaticKV` cache and carries a
 :class:`~specvlm.engine.staticattn.StaticAttn` to the attention (the ``specvlm_static`` keyword).
 
-Source: docs/design.md §4.8-4.10 and §11 (gpt-fast's decode_one_token, SGLang's captured EAGLE
+Source: docs/design.md §4.8-4.10 and §4.13 (gpt-fast's decode_one_token, SGLang's captured EAGLE
 draft and verify).
 """
 from __future__ import annotations
@@ -44,6 +44,8 @@ class ModelSide:
         rope_dims: R, rows of the position ids.
         dtype: the model's float dtype.
         fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), or None = the module stack.
+
+    Source: docs/design.md §4.13.
     """
 
     model: Any
@@ -71,6 +73,8 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
 
     Returns:
         float (n, vocab) logits.
+
+    Source: docs/design.md §4.13; transformers' ``AttentionInterface`` keywords.
     """
     model, cache = side.model, side.cache
     bias = key_bias(cache.length if visible is None else visible, cache.slots, side.dtype)
@@ -100,6 +104,8 @@ class VanillaState:
         pos: int64 scalar, its position.
         out: float64 (2,) packed output of the last step: (next token, its logit margin).
         sampling: the sampling settings, None when greedy; noise: its noise buffers, or None.
+
+    Source: gpt-fast ``decode_one_token`` (static inputs and outputs).
     """
 
     token: torch.Tensor
@@ -111,7 +117,10 @@ class VanillaState:
 
 def vanilla_state(token: torch.Tensor, pos: int, device: torch.device,
                   sampling: SamplingConfig | None = None) -> VanillaState:
-    """The state before the first decode step (``token`` int64 (1,) on ``device``)."""
+    """The state before the first decode step (``token`` int64 (1,) on ``device``).
+
+    Source: docs/design.md §4.13.
+    """
     sampled = sampling is not None and not sampling.greedy
     return VanillaState(token.clone(), torch.tensor(pos, dtype=torch.long, device=device),
                         torch.zeros(2, dtype=torch.float64, device=device), sampling if sampled else None,
@@ -119,7 +128,10 @@ def vanilla_state(token: torch.Tensor, pos: int, device: torch.device,
 
 
 def margin_of(logits: torch.Tensor) -> torch.Tensor:
-    """float32 scalar: top-1 minus top-2 of float (V,) logits (as :func:`specvlm.analysis.metrics.logit_margin`)."""
+    """float32 scalar: top-1 minus top-2 of float (V,) logits (as :func:`specvlm.analysis.metrics.logit_margin`).
+
+    Source: docs/design.md §4.11 (the logit margin at a divergence).
+    """
     top = logits.float().topk(2).values
     return top[0] - top[1]
 
@@ -152,6 +164,8 @@ class TreeShape:
         nodes: N, nodes every step verifies (invalid ones included).
         depth: D, the longest path (accepted tokens per step at most).
         plan: the static tree's plan, or None.
+
+    Source: docs/design.md §4.8 and §4.13 (fixed tree sizes).
     """
 
     config: TreeConfig
@@ -173,6 +187,8 @@ def tree_shape(config: TreeConfig, vocab: int, device: torch.device,
 
     Raises:
         ValueError: an unknown or malformed static preset.
+
+    Source: docs/design.md §4.8 and §4.13.
     """
     plan = static_plan(static_paths(config.static_preset), device) if config.shape == "static" else None
     depth = len(plan.levels) if plan is not None else config.depth
@@ -205,6 +221,8 @@ class SpecState:
         out: int64 (D + 3,) packed result of the last verify: (accepted count, accepted tokens
             padded to D, bonus) as :func:`specvlm.spec.deviceaccept.pack`, then the tree size.
         noise: the sampling noise buffers (:mod:`specvlm.engine.sampledsteps`), None when greedy.
+
+    Source: docs/design.md §4.13; SGLang's EAGLE state buffers.
     """
 
     pending: torch.Tensor
@@ -227,7 +245,10 @@ class SpecState:
 
 def spec_state(first: int, pos: int, shape: TreeShape, draft_rows: int, substitute: int,
                device: torch.device) -> SpecState:
-    """The state before the first speculative step: the prefill's token ``first`` at ``pos``."""
+    """The state before the first speculative step: the prefill's token ``first`` at ``pos``.
+
+    Source: docs/design.md §4.13.
+    """
     def z(*size, dtype=torch.long):
         return torch.zeros(*size, dtype=dtype, device=device)
     d, n = shape.depth, shape.nodes
@@ -252,6 +273,8 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> to
 
     Returns:
         float32 (shared,) draft log-probs after the root.
+
+    Source: docs/design.md §4.10 (the draft catches up on the accepted tokens).
     """
     cache, n = side.cache, st.pending.shape[0]
     ar = cache.slots[:n]
