@@ -227,6 +227,40 @@ def test_pack_unpack_round_trip():
         da.unpack([5, 1, 2])
 
 
+# --------------------------------------------------------------------------- a whole greedy step
+def target_argmax(draft: TableDraft, tokens: torch.Tensor, parents: torch.Tensor, seed: int) -> torch.Tensor:
+    """int64 (n+1,): a target close to the draft (argmax after the root and after each node)."""
+    noise = torch.randn(DCAP + 1, V, V, generator=torch.Generator().manual_seed(seed)) * 0.5
+    depth = dt.node_depths(parents).clamp(max=DCAP)
+    rows = torch.cat([(draft.root + noise[0, 0])[None], (draft.table + noise)[depth, tokens]])
+    return rows.argmax(-1)
+
+
+@pytest.mark.parametrize("shape", ["dynamic", "static", "chain"])
+def test_greedy_step_equals_host(shape):
+    """Draft tree + acceptance + packed read give the host's accepted tokens and bonus."""
+    plan, lengths = ds.static_plan(static_paths("official-25")), set()
+    for seed in range(24):
+        draft = TableDraft(seed, KINDS[seed % 4])
+        if shape == "dynamic":
+            host = host_dynamic(draft, 5, 3, 12, 0.05)
+            dev = dt.dynamic_tree(draft.root, draft.device_feed, 5, 3, 12, 0.05)
+        elif shape == "static":
+            host = GreedyDrafter(TreeConfig()).static(draft.root, draft.host_feed, static_paths("official-25")).tree
+            dev = ds.static_tree(draft.root, draft.device_feed, plan)
+        else:
+            host = GreedyDrafter(TreeConfig()).chain(draft.root, draft.host_feed, draft.host_next, 5, 0.05).tree
+            dev = dt.chain_tree(draft.root, draft.device_next, 5, 0.05)
+        hpath, hbonus = greedy_accept(host, target_argmax(draft, host.tokens, host.parents, seed))
+        tokens = torch.where(dev.valid, dev.tokens, -1)
+        path, n_acc, bonus = da.greedy_accept(tokens, dev.parents, target_argmax(draft, dev.tokens, dev.parents,
+                                                                                 seed), 5)
+        acc, nxt = da.unpack(da.pack(n_acc, da.path_tokens(tokens, path), bonus).tolist())
+        assert (acc, nxt) == ([int(host.tokens[i]) for i in hpath], hbonus)
+        lengths.add(len(acc))
+    assert len(lengths) >= 3
+
+
 # --------------------------------------------------------------------------- no host reads, one graph
 def _greedy_cases():
     draft = TableDraft(1, "mixed")

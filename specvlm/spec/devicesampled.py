@@ -22,7 +22,7 @@ import torch
 
 from specvlm.config import SamplingConfig
 from specvlm.spec.devicestatic import StaticLevel, StaticPlan
-from specvlm.spec.devicetree import DeviceFeed, DeviceTree, best_first, reindex_parents
+from specvlm.spec.devicetree import DeviceFeed, DeviceTree, DeviceTreeError, best_first, reindex_parents
 from specvlm.spec.sampling import process_logits
 
 
@@ -71,8 +71,14 @@ def sampled_static_children(q: torch.Tensor, level: StaticLevel, uniforms: torch
         (tokens int64 (C,), drawn bool (C,)): ``drawn`` False where q's support is smaller than the
         parent's child count (the host draws fewer children there).
 
+    Raises:
+        DeviceTreeError: V is smaller than a parent's child count.
+
     Source: Jeon et al. 2024; Kool et al. 2019.
     """
+    if q.shape[-1] < level.counts[-1]:
+        raise DeviceTreeError(f"q has {q.shape[-1]} tokens but the static tree needs {level.counts[-1]} "
+                              "children of one node: use a smaller tree.")
     tok, drawn = gumbel_draws(q, level.counts[-1], uniforms)
     return tok[level.slot, level.rank], drawn[level.slot, level.rank]
 
@@ -147,7 +153,6 @@ def slot_choice(q: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor, top_
 def dynamic_noise_shape(depth: int, top_k: int, total_tokens: int, vocab: int) -> tuple[int, int, int]:
     """Shape of :func:`sampled_dynamic_tree`'s noise: (depth, min(top_k, total_tokens), draft vocab)."""
     return depth, min(top_k, total_tokens), vocab
-
 
 
 def sampled_dynamic_tree(root_logits: torch.Tensor, feed: DeviceFeed, cfg: SamplingConfig, depth: int, top_k: int,
