@@ -29,8 +29,12 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from specvlm.models import stopping
+from specvlm.models.staticattn import attend_lse, merge_lse, static_attention
 
 ATTN_IMPL = "specvlm_gqa"
+STATIC_KWARG = "specvlm_static"
+"""The language model's keyword that carries a static step's :class:`~specvlm.models.staticattn.StaticAttn`
+down to every layer's attention (transformers passes extra keywords through to the attention function)."""
 MAX_GROUPED_QUERY = 256
 
 
@@ -167,6 +171,9 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
         transformers' SDPA path.
     """
+    static = kwargs.get(STATIC_KWARG)
+    if static is not None:   # a static step (specvlm.engine.steps): buffer prefix + block, merged by LSE
+        return static_attention(query, key, value, static, scaling), None
     stopping.check()   # the decoder layers' stop check (a prefill inside stop_between_layers)
     mode, sink = getattr(_MODE, "value", None) or (None, None)
     if mode == "weights":
@@ -191,16 +198,12 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=fold.mask, scale=scaling)
     else:
         scale = scaling if scaling is not None else d ** -0.5
-        o_pre, lse_pre = _FLASH_CPU(q, key[:, :, :P], value[:, :, :P], scale=scale)[:2]
-        s = torch.matmul(q, key[:, :, P:].transpose(-1, -2)).mul_(scale)
-        if fold.mask.dtype == torch.bool:
-            s.masked_fill_(~fold.mask, torch.finfo(s.dtype).min)  # finite: a row may see no tail key
-        else:
-            s.add_(fold.mask)
-        lse_tail = torch.logsumexp(s, dim=-1)
-        o_tail = torch.matmul(torch.softmax(s, dim=-1), value[:, :, P:])
-        lse = torch.logaddexp(lse_pre, lse_tail)
-        out = o_pre * torch.exp(lse_pre - lse)[..., None] + o_tail * torch.exp(lse_tail - lse)[..., None]
+        o_pre, lse_pre = attend_lse(q, key[:, :, :P], value[:, :, :P], None, scale)
+        tail = fold.mask
+        if tail.dtype == torch.bool:   # finite: a row may see no tail key
+            tail = torch.zeros((), dtype=q.dtype).masked_fill(~tail, torch.finfo(q.dtype).min)
+        o_tail, lse_tail = attend_lse(q, key[:, :, P:], value[:, :, P:], tail, scale)
+        out = merge_lse(o_pre, lse_pre, o_tail, lse_tail)
     return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
