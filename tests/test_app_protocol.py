@@ -7,15 +7,16 @@ import inspect
 
 import pytest
 
+from helpers.engines import IOEngine, TinyEngine
+from helpers.fakes import FakeEngine, ProbingEngine
+
 from app.engine import Facade, SpecvlmFacade
-from test_app_browser_ux import ProbingEngine
-from test_app_fakes import FakeEngine
 from test_app_offline import NoLoadEngine
 from test_app_subtitles import RecordingEngine
 from test_app_ui import MarginEngine
 from test_app_why import _ClipEngine
-from test_robust_backend import IOEngine, OOMEngine
-from test_robust_server import ProbingFake, TinyEngine
+from test_robust_backend import OOMEngine
+from test_robust_server import ProbingFake
 
 MEMBERS = sorted(n for n, v in vars(Facade).items() if callable(v) and not n.startswith("_"))
 
