@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
 from specvlm.analysis import metrics
 from specvlm.analysis.run import Comparison, RecordError, RunRecord, compare_runs, run_speedup
 from specvlm.config import DecodeConfig, TreeConfig

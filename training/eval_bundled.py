@@ -56,8 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from specvlm import assets  # noqa: E402
 from specvlm.analysis.metrics import speedup  # noqa: E402
-from specvlm.bench import captions
-from specvlm.bench import synth
+from specvlm.bench import captions, synth
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
 from specvlm.spec.grid import grid_shape  # noqa: E402
 
@@ -417,7 +416,6 @@ def summarise(records: list[dict], args) -> dict:
             if not key.endswith("@text"):  # a copy of <pair>/specvlm on the text clips
                 mism[key] = sum(not r["identical"][key] for r in has)
                 nruns[key] = len(has)
-            # pooled over the clips: total vanilla decode time / total method decode time
             speed[key] = speedup(sum(r["vanilla_decode_s"] for r in has), sum(r["decode_s"][key] for r in has))
         text_recs = [r for r in recs if "text_tokens" in r]
         text_stats = None
