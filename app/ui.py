@@ -22,7 +22,8 @@ from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
 from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
-                          TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs, handler_parameters)
+                          FIELDS, TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs, handler_parameters,
+                          old_name_notes)
 from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
@@ -147,7 +148,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                   elem_id="method")
         c["drop_rate"] = gr.Slider(0.0, 0.999, value=d.drop_rate, step=0.001, label="Drop rate r",
                                    info="share of video tokens the draft does not see", elem_id="drop-rate")
-        c["top_p"] = gr.Slider(0.0, 1.0, value=d.top_p, step=0.05, label="λ (Stage I attention share)",
+        c["lambda_"] = gr.Slider(0.0, 1.0, value=d.top_p, step=0.05, label="λ (Stage I attention share)",
                                elem_id="top-p")
         c["tree"] = gr.Radio(list(TREE_SHAPES), value=d.tree_shape, label="Draft tree", elem_id="tree")
         with gr.Row():
@@ -165,7 +166,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         with gr.Row():
             c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
                                     label="Frames", elem_id="frames")
-            c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
+            c["max_new_tokens"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
                                      label="Max new tokens", elem_id="max-new-tokens")
         with gr.Row():
             c["fixed_length"] = gr.Checkbox(value=d.fixed_length, label="Fixed length (ignore EOS)",
@@ -185,6 +186,11 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
+    for f in FIELDS:   # old API names (top_p, max_new): hidden inputs, None unless an API caller sets them
+        if f.renamed_to:
+            whole = isinstance(getattr(d, f.setting), int)
+            c[f.name] = gr.Number(value=None, visible=False, precision=0 if whole else None,
+                                  label=f"{f.name} (old name of {f.renamed_to})")
     return c
 
 
@@ -243,6 +249,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         each with a default but the video). Model downloads and loading show their progress."""
         named = bind_inputs(compare, args, kwargs)   # Gradio adds the request and the progress tracker last
         video, request, progress = named["video"], named["request"], named["progress"]
+        for note in old_name_notes(named):
+            log.warning("/compare: %s", note)
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         files = [req.video, req.srt, req.truth]
@@ -270,12 +278,17 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
         both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
         accepted lengths and kept video-token counts; ``device`` the device that ran it; ``error`` holds a
-        readable message when it failed."""
+        readable message when it failed; ``notes`` starts with a line per old input name used (``top_p``,
+        ``max_new``)."""
         named = bind_inputs(compare_json, args, kwargs)   # Gradio adds the request last
         video, request = named["video"], named["request"]
         req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        renamed = old_name_notes(named)
+        for note in renamed:
+            log.warning("/compare_json: %s", note)
         with janitor.using([req.video, req.srt, req.truth]):
-            return backend.run_json(req, session=getattr(request, "session_hash", None))
+            out = backend.run_json(req, session=getattr(request, "session_hash", None))
+        return out | {"notes": [*renamed, *out.get("notes", [])]} if renamed else out
 
     params = handler_parameters(d)   # one field table: names, order and defaults of both handlers
     request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
@@ -417,7 +430,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["preset"].change(on_preset, inputs=[c["preset"]],
                        outputs=[c["preset_md"], c["tree"], c["depth"], c["top_k"], c["total"], c["min_prob"]],
                        api_visibility="private")
-    c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new"]],
+    c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new_tokens"]],
                       api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
