@@ -118,3 +118,11 @@ def upload_view(path: str, probe: Callable[[str], Any] | None, folder: Callable[
         return UploadView(note=f"*The video player cannot show {what}; the run reads the file as uploaded.*")
     return UploadView(clip, f"*The video player cannot show {what}: it shows a small H.264 preview; the run reads "
                             "the uploaded file.*")
+
+
+def source_of(video: Any, previews: dict[str, str]) -> Any:
+    """The upload a page's video value stands for: the original file when the player shows its preview
+    (``previews`` maps a preview's file name to its upload)."""
+    if video and Path(str(video)).name in previews:
+        return previews[Path(str(video)).name]
+    return video

@@ -191,7 +191,8 @@ FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset
           Field("top_p_sampling", "top_p_sampling"), Field("seed", "seed"), Field("srt"),
           Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
           Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"),
-          Field("top_p", "top_p", renamed_to="lambda_"), Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"))
+          Field("top_p", "top_p", renamed_to="lambda_"),
+          Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"))
 """The one table of ``/compare``'s inputs, in order (new ones are appended, so API callers that pass fewer
 arguments keep working); the handlers' parameters (:func:`handler_parameters`), the page's input list and
 :meth:`RunRequest.from_inputs` all read it. ``lambda_`` and ``max_new_tokens`` are the CLI's names (``--lambda``,

@@ -17,6 +17,7 @@ import gradio as gr
 
 from app import plots, preview
 from app.backend import Backend
+from app.downloads import comparison_file
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.inspect_view import build_inspect_tab
@@ -171,7 +172,8 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         with gr.Row():
             c["fixed_length"] = gr.Checkbox(value=d.fixed_length, label="Fixed length (ignore EOS)",
                                             info="generate exactly Max new tokens: a decode long enough to watch, "
-                                                 "stop and time (the CLI's --no-eos)", elem_id="fixed-length")
+                                                 "stop and time (the CLI's --no-eos); after its answer the bundled "
+                                                 "model writes invented chat turns", elem_id="fixed-length")
             c["timing_pairs"] = gr.Slider(1, MAX_REPEATS, value=d.timing_pairs, step=1, precision=0,
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
@@ -186,11 +188,9 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
-    for f in FIELDS:   # old API names (top_p, max_new): hidden inputs, None unless an API caller sets them
-        if f.renamed_to:
-            whole = isinstance(getattr(d, f.setting), int)
-            c[f.name] = gr.Number(value=None, visible=False, precision=0 if whole else None,
-                                  label=f"{f.name} (old name of {f.renamed_to})")
+    for f in (f for f in FIELDS if f.renamed_to):   # old API names (top_p, max_new): None unless an API caller
+        c[f.name] = gr.Number(value=None, visible=False, label=f"{f.name} (old name of {f.renamed_to})",   # sets them
+                              precision=0 if isinstance(getattr(d, f.setting), int) else None)
     return c
 
 
@@ -212,9 +212,11 @@ def _output_section() -> dict[str, Any]:
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")
     c["repeat"] = gr.Button(f"Measure again: median of {SUGGESTED_REPEATS} interleaved runs", visible=False,
                             size="sm", elem_id="repeat-timing")
+    c["compare_download"] = gr.DownloadButton("Download both texts and the summary (.md)", visible=False,
+                                              size="sm", elem_id="compare-download")
     with gr.Row():
-        c["accept_plot"] = gr.Plot(label="Accepted length per step", elem_id="accept-plot")
-        c["time_plot"] = gr.Plot(label="Tokens over time", elem_id="time-plot")
+        c["accept_plot"] = gr.Plot(label="Accepted length per step", show_label=False, elem_id="accept-plot")
+        c["time_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="time-plot")
     gr.Markdown("### Which video tokens the draft sees")
     c["hm_mode"] = gr.Radio(list(HEATMAP_MODES), value="Pruning stages", label="Heatmap", elem_id="heatmap-mode")
     c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), label="Heatmap legend",
@@ -251,7 +253,7 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         video, request, progress = named["video"], named["request"], named["progress"]
         for note in old_name_notes(named):
             log.warning("/compare: %s", note)
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": preview.source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         files = [req.video, req.srt, req.truth]
         with janitor.using(files), request_scratch(scratch_dir) as tmp, \
@@ -282,7 +284,7 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         ``max_new``)."""
         named = bind_inputs(compare_json, args, kwargs)   # Gradio adds the request last
         video, request = named["video"], named["request"]
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": preview.source_of(video, previews)})
         renamed = old_name_notes(named)
         for note in renamed:
             log.warning("/compare_json: %s", note)
@@ -313,7 +315,10 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"]], queue=False, api_visibility="private",
                    show_progress="hidden")
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
-                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last")
+                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
+                   ).then(lambda *shown: gr.update(value=(path := comparison_file(*shown)), visible=path is not None),
+                          [c["vanilla_html"], c["spec_html"], c["summary"]], [c["compare_download"]], queue=False,
+                          api_visibility="private", show_progress="hidden")   # what the page shows, as a file
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
@@ -434,13 +439,6 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                       api_visibility="private")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
-
-
-def source_of(video: Any, previews: dict[str, str]) -> Any:
-    """The upload a page's video value stands for: the original file when the player shows its preview."""
-    if video and Path(str(video)).name in previews:
-        return previews[Path(str(video)).name]
-    return video
 
 
 def upload_view_for(backend: Backend, path: str) -> preview.UploadView:

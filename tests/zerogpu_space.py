@@ -143,7 +143,7 @@ def drive(captured: dict, out: dict) -> None:
 
     def run(max_new: int, session: str | None = None, frames: int = 8):
         request = SimpleNamespace(session_hash=session) if session else None
-        for u in compare(video, "Describe this video in detail.", out["default_preset"], "", max_new=max_new,
+        for u in compare(video, "Describe this video in detail.", out["default_preset"], "", max_new_tokens=max_new,
                          frames=frames, request=request, progress=lambda *a, **k: None):
             yield {key[id(c)]: v for c, v in u.items()}
 
@@ -259,7 +259,8 @@ def drive_plain(captured: dict, out: dict) -> None:
 def main(plain: bool = False) -> None:
     from test_app_fakes import free_port
 
-    os.environ.update(GRADIO_SERVER_PORT=str(free_port()))
+    # its own upload folder: Gradio files identical uploads under one path, which another server's cleanup could delete
+    os.environ.update(GRADIO_SERVER_PORT=str(free_port()), GRADIO_TEMP_DIR=tempfile.mkdtemp(prefix="space-uploads-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if plain:
         os.environ.pop("SPACES_ZERO_GPU", None)
