@@ -126,3 +126,16 @@ def source_of(video: Any, previews: dict[str, str]) -> Any:
     if video and Path(str(video)).name in previews:
         return previews[Path(str(video)).name]
     return video
+
+
+def upload_view_for(backend: Any, path: str) -> UploadView:
+    """:func:`upload_view` with ``backend``'s probe and time limit (:class:`app.backend.Backend`) and a new folder
+    in Gradio's upload folder for the preview."""
+    from app.gradio_io import gradio_upload_dir
+
+    def folder() -> Path:  # served as is, deleted with the upload
+        made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"
+        made.mkdir(parents=True, exist_ok=True)
+        return made
+    timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
+    return upload_view(path, getattr(backend.engine, "probe_video", None), folder, timeout_s=timeout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import gradio as gr
 from app import plots, preview
 from app.backend import Backend
 from app.downloads import comparison_file
+from app.extras import FIXED_LENGTH_NOTE
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.inspect_view import build_inspect_tab
@@ -209,6 +209,8 @@ def _output_section() -> dict[str, Any]:
             gr.HTML(plots.tokens_legend_html())
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
                                      label="SpecVLM text", elem_id="spec-text")
+    c["fixed_note"] = gr.Markdown(f"<small>*{FIXED_LENGTH_NOTE[0].upper()}{FIXED_LENGTH_NOTE[1:]}.*</small>",
+                                  visible=False, elem_id="fixed-length-note")   # shown while Fixed length is on
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")
     c["repeat"] = gr.Button(f"Measure again: median of {SUGGESTED_REPEATS} interleaved runs", visible=False,
                             size="sm", elem_id="repeat-timing")
@@ -388,7 +390,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             return gr.skip(), gr.skip()
         janitor.hold(session, "video", path)
         janitor.hold(session, "video-preview", None)
-        seen = upload_view_for(backend, path) if path else preview.UploadView()
+        seen = preview.upload_view_for(backend, path) if path else preview.UploadView()
         if seen.problem:
             gr.Warning(seen.problem)
             return gr.skip(), f"**{seen.problem}**"
@@ -437,15 +439,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
                        api_visibility="private")
     c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new_tokens"]],
                       api_visibility="private")
+    c["fixed_length"].change(lambda on: gr.update(visible=bool(on)), [c["fixed_length"]], [c["fixed_note"]],
+                             queue=False, api_visibility="private", show_progress="hidden")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
-
-
-def upload_view_for(backend: Backend, path: str) -> preview.UploadView:
-    """:func:`app.preview.upload_view` with the backend's probe, Gradio's upload folder and time limit."""
-    def folder() -> Path:  # served as is, deleted with the upload
-        made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"
-        made.mkdir(parents=True, exist_ok=True)
-        return made
-    timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
-    return preview.upload_view(path, getattr(backend.engine, "probe_video", None), folder, timeout_s=timeout)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from test_app_browser import _browser, served_page
 from test_app_fakes import ROOT, FakeEngine, free_port, sample_video
 from test_app_inspect_end import _record
@@ -109,6 +111,13 @@ LAYOUT_JS = """
 split over lines? where on screen?)."""
 
 
+@pytest.fixture(autouse=True)
+def _own_upload_folder(tmp_path, monkeypatch):
+    """Uploads and example copies in this test's folder: Gradio files identical files under one path, which
+    another server on this machine could delete when its request ends."""
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+
+
 def _serve(engine: FakeEngine, examples: list | None = None):
     from app.backend import Backend
     from app.ui import build_demo
@@ -171,31 +180,32 @@ def test_the_streaming_example_keeps_its_newest_text_in_view(tmp_path):
     """Run the streaming example (fixed length): while vanilla streams, its panel stays scrolled to its end;
     scrolled up by the user it stays there while text arrives; scrolled back down it follows again."""
     exe = _browser()
-    demo, port = _serve(FakeEngine(step_s=0.03))          # 512 tokens: ~15 s of vanilla decoding
-    with served_page(demo, port, exe) as page:
+    demo, port = _serve(FakeEngine(step_s=0.04))          # 512 tokens: ~20 s of vanilla decoding
+    with served_page(demo, port, exe, viewport=(1000, 900)) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#examples").get_by_text("Watch it stream").first.click()
         page.wait_for_timeout(1500)
-        assert page.locator("#fixed-length input").is_checked()
         page.locator("#run").click()
-        page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=60_000)
-        following = _samples(page, 4.0)
-        assert len(following) >= 5, following
+        page.wait_for_function(f"() => {{ const g = ({GAP_JS})(); return g && g[2] > g[3] + 40; }}",
+                               timeout=60_000)                            # the text overflows its panel
+        following = _samples(page, 3.0)
+        assert len(following) >= 4, following
         assert all(g[0] <= FOLLOW_PX for g in following), following       # the newest line is in view
         assert following[-1][2] > following[0][2]                           # while the text grew
         _shot(page, "app_streaming_follows.png")
         page.locator(PANEL).hover()
         page.mouse.wheel(0, -100_000)                                        # the user scrolls up to read
         page.wait_for_timeout(500)
-        kept = _samples(page, 2.0)
+        kept = _samples(page, 1.5)
         assert kept and all(g[1] <= FOLLOW_PX for g in kept), kept          # it stays where they put it
         assert kept[-1][2] > kept[0][2], kept                                # though text kept coming
         page.locator(PANEL).hover()
         page.mouse.wheel(0, 100_000)                                         # back to the end: it follows again
         page.wait_for_timeout(500)
-        again = _samples(page, 2.0)
+        again = _samples(page, 1.5)
         assert again and all(g[0] <= FOLLOW_PX for g in again), again
-        assert "chat turns" in page.locator("#status").inner_text()         # the page says why the text goes on
+        note = page.locator("#fixed-length-note")                            # the page says why the text goes on
+        assert note.is_visible() and "chat turns" in note.inner_text()
 
 
 def test_dark_mode_has_no_text_in_its_background_colour(tmp_path):
@@ -217,7 +227,7 @@ def test_dark_mode_has_no_text_in_its_background_colour(tmp_path):
         bad = [t for t in seen if t["ratio"] < MIN_CONTRAST]
         assert not bad, (where, bad)
         if where == "Inspect":
-            assert "accepted text:" in texts and "(root)" in texts                # the draft tree was checked
+            assert "(root)" in texts and "p=0.60" in texts                       # the draft tree was checked
 
 
 def test_at_800_px_titles_are_whole_and_headers_keep_their_words(tmp_path):
