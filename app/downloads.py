@@ -19,7 +19,11 @@ FILE_NAME = "specvlm-comparison.md"
 def panel_text(panel_html: str | None) -> str:
     """The generated text a panel's HTML (``app.plots.plain_text_html`` / ``tokens_html``) shows; "" while it
     shows only its placeholder (``waiting…``)."""
-    return html.unescape(_TAG.sub("", _PLACEHOLDER.sub("", str(panel_html or ""))))
+    text = str(panel_html or "")
+    start = text.find('class="specvlm-tokens"')
+    if start >= 0:   # only the text box (not a legend before it)
+        text = text[text.index(">", start) + 1:]
+    return html.unescape(_TAG.sub("", _PLACEHOLDER.sub("", text)))
 
 
 def comparison_markdown(vanilla_html: str | None, spec_html: str | None, summary: str | None) -> str | None:

@@ -190,7 +190,8 @@ def _model_column(backend: Backend) -> dict[str, Any]:
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     for f in (f for f in FIELDS if f.renamed_to):   # old API names (top_p, max_new): None unless an API caller
         c[f.name] = gr.Number(value=None, visible=False, label=f"{f.name} (old name of {f.renamed_to})",   # sets them
-                              precision=0 if isinstance(getattr(d, f.setting), int) else None)
+                              precision=0 if isinstance(getattr(d, f.setting), int) else None,
+                              elem_id=f"old-{f.name.replace('_', '-')}")
     return c
 
 
@@ -255,7 +256,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         video, request, progress = named["video"], named["request"], named["progress"]
         for note in old_name_notes(named):
             log.warning("/compare: %s", note)
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": preview.source_of(video, previews)})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS}
+                                     | {"video": preview.source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         files = [req.video, req.srt, req.truth]
         with janitor.using(files), request_scratch(scratch_dir) as tmp, \
@@ -286,7 +288,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         ``max_new``)."""
         named = bind_inputs(compare_json, args, kwargs)   # Gradio adds the request last
         video, request = named["video"], named["request"]
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": preview.source_of(video, previews)})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS}
+                                     | {"video": preview.source_of(video, previews)})
         renamed = old_name_notes(named)
         for note in renamed:
             log.warning("/compare_json: %s", note)

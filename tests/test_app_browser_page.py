@@ -79,7 +79,7 @@ LAYOUT_JS = """
     const t = title ? box(title) : null;
     const block = plot.closest('.block') || plot;
     const others = [...plot.querySelectorAll('.legend, .g-xtitle, .xtick text'),
-                    ...block.querySelectorAll('[data-testid="block-label"], label')];   // legend, axis, the block's label
+                    ...block.querySelectorAll('[data-testid="block-label"], label')];   // + the block's label
     charts.push({title: title ? title.textContent : null, width: p.width,
                  cut: !t || t.left < p.left - 1 || t.right > p.right + 1 || t.top < p.top - 1,
                  overlaps: !!t && others.some((o) => box(o).width > 0 && hit(t, box(o))),

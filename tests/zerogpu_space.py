@@ -24,10 +24,8 @@ through the server.
 from __future__ import annotations
 
 import _thread
-import html
 import json
 import os
-import re
 import runpy
 import signal
 import sys
@@ -217,15 +215,12 @@ def drive(captured: dict, out: dict) -> None:
     out.update(through_server(demo.server_port, video))
 
 
-def _panel_text(value: object) -> str:
-    """The text a panel's HTML shows (tags dropped, entities decoded)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", str(value or "")))
-
-
 def through_server(port: int, video: str, max_new: int = 24) -> dict:
     """``/compare`` through the server with ``gradio_client``, folded as the browser folds its updates, then
     ``/compare_json`` with the same inputs: the final panels' text and the JSON's texts."""
     from gradio_client import Client, handle_file
+
+    from app.downloads import panel_text
 
     client = Client(f"http://127.0.0.1:{port}/", verbose=False)
     labels = [r["label"] for r in client.view_api(return_format="dict", print_info=False)
@@ -240,10 +235,10 @@ def through_server(port: int, video: str, max_new: int = 24) -> dict:
                     shown[label] = v["value"]
             else:
                 shown[label] = v
-        texts.append(_panel_text(shown.get("Vanilla text")))
+        texts.append(panel_text(shown.get("Vanilla text")))
     ref = client.predict(**inputs, api_name="/compare_json")
-    return dict(served_status=str(shown.get("Status", "")), served_vanilla=_panel_text(shown.get("Vanilla text")),
-                served_spec=_panel_text(shown.get("SpecVLM text")), served_streamed=texts,
+    return dict(served_status=str(shown.get("Status", "")), served_vanilla=panel_text(shown.get("Vanilla text")),
+                served_spec=panel_text(shown.get("SpecVLM text")), served_streamed=texts,
                 json_status=ref["status"], json_vanilla=ref["vanilla"]["text"], json_spec=ref["speculative"]["text"])
 
 
