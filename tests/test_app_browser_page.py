@@ -184,10 +184,16 @@ def test_the_streaming_example_keeps_its_newest_text_in_view(tmp_path):
     with served_page(demo, port, exe, viewport=(1000, 900)) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#examples").get_by_text("Watch it stream").first.click()
-        page.wait_for_timeout(1500)
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)   # the example is loaded
+        page.locator("#fixed-length-note").wait_for(timeout=30_000)
         page.locator("#run").click()
-        page.wait_for_function(f"() => {{ const g = ({GAP_JS})(); return g && g[2] > g[3] + 40; }}",
-                               timeout=60_000)                            # the text overflows its panel
+        page.locator("#vanilla-stats").get_by_text("decoding").wait_for(timeout=90_000)
+        try:
+            page.wait_for_function(f"() => {{ const g = ({GAP_JS})(); return g && g[2] > g[3] + 40; }}",
+                                   timeout=90_000)                        # the text overflows its panel
+        except Exception as e:  # noqa: BLE001 - say where the run was
+            raise AssertionError((page.locator("#status").inner_text(), page.locator("#vanilla-stats").inner_text(),
+                                  page.evaluate(GAP_JS))) from e
         following = _samples(page, 3.0)
         assert len(following) >= 4, following
         assert all(g[0] <= FOLLOW_PX for g in following), following       # the newest line is in view
