@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from test_app_browser import _browser, served_page
 from test_app_fakes import ROOT, FakeEngine, free_port, sample_video
 from test_app_inspect_end import _record
@@ -109,13 +107,6 @@ LAYOUT_JS = """
 """
 """Chart titles (cut at the chart's edges? overlapping its legend?) and the Inspect table's headers (a word
 split over lines? where on screen?)."""
-
-
-@pytest.fixture(autouse=True)
-def _own_upload_folder(tmp_path, monkeypatch):
-    """Uploads and example copies in this test's folder: Gradio files identical files under one path, which
-    another server on this machine could delete when its request ends."""
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
 
 
 def _serve(engine: FakeEngine, examples: list | None = None):
