@@ -76,14 +76,13 @@ class SpecvlmFacade:
         """Load a ModelPair (draft None = Self-SD). Never runs a repository's own code: transformers
         is told not to ask on the console either (a model needing ``trust_remote_code`` fails fast).
         On ZeroGPU this runs at start in the main process and loads to ``cuda`` under the ``spaces``
-        emulation (:func:`app.zerogpu.sync_loading`), the same path as on a dedicated GPU."""
+        emulation, in this thread (:func:`specvlm.models.loading.synchronous_loading`), the same path as on a
+        dedicated GPU."""
         from transformers import dynamic_module_utils
 
-        from app import zerogpu
         from specvlm.models.loading import load_pair
         dynamic_module_utils.TIME_OUT_REMOTE_CODE = 0  # no interactive "run custom code? [y/N]" prompt
-        with zerogpu.sync_loading():  # on ZeroGPU: to the emulated cuda, in this thread
-            return load_pair(target, draft, device=device, dtype=dtype)
+        return load_pair(target, draft, device=device, dtype=dtype)
 
     def hub_reachable(self) -> bool:
         """Whether the Hugging Face Hub answers (asked once per process; False at once when offline is set)."""

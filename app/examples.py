@@ -22,7 +22,8 @@ from specvlm import assets
 from specvlm.models.presets import SPARSE_SELF, SPARSE_TARGET
 
 EXAMPLES_DIR = assets.path("videos")
-EXAMPLE_COLUMNS = ("video", "prompt", "srt", "truth", "fixed_length", "max_new", "preset", "subtitle_mode")
+EXAMPLE_COLUMNS = ("video", "prompt", "srt", "truth", "fixed_length", "max_new_tokens", "preset",
+                   "subtitle_mode")
 """Components an example row fills, in order (a None from ``fixed_length`` on means the page default)."""
 STREAMING_TOKENS = 512
 """New tokens of the streaming example (fixed length): several seconds of decoding on a CPU."""

@@ -1,5 +1,6 @@
 """A Run's extra inputs: subtitle cues and a generated clip's ground truth, and the notes they give
-the status line ("2 subtitle cues shown to the target only", "no on-screen-text tokens were forced: ...").
+the status line ("2 subtitle cues shown to the target only", "no on-screen-text tokens were forced: ...",
+what a fixed-length Run writes after its answer).
 
 Source: docs/design.md §1 (the app).
 """
@@ -10,6 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import RunRequest, UserError, check_subtitle_mode
+
+FIXED_LENGTH_NOTE = ("fixed length: decoding goes on past the end-of-text token, where a model writes whatever "
+                     "followed an answer in its training; the bundled model writes more chat turns there "
+                     "(\"user … assistant …\" questions and answers it invents)")
+"""The input note of a fixed-length Run (it explains the text after the answer)."""
 
 
 def cues_text(cues: list[Any]) -> str:
@@ -52,6 +58,8 @@ def request_extras(request: RunRequest, load_cues: Callable[[str | None], list[A
                          "no burned-in text")
         else:
             truth = d
+    if s.fixed_length:
+        notes.append(FIXED_LENGTH_NOTE)
     return cues, mode, truth, notes
 
 

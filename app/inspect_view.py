@@ -14,6 +14,7 @@ Source: docs/design.md §4.8-4.9 (trees, acceptance), §4.12 (τ).
 from __future__ import annotations
 
 import html
+import logging
 import os
 import tempfile
 from typing import Any
@@ -23,15 +24,21 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app import plots
+from app.chart_style import themed
 from app.why_view import WHY_LEGEND, visible_token, why_html, why_maps
 from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
 from specvlm.spec.grid import grid_shape
 from specvlm.types import PrefillInfo
 
+log = logging.getLogger(__name__)
+
 CHART_ID = "specvlm-inspect-chart"
 STEP_ID = "specvlm-inspect-step"
 TABLE_HEADERS = ["step", "accepted", "tree size", "text before", "emitted", "text after"]
+TABLE_WIDTHS = ["9%", "12%", "12%", "24%", "16%", "27%"]
+"""Column widths of the lowest-acceptance table: the number columns fit their headers, the text columns share
+the rest (on an 800 px page too)."""
 
 ACCEPT_COLOURS = ["#ef4444", "#f97316", "#f59e0b", "#eab308", "#a3e635", "#4ade80", "#22c55e", "#16a34a"]
 """Accepted length 0, 1, 2, ... -> colour (red = the draft failed at once, green = long accepted paths)."""
@@ -40,6 +47,8 @@ ZERO_BAR = 0.15
 """Drawn height of a bar whose accepted length is 0 (so it can be clicked); hover shows the true 0."""
 
 _MONO = "font-family:ui-monospace,monospace;font-size:0.9em"
+_BOX_TEXT = "color:#111827"
+"""Text colour inside the tree's light boxes (dark on light, in the light and the dark theme alike)."""
 
 CLICK_JS = f"""
 () => {{
@@ -90,10 +99,7 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
     steps = record.verify_steps
     title = "Accepted draft tokens per verify step (click a bar)"
     if not steps:
-        fig = go.Figure()
-        fig.update_layout(title=title, height=300, annotations=[dict(text="no verify steps", showarrow=False,
-                                                                     xref="paper", yref="paper", x=0.5, y=0.5)])
-        return fig
+        return plots._empty_figure(title, "no verify steps")
     x = [s.step for s in steps]
     a = np.array([s.accept_length for s in steps], dtype=float)
     running = np.cumsum(a) / np.arange(1, len(a) + 1)
@@ -115,13 +121,12 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
         fig.add_trace(go.Bar(x=[None], y=[None], name=name, marker_color=accept_colour(n),
                              showlegend=True, hoverinfo="skip", legendgroup="colours"))
     fig.data[0].showlegend = False  # the coloured entries explain the bars
-    fig.update_layout(title=f"{title} · τ = {record.tau:.2f}", height=340, bargap=0.1, clickmode="event",
-                      margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step", yaxis_title="accepted",
+    fig.update_layout(bargap=0.1, clickmode="event", xaxis_title="verify step", yaxis_title="accepted",
                       yaxis_range=[0, top + 0.5], barmode="overlay",
                       xaxis=dict(tickformat="d", dtick=_dtick(len(x)), tick0=x[0], range=[x[0] - 0.5, x[-1] + 0.5]),
-                      yaxis=dict(tickformat="d", dtick=1 if top <= 8 else 2),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right",
-                                  title_text="accepted:"))
+                      yaxis=dict(tickformat="d", dtick=1 if top <= 8 else 2))
+    themed(fig, f"{title} · τ = {record.tau:.2f}", height=340)
+    fig.update_layout(legend_title_text="accepted:")
     return fig
 
 
@@ -133,14 +138,14 @@ def _dtick(n: int) -> int:
 # --------------------------------------------------------------------------- tree
 def _node_html(n: TreeNodeView) -> str:
     if n.accepted:
-        style, tag = "background:#bbf7d0;border:2px solid #16a34a;font-weight:600", "accepted"
+        style, tag = f"background:#bbf7d0;{_BOX_TEXT};border:2px solid #16a34a;font-weight:600", "accepted"
     elif n.diverged:
-        style, tag = "background:#fee2e2;border:1px solid #ef4444;text-decoration:line-through", "rejected"
+        style, tag = f"background:#fee2e2;{_BOX_TEXT};border:1px solid #ef4444;text-decoration:line-through", "rejected"
     else:
-        style, tag = "background:#f3f4f6;border:1px solid #d1d5db", "drafted"
+        style, tag = f"background:#f3f4f6;{_BOX_TEXT};border:1px solid #d1d5db", "drafted"
     extra = ""
     if n.diverged and n.target_text is not None:
-        extra = f' <span class="tree-target" style="color:#c2410c">target: <b>{visible_token(n.target_text)}</b></span>'
+        extra = f' <span class="tree-target" style="color:#ea580c">target: <b>{visible_token(n.target_text)}</b></span>'
     return (f'<span class="tree-node tree-{tag}" data-node="{n.index}" data-token="{n.token}" '
             f'title="node {n.index} · depth {n.depth} · path p {n.path_prob:.3g}" '
             f'style="{style};border-radius:4px;padding:0 0.35em;{_MONO}">{visible_token(n.text)}</span>'
@@ -171,15 +176,15 @@ def tree_html(tree: StepTree) -> str:
              -1: "at the root: the target rejected every first token"}.get(
         tree.diverged_at, f"after node {tree.diverged_at}")
     target = (f'the output ended here (end of text or the token budget), so the rest of the tree was not used'
-              if tree.ended else f'target token <b style="color:#c2410c;{_MONO}">{visible_token(tree.target_text)}</b> '
+              if tree.ended else f'target token <b style="color:#ea580c;{_MONO}">{visible_token(tree.target_text)}</b> '
               f'({where})')
     head = (f'<div style="margin-bottom:0.4em"><b>Step {tree.step}</b> · accepted {tree.accept_length} · '
             f'{len(tree.nodes)} drafted nodes · {target}<br>accepted text: <span style="{_MONO}">'
             f'{accepted or "∅"}</span></div>')
-    root = (f'<span class="tree-root" style="background:#dbeafe;border-radius:4px;padding:0 0.35em;{_MONO}">'
+    root = (f'<span class="tree-root" style="background:#dbeafe;{_BOX_TEXT};border-radius:4px;padding:0 0.35em;{_MONO}">'
             f'{visible_token(tree.root_text)}</span> <span style="opacity:0.7;font-size:0.8em">(root)</span>')
     if tree.diverged_at == -1 and not tree.ended:
-        root += f' <span class="tree-target" style="color:#c2410c">target: <b>{visible_token(tree.target_text)}</b></span>'
+        root += f' <span class="tree-target" style="color:#ea580c">target: <b>{visible_token(tree.target_text)}</b></span>'
     return f'<div class="specvlm-tree">{head}{root}{sub(-1)}</div>'
 
 
@@ -298,14 +303,15 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
     state = record_state if record_state is not None else gr.State(None)
     c: dict[str, Any] = {"state": state}
     with gr.Row():
-        c["upload"] = gr.File(label="Replay a run (.json)", file_types=[".json"], type="filepath", scale=2)
+        c["upload"] = gr.File(label="Replay a run (.json)", file_types=[".json"], type="filepath", scale=2,
+                              elem_id="specvlm-inspect-upload")
         c["download"] = gr.DownloadButton("Export this run (.json)", scale=1, interactive=False)
     c["summary"] = gr.Markdown()
-    c["chart"] = gr.Plot(label="Accepted length per step", elem_id=CHART_ID)
+    c["chart"] = gr.Plot(label="Accepted length per step", show_label=False, elem_id=CHART_ID)
     with gr.Row():
         with gr.Column(scale=3):
             c["step"] = gr.Number(label="Step", precision=0, minimum=0, elem_id=STEP_ID)
-            c["tree"] = gr.HTML(label="Draft tree of the step")
+            c["tree"] = gr.HTML(label="Draft tree of the step", elem_id="specvlm-inspect-tree")
             c["why"] = gr.HTML(label="Why the step failed", elem_id="specvlm-inspect-why")
             c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=3, height=220)
             gr.Markdown(WHY_LEGEND)
@@ -314,7 +320,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             c["maps"] = gr.Gallery(label="Stage I / Stage II kept tokens (same at every step)", columns=4,
                                    height=260)
     c["table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Lowest accepted-length steps (click a row)",
-                              elem_id="specvlm-inspect-table",
+                              elem_id="specvlm-inspect-table", column_widths=TABLE_WIDTHS,
                               interactive=False, wrap=True)
     c["tokens"] = gr.HTML(label="Text coloured by accepted length")
     outs = [c["summary"], c["chart"], c["table"], c["tokens"], c["maps"], c["step"], c["tree"], c["why"],
@@ -325,8 +331,9 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             return gr.skip()
         try:
             return load_json(path)
-        except RecordError as e:
-            raise gr.Error(str(e)) from e
+        except RecordError as e:   # the user's file: one line in the log and a toast, no traceback
+            log.warning("replay: %s", e)
+            raise gr.Error(str(e), print_exception=False) from None
 
     def on_step(record, step):
         rec = record or _EMPTY

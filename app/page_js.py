@@ -14,6 +14,12 @@
 * The subtitle and ground-truth boxes accept any file (so a wrong one gets a clear message instead of
   Gradio's bare "Error"); their file pickers still offer only ``.srt`` / ``.json``.
 * The heatmap captions wrap instead of being cut off.
+* The two text panels follow their newest text while it streams (each update replaces the panel's
+  content, which would otherwise start again at its top); a panel the user scrolled up in stays
+  where the user put it until they scroll back to its end (within :data:`FOLLOW_SLACK_PX`).
+* The charts' titles, legends and axis labels take the page's text colour, so they read in the light
+  and the dark theme (``?__theme=dark``) alike (the figures have transparent backgrounds and grey grid
+  lines, :func:`app.plots.themed`); the Inspect table's headers break between words only.
 
 Source: docs/design.md §1 (the app), §8 (Gradio traps).
 """
@@ -28,19 +34,29 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 PAGE_CSS = """
 #heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
   text-overflow: clip !important; line-height: 1.25; }
+.js-plotly-plot .main-svg :is(.infolayer, .xaxislayer-above, .yaxislayer-above) text {
+  fill: var(--body-text-color) !important; }
+#specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
+  overflow-wrap: normal !important; hyphens: none !important; }
 #video-note:empty, #truth-note:empty, #hub-note:empty { display: none; }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
 """
-"""Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room."""
+"""Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room; chart
+text takes the page's text colour (light or dark theme); the Inspect table's headers break between words only."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
+FOLLOW_SLACK_PX = 24
+"""A text panel scrolled to within this many pixels of its end follows the newest text."""
+FOLLOW_PANELS = ("vanilla-text", "spec-text")
+"""Element ids of the streaming text panels (``app.ui``)."""
 
 
 def page_js() -> str:
     """The JavaScript function (as ``demo.load(None, js=...)`` runs it) that installs the hooks."""
     return _JS.replace("__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
-        "__CSS__", json.dumps(PAGE_CSS)).replace("__DOUBLE_CLICK_MS__", str(DOUBLE_CLICK_MS))
+        "__CSS__", json.dumps(PAGE_CSS)).replace("__DOUBLE_CLICK_MS__", str(DOUBLE_CLICK_MS)).replace(
+        "__FOLLOW__", json.dumps(list(FOLLOW_PANELS))).replace("__SLACK__", str(FOLLOW_SLACK_PX))
 
 
 SCROLL_JS = """
@@ -110,6 +126,27 @@ _JS = """
     if (wasDisabled && !run.disabled) lastRun = 0;
     wasDisabled = run.disabled;
   }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['disabled']});
+  const follow = {};  // panel id -> {stick: follows the newest text, top: where the user left it}
+  const FOLLOW = __FOLLOW__;
+  const box = (id) => document.querySelector('#' + id + ' .specvlm-tokens');
+  const stateOf = (id) => follow[id] || (follow[id] = {stick: true, top: 0});
+  document.addEventListener('scroll', (ev) => {  // the user's scrolling (and ours) says whether a panel follows
+    const el = ev.target;
+    const id = FOLLOW.find((i) => el === box(i));
+    if (!id) return;
+    const st = stateOf(id);
+    st.stick = el.scrollHeight - el.clientHeight - el.scrollTop <= __SLACK__;
+    st.top = el.scrollTop;
+  }, true);
+  const keepPlace = () => FOLLOW.forEach((id) => {  // each update replaces the panel: scroll the new one
+    const el = box(id);
+    if (!el) return;
+    const st = stateOf(id);
+    if (el.scrollHeight <= el.clientHeight + 1) { st.stick = true; st.top = 0; return; }  // a new run: follow
+    const want = st.stick ? el.scrollHeight - el.clientHeight : st.top;
+    if (Math.abs(el.scrollTop - want) > 1) el.scrollTop = want;
+  });
+  new MutationObserver(keepPlace).observe(document.body, {childList: true, subtree: true, characterData: true});
   document.addEventListener('error', (ev) => {
     const v = ev.target;
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;

@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
+from app.chart_style import themed
 from specvlm.spec.grid import grid_cells, grid_shape
 
 
@@ -314,10 +315,10 @@ def heatmap_legend_html(mode: str = "stages", frames_per_token: int = 1) -> str:
 
 def _empty_figure(title: str, message: str) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(title=title, height=300, margin=dict(l=40, r=20, t=40, b=40),
-                      annotations=[dict(text=message, showarrow=False, xref="paper", yref="paper",
-                                        x=0.5, y=0.5)])
-    return fig
+    fig.update_layout(annotations=[dict(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)])
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return themed(fig, title)
 
 
 ZERO_STUB = 0.12
@@ -329,7 +330,7 @@ def accept_length_figure(
     step_texts: Sequence[str] | None = None,
     *,
     max_depth: int | None = None,
-    title: str = "Accepted draft tokens per verify step",
+    title: str = "Accepted draft tokens per step",
 ) -> go.Figure:
     """Bar chart of accepted length per verify step with the running mean τ.
 
@@ -365,13 +366,11 @@ def accept_length_figure(
         x=x, y=running, name="running τ", mode="lines", line=dict(color="rgb(249,115,22)", width=2),
         hovertemplate="step %{x}<br>τ so far %{y:.2f}<extra></extra>"))
     ymax = max(float(a.max()), float(max_depth or 0)) + 0.5
-    fig.update_layout(title=f"{title} (τ = {running[-1]:.2f})", height=300, bargap=0.1, barmode="overlay",
-                      margin=dict(l=40, r=20, t=40, b=40), xaxis_title="verify step",
+    fig.update_layout(bargap=0.1, barmode="overlay", xaxis_title="verify step",
                       yaxis_title="accepted tokens", yaxis_range=[0, ymax],
                       xaxis=dict(tickformat="d", dtick=max(1, int(np.ceil(n / 12))),    # whole steps only
-                                 range=[0.5, n + 0.5]),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
-    return fig
+                                 range=[0.5, n + 0.5]))
+    return themed(fig, f"{title} (τ = {running[-1]:.2f})")
 
 
 def tokens_over_time_figure(runs: Mapping[str, tuple[Sequence[float], Sequence[int]]],
@@ -394,10 +393,8 @@ def tokens_over_time_figure(runs: Mapping[str, tuple[Sequence[float], Sequence[i
         fig.add_trace(go.Scatter(
             x=list(t), y=list(n), name=name, mode="lines", line=dict(color=colours[i % 4], width=2),
             line_shape="hv", hovertemplate=name + "<br>%{x:.2f} s: %{y} tokens<extra></extra>"))
-    fig.update_layout(title=title, height=300, margin=dict(l=40, r=20, t=40, b=40),
-                      xaxis_title="decode time (s)", yaxis_title="tokens",
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"))
-    return fig
+    fig.update_layout(xaxis_title="decode time (s)", yaxis_title="tokens")
+    return themed(fig, title)
 
 
 # --- token HTML ----------------------------------------------------------------------------

@@ -118,3 +118,24 @@ def upload_view(path: str, probe: Callable[[str], Any] | None, folder: Callable[
         return UploadView(note=f"*The video player cannot show {what}; the run reads the file as uploaded.*")
     return UploadView(clip, f"*The video player cannot show {what}: it shows a small H.264 preview; the run reads "
                             "the uploaded file.*")
+
+
+def source_of(video: Any, previews: dict[str, str]) -> Any:
+    """The upload a page's video value stands for: the original file when the player shows its preview
+    (``previews`` maps a preview's file name to its upload)."""
+    if video and Path(str(video)).name in previews:
+        return previews[Path(str(video)).name]
+    return video
+
+
+def upload_view_for(backend: Any, path: str) -> UploadView:
+    """:func:`upload_view` with ``backend``'s probe and time limit (:class:`app.backend.Backend`) and a new folder
+    in Gradio's upload folder for the preview."""
+    from app.gradio_io import gradio_upload_dir
+
+    def folder() -> Path:  # served as is, deleted with the upload
+        made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"
+        made.mkdir(parents=True, exist_ok=True)
+        return made
+    timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
+    return upload_view(path, getattr(backend.engine, "probe_video", None), folder, timeout_s=timeout)

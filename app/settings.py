@@ -28,7 +28,7 @@ from app.timing import MAX_REPEATS
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PROMPT", "ENGINES", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
-           "RunSettings", "RunRequest", "build_configs", "check_prompt", "check_subtitle_mode"]
+           "RunSettings", "RunRequest", "build_configs", "check_prompt", "check_subtitle_mode", "old_name_notes"]
 
 MB = 1024 * 1024
 MAX_SRT_MB = 5
@@ -178,40 +178,51 @@ class RunSettings:
 @dataclasses.dataclass(frozen=True)
 class Field:
     """One input of ``/compare`` and ``/compare_json``: the component's name, the :class:`RunSettings` field
-    it sets (None for the request's own inputs: uploads, prompt, heatmap mode) and, for those, the default."""
+    it sets (None for the request's own inputs: uploads, prompt, heatmap mode), for those the default, and for
+    an old spelling kept for API callers the name that replaced it (its default is None: not given)."""
 
     name: str
     setting: str | None = None
     default: Any = None
+    renamed_to: str | None = None
 
 
 FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset", "preset"),
           Field("custom", "custom_model"), Field("method", "method"), Field("drop_rate", "drop_rate"),
-          Field("top_p", "top_p"), Field("tree", "tree_shape"), Field("depth", "depth"), Field("top_k", "top_k"),
-          Field("total", "total_tokens"), Field("frames", "num_frames"), Field("max_new", "max_new_tokens"),
+          Field("lambda_", "top_p"), Field("tree", "tree_shape"), Field("depth", "depth"), Field("top_k", "top_k"),
+          Field("total", "total_tokens"), Field("frames", "num_frames"), Field("max_new_tokens", "max_new_tokens"),
           Field("hm_mode", default="Pruning stages"), Field("temperature", "temperature"),
           Field("top_p_sampling", "top_p_sampling"), Field("seed", "seed"), Field("srt"),
           Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
           Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"),
-          Field("engine", "engine"))
+          Field("engine", "engine"), Field("top_p", "top_p", renamed_to="lambda_"),
+          Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"))
 """The one table of ``/compare``'s inputs, in order (new ones are appended, so API callers that pass fewer
 arguments keep working); the handlers' parameters (:func:`handler_parameters`), the page's input list and
-:meth:`RunRequest.from_inputs` all read it."""
+:meth:`RunRequest.from_inputs` all read it. ``lambda_`` and ``max_new_tokens`` are the CLI's names (``--lambda``,
+``--max-new-tokens``); ``top_p`` and ``max_new``, their old spellings, still work (:func:`old_name_notes`)."""
 
 COMPARE_INPUTS = tuple(f.name for f in FIELDS)
 """Inputs of ``/compare`` by component name, in order."""
 
 _SETTING_OF = {f.name: f.setting for f in FIELDS if f.setting}
-"""Component name -> :class:`RunSettings` field."""
+"""Component name -> :class:`RunSettings` field (old names after the new ones)."""
 
 
 def handler_parameters(defaults: RunSettings) -> list[inspect.Parameter]:
     """The named parameters of ``/compare`` and ``/compare_json``, one per :data:`FIELDS` entry, with the
     defaults of ``defaults`` (the video has none)."""
     return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                              default=(inspect.Parameter.empty if f.name == "video" else
+                              default=(inspect.Parameter.empty if f.name == "video" else None if f.renamed_to else
                                        getattr(defaults, f.setting) if f.setting else f.default))
             for f in FIELDS]
+
+
+def old_name_notes(values: Mapping[str, Any]) -> list[str]:
+    """One note per old input name given a value (``top_p``, ``max_new``): what replaced it. Their values are
+    used (:meth:`RunRequest.from_inputs` reads them after the new names)."""
+    return [f"'{f.name}' is the old name of '{f.renamed_to}' (as on the command line): it still works, "
+            f"use '{f.renamed_to}'" for f in FIELDS if f.renamed_to and values.get(f.name) is not None]
 
 
 def bind_inputs(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -245,7 +256,7 @@ class RunRequest:
     @classmethod
     def from_inputs(cls, values: Mapping[str, Any]) -> "RunRequest":
         """Build from ``/compare``'s inputs keyed by :data:`COMPARE_INPUTS` names (missing ones: defaults;
-        None numbers, e.g. an empty Seed box, fall back to the default)."""
+        None numbers, e.g. an empty Seed box, fall back to the default; an old name given wins over the new)."""
         d = RunSettings()
         kw = {field: values[name] for name, field in _SETTING_OF.items()
               if name in values and values[name] is not None}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +17,15 @@ import gradio as gr
 from app import plots, preview
 from app.access import custom_field
 from app.backend import Backend
+from app.downloads import comparison_file
+from app.extras import FIXED_LENGTH_NOTE
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
-from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, ENGINES, HEATMAP_MODES, PRUNE_METHODS,
+from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, ENGINES, FIELDS, HEATMAP_MODES, PRUNE_METHODS,
                           SUBTITLE_MODE_CHOICES, TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs,
-                          handler_parameters)
+                          handler_parameters, old_name_notes)
 from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
@@ -148,7 +149,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                   elem_id="method")
         c["drop_rate"] = gr.Slider(0.0, 0.999, value=d.drop_rate, step=0.001, label="Drop rate r",
                                    info="share of video tokens the draft does not see", elem_id="drop-rate")
-        c["top_p"] = gr.Slider(0.0, 1.0, value=d.top_p, step=0.05, label="λ (Stage I attention share)",
+        c["lambda_"] = gr.Slider(0.0, 1.0, value=d.top_p, step=0.05, label="λ (Stage I attention share)",
                                elem_id="top-p")
         c["tree"] = gr.Radio(list(TREE_SHAPES), value=d.tree_shape, label="Draft tree", elem_id="tree")
         with gr.Row():
@@ -166,12 +167,13 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         with gr.Row():
             c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
                                     label="Frames", elem_id="frames")
-            c["max_new"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
+            c["max_new_tokens"] = gr.Slider(1, max_new, value=min(d.max_new_tokens, max_new), step=1, precision=0,
                                      label="Max new tokens", elem_id="max-new-tokens")
         with gr.Row():
             c["fixed_length"] = gr.Checkbox(value=d.fixed_length, label="Fixed length (ignore EOS)",
                                             info="generate exactly Max new tokens: a decode long enough to watch, "
-                                                 "stop and time (the CLI's --no-eos)", elem_id="fixed-length")
+                                                 "stop and time (the CLI's --no-eos); after its answer the bundled "
+                                                 "model writes invented chat turns", elem_id="fixed-length")
             c["timing_pairs"] = gr.Slider(1, MAX_REPEATS, value=d.timing_pairs, step=1, precision=0,
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
@@ -189,6 +191,10 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
         c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
     c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
+    for f in (f for f in FIELDS if f.renamed_to):   # old API names (top_p, max_new): None unless an API caller
+        c[f.name] = gr.Number(value=None, visible=False, label=f"{f.name} (old name of {f.renamed_to})",   # sets them
+                              precision=0 if isinstance(getattr(d, f.setting), int) else None,
+                              elem_id=f"old-{f.name.replace('_', '-')}")
     return c
 
 
@@ -207,12 +213,16 @@ def _output_section() -> dict[str, Any]:
             gr.HTML(plots.tokens_legend_html())
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
                                      label="SpecVLM text", elem_id="spec-text")
+    c["fixed_note"] = gr.Markdown(f"<small>*{FIXED_LENGTH_NOTE[0].upper()}{FIXED_LENGTH_NOTE[1:]}.*</small>",
+                                  visible=False, elem_id="fixed-length-note")   # shown while Fixed length is on
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")
     c["repeat"] = gr.Button(f"Measure again: median of {SUGGESTED_REPEATS} interleaved runs", visible=False,
                             size="sm", elem_id="repeat-timing")
+    c["compare_download"] = gr.DownloadButton("Download both texts and the summary (.md)", visible=False,
+                                              size="sm", elem_id="compare-download")
     with gr.Row():
-        c["accept_plot"] = gr.Plot(label="Accepted length per step", elem_id="accept-plot")
-        c["time_plot"] = gr.Plot(label="Tokens over time", elem_id="time-plot")
+        c["accept_plot"] = gr.Plot(label="Accepted length per step", show_label=False, elem_id="accept-plot")
+        c["time_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="time-plot")
     gr.Markdown("### Which video tokens the draft sees")
     c["hm_mode"] = gr.Radio(list(HEATMAP_MODES), value="Pruning stages", label="Heatmap", elem_id="heatmap-mode")
     c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), label="Heatmap legend",
@@ -247,7 +257,10 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         each with a default but the video). Model downloads and loading show their progress."""
         named = bind_inputs(compare, args, kwargs)   # Gradio adds the request and the progress tracker last
         video, request, progress = named["video"], named["request"], named["progress"]
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        for note in old_name_notes(named):
+            log.warning("/compare: %s", note)
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS}
+                                     | {"video": preview.source_of(video, previews)})
         session = getattr(request, "session_hash", None)
         files = [req.video, req.srt, req.truth]
         with janitor.using(files), request_scratch(scratch_dir) as tmp, \
@@ -274,12 +287,18 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
         """Run the comparison and return it as one JSON object for scripts (same inputs as ``/compare``):
         both texts and token ids, ``identical``, the divergence (index, kind, margin), ``speedup``, ``tau``,
         accepted lengths and kept video-token counts; ``device`` the device that ran it; ``error`` holds a
-        readable message when it failed."""
+        readable message when it failed; ``notes`` starts with a line per old input name used (``top_p``,
+        ``max_new``)."""
         named = bind_inputs(compare_json, args, kwargs)   # Gradio adds the request last
         video, request = named["video"], named["request"]
-        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS} | {"video": source_of(video, previews)})
+        req = RunRequest.from_inputs({k: named[k] for k in COMPARE_INPUTS}
+                                     | {"video": preview.source_of(video, previews)})
+        renamed = old_name_notes(named)
+        for note in renamed:
+            log.warning("/compare_json: %s", note)
         with janitor.using([req.video, req.srt, req.truth]):
-            return backend.run_json(req, session=getattr(request, "session_hash", None))
+            out = backend.run_json(req, session=getattr(request, "session_hash", None))
+        return out | {"notes": [*renamed, *out.get("notes", [])]} if renamed else out
 
     params = handler_parameters(d)   # one field table: names, order and defaults of both handlers
     request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
@@ -304,7 +323,10 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"]], queue=False, api_visibility="private",
                    show_progress="hidden")
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
-                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last")
+                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
+                   ).then(lambda *shown: gr.update(value=(path := comparison_file(*shown)), visible=path is not None),
+                          [c["vanilla_html"], c["spec_html"], c["summary"]], [c["compare_download"]], queue=False,
+                          api_visibility="private", show_progress="hidden")   # what the page shows, as a file
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
@@ -374,7 +396,7 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
             return gr.skip(), gr.skip()
         janitor.hold(session, "video", path)
         janitor.hold(session, "video-preview", None)
-        seen = upload_view_for(backend, path) if path else preview.UploadView()
+        seen = preview.upload_view_for(backend, path) if path else preview.UploadView()
         if seen.problem:
             gr.Warning(seen.problem)
             return gr.skip(), f"**{seen.problem}**"
@@ -421,24 +443,9 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     c["preset"].change(on_preset, inputs=[c["preset"]],
                        outputs=[c["preset_md"], c["tree"], c["depth"], c["top_k"], c["total"], c["min_prob"]],
                        api_visibility="private")
-    c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new"]],
+    c["preset"].input(on_preset_chosen, inputs=[c["preset"]], outputs=[c["frames"], c["max_new_tokens"]],
                       api_visibility="private")
+    c["fixed_length"].change(lambda on: gr.update(visible=bool(on)), [c["fixed_length"]], [c["fixed_note"]],
+                             queue=False, api_visibility="private", show_progress="hidden")
     c["hm_mode"].change(toggle_heatmaps, inputs=[c["heatmaps"], c["hm_mode"]],
                         outputs=[c["gallery"], c["heatmap_legend"]], api_visibility="private")
-
-
-def source_of(video: Any, previews: dict[str, str]) -> Any:
-    """The upload a page's video value stands for: the original file when the player shows its preview."""
-    if video and Path(str(video)).name in previews:
-        return previews[Path(str(video)).name]
-    return video
-
-
-def upload_view_for(backend: Backend, path: str) -> preview.UploadView:
-    """:func:`app.preview.upload_view` with the backend's probe, Gradio's upload folder and time limit."""
-    def folder() -> Path:  # served as is, deleted with the upload
-        made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"
-        made.mkdir(parents=True, exist_ok=True)
-        return made
-    timeout = getattr(getattr(backend, "limits", None), "video_timeout_s", 60.0)
-    return preview.upload_view(path, getattr(backend.engine, "probe_video", None), folder, timeout_s=timeout)

@@ -205,9 +205,9 @@ class RunView:
         gallery, legend = pick_heatmaps(self.heatmaps, self.mode)
         return {
             "status": "",
-            "vanilla_html": plots.plain_text_html(van.record.text, placeholder="waiting…"),
+            "vanilla_html": plots.plain_text_html(van.record.text, placeholder=_placeholder(van)),
             "vanilla_stats": van.stats_md(False),
-            "spec_html": plots.tokens_html(spec.record.pieces(), legend=False, placeholder="waiting…"),
+            "spec_html": plots.tokens_html(spec.record.pieces(), legend=False, placeholder=_placeholder(spec)),
             "spec_stats": spec.stats_md(True),
             "summary": "\n\n".join(x for x in (self.caveat, summary_md(van, spec, self.dec, self.comparison,
                                                                          self.speed())) if x),
@@ -321,6 +321,11 @@ def user_note(note: str) -> str:
         out.append(text[i:j].rstrip() if _DETAIL.search(group) else text[i:j] + group)
         i = k + 1
     return _PATH.sub(lambda m: m.group(1), "".join(out)).strip()
+
+
+def _placeholder(st: RunPanel) -> str:
+    """What an empty text panel says: ``waiting…`` until its run starts, or why it never will."""
+    return "stopped before it started" if st.stopped else "not run: the Run failed" if st.error else "waiting…"
 
 
 def final_status(stopped: bool, next_queued: bool = False) -> str:

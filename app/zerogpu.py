@@ -3,7 +3,8 @@ presets this hardware can run, and ZeroGPU's own errors in the user's terms.
 
 On ZeroGPU (``SPACES_ZERO_GPU=true``; the platform installs the ``spaces`` package) the models load
 to ``cuda`` in the main process, at start, under the ``spaces`` CUDA emulation (its torch modes are
-thread-local, so transformers' threaded weight loading is switched off there: :func:`sync_loading`).
+thread-local, so the library loads the weights in the calling thread there:
+:func:`specvlm.models.loading.synchronous_loading`).
 A Run's GPU work is :meth:`app.worker.DecodeWorker.run` decorated with ``spaces.GPU``
 (:func:`gpu_function`): it asks for a whole GPU (``size="xlarge"``) only when the pair's memory
 estimate exceeds the ``large`` half, and for a duration sized from the Run's frames and new tokens
@@ -18,7 +19,6 @@ quotas); ``spaces`` 0.51 (``spaces.GPU``, ``spaces.zero.client``: how quota and 
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -52,28 +52,6 @@ def active() -> bool:
     except ImportError:
         return False
     return True
-
-
-@contextlib.contextmanager
-def sync_loading() -> Iterator[None]:
-    """On ZeroGPU, load weights in the calling thread (``HF_DEACTIVATE_ASYNC_LOAD=1``) for the block.
-
-    transformers 5 copies weights to the device in a thread pool; the ``spaces`` CUDA emulation's
-    torch modes are thread-local, so those copies would reach real CUDA ("Low-level CUDA init
-    reached"). Off ZeroGPU nothing changes.
-    """
-    if not active():
-        yield
-        return
-    old = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
-    os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
-        else:
-            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = old
 
 
 # ---- size and duration -------------------------------------------------------------------------

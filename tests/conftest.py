@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny models: one thread is fastest and never oversubscribes
+# uploads in this run's own folder: Gradio files identical uploads (the example clips) under one path in the shared
+# temp folder, which another server on the machine deletes when its request ends
+os.environ.setdefault("GRADIO_TEMP_DIR", tempfile.mkdtemp(prefix="specvlm-tests-gradio-"))
 
 import torch  # noqa: E402
 

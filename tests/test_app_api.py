@@ -41,12 +41,15 @@ def test_parameters_named_with_defaults_and_integer_types(served):
         assert [p["parameter_name"] for p in params] == list(COMPARE_INPUTS)
         assert [p["parameter_name"] for p in params if not p["parameter_has_default"]] == ["video"]
         types = {p["parameter_name"]: p["type"]["type"] for p in params}
-        for integer in ("depth", "top_k", "total", "frames", "max_new", "seed"):
+        for integer in ("depth", "top_k", "total", "frames", "max_new_tokens", "max_new", "seed"):
             assert types[integer] == "integer", (name, integer, types[integer])
         assert types["drop_rate"] == "number" and types["custom"] == "string"
         defaults = {p["parameter_name"]: p.get("parameter_default") for p in params}   # from app.settings.FIELDS
         assert defaults["prompt"] == DEFAULT_PROMPT and defaults["hm_mode"] == "Pruning stages"
         assert defaults["seed"] == RunSettings().seed and defaults["fixed_length"] is RunSettings().fixed_length
+        assert defaults["lambda_"] == RunSettings().top_p and types["lambda_"] == "number"   # the CLI's names
+        assert defaults["max_new_tokens"] == RunSettings().max_new_tokens
+        assert defaults["top_p"] is None and defaults["max_new"] is None       # old names: used only when given
     labels = [r["label"] for r in api["/compare"]["returns"]]
     assert labels[:6] == ["Status", "Vanilla text", "Vanilla stats", "SpecVLM text", "SpecVLM stats", "Summary"]
     assert not any(lbl.startswith("value_") for lbl in labels)
@@ -68,6 +71,24 @@ def test_compare_json_with_only_the_video(served):
     assert acc and out["tau"] == pytest.approx(sum(acc) / len(acc), abs=1e-3)
     assert out["speedup"] > 0 and out["kept_tokens"] < out["video_tokens"]
     json.dumps(out)  # one plain JSON object
+
+
+def test_the_cli_names_and_the_old_names_of_lambda_and_the_token_budget(served, caplog):
+    """``lambda_`` / ``max_new_tokens`` as on the command line; ``top_p`` / ``max_new`` still work, with a note
+    in the response and the server log."""
+    from gradio_client import handle_file
+    client, video = served
+    new = client.predict(handle_file(str(video)), lambda_=0.3, max_new_tokens=7, api_name="/compare_json")
+    assert new["status"] == "done" and new["vanilla"]["tokens"] == 7
+    assert not any("old name" in n for n in new["notes"])
+    with caplog.at_level("WARNING", logger="app.ui"):
+        old = client.predict(handle_file(str(video)), top_p=0.3, max_new=5, api_name="/compare_json")
+    assert old["status"] == "done" and old["vanilla"]["tokens"] == 5
+    assert old["notes"][:2] == ["'top_p' is the old name of 'lambda_' (as on the command line): it still works, "
+                                "use 'lambda_'",
+                                "'max_new' is the old name of 'max_new_tokens' (as on the command line): it still "
+                                "works, use 'max_new_tokens'"]
+    assert any("'max_new' is the old name" in r.getMessage() for r in caplog.records)
 
 
 def test_compare_with_only_the_video_and_an_error_gives_plain_values(served):

@@ -348,8 +348,8 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
 def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_timing():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-8:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs",
-                        "engine"]
+    assert ids[-10:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs",
+                         "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
     assert comps["engine"].value == "eager" and [v for _, v in comps["engine"].choices] == ["eager", "static"]
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]

@@ -96,7 +96,7 @@ def test_the_app_example_shows_the_failure():
     backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
     out = {}
     for mode in (ex["subtitle_mode"], "both"):
-        settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new"],
+        settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new_tokens"],
                                fixed_length=ex["fixed_length"], num_frames=preset.num_frames, **tree)
         out[mode] = backend.run_json(RunRequest(video=ex["video"], prompt=ex["prompt"], settings=settings,
                                                 srt=ex["srt"], truth=ex["truth"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine import statickv
 from specvlm.engine.hostreads import HostReadCounter

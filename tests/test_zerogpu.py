@@ -183,24 +183,43 @@ def test_the_dropdown_and_the_page_on_zerogpu(monkeypatch):
     assert b.preset_info(QWEN7_SELF)[1] == PRESETS[QWEN7_SELF].num_frames
 
 
-def test_on_zerogpu_weights_load_in_the_calling_thread_for_the_load_only(monkeypatch):
-    monkeypatch.setattr(zerogpu, "active", lambda: True)
+def test_on_zerogpu_the_library_loads_weights_in_the_calling_thread_for_the_load_only(monkeypatch):
+    """``specvlm.load_pair`` on a ZeroGPU Space (``spaces`` imported, ``SPACES_ZERO_GPU`` true) loads with
+    ``HF_DEACTIVATE_ASYNC_LOAD=1`` (what transformers' loader reads) and restores it after; elsewhere it is
+    left alone."""
+    import types
+
+    from specvlm.models import loading
+
+    seen = []
+
+    def fake_load(path, device, dtype, device_map):
+        seen.append(os.environ.get("HF_DEACTIVATE_ASYNC_LOAD"))
+        raise loading.ModelLoadError("stop here")
+
+    monkeypatch.setattr(loading, "_load_one", fake_load)
+    monkeypatch.setattr(loading, "plan_device_map", lambda *a: None)
+    monkeypatch.setitem(sys.modules, "spaces", types.ModuleType("spaces"))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.delenv("HF_DEACTIVATE_ASYNC_LOAD", raising=False)
-    with zerogpu.sync_loading():
-        assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "1"   # what transformers' loader reads
-    assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
+    with pytest.raises(loading.ModelLoadError):
+        loading.load_pair("t", "d", device="cpu")
+    assert seen == ["1"] and "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
     monkeypatch.setenv("HF_DEACTIVATE_ASYNC_LOAD", "0")
-    with zerogpu.sync_loading():
+    with loading.synchronous_loading():
         assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "1"
     assert os.environ["HF_DEACTIVATE_ASYNC_LOAD"] == "0"
+    monkeypatch.delitem(sys.modules, "spaces")           # SPACES_ZERO_GPU without spaces: not ZeroGPU
+    monkeypatch.delenv("HF_DEACTIVATE_ASYNC_LOAD")
+    with pytest.raises(loading.ModelLoadError):
+        loading.load_pair("t", "d", device="cpu")
+    assert seen == ["1", None]
 
 
 def test_off_zerogpu_the_gpu_function_is_the_worker_itself(monkeypatch):
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     fn = Backend(FakeEngine()).worker.run
     assert zerogpu.gpu_function(fn) == fn and not zerogpu.active()
-    with zerogpu.sync_loading():
-        assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
 
 
 # ---- how a Run ends ----------------------------------------------------------------------------
@@ -281,20 +300,30 @@ def test_zerogpu_errors_in_one_line(error, reserved, elapsed, line):
 
 # ---- app.py on a ZeroGPU Space (real spaces, stand-in device API) ---------------------------------
 
-@pytest.fixture(scope="module")
-def space():
+def _start_space(*flags: str) -> dict:
+    """Run tests/zerogpu_space.py (``app.py`` started as a Space starts it) and return its RESULT line."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD"):
+    for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD", "SPACES_ZERO_GPU"):
         env.pop(name, None)
     try:
-        r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_space.py")], capture_output=True, text=True,
-                           cwd=ROOT, env=env, timeout=400)
+        r = subprocess.run([sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), *flags], capture_output=True,
+                           text=True, cwd=ROOT, env=env, timeout=400)
     except subprocess.TimeoutExpired as e:
         out = [(x or b"").decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr)]
         pytest.fail(f"zerogpu_space.py ran past 400 s; stdout tail:\n{out[0][-3000:]}\nstderr tail:\n{out[1][-6000:]}")
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert r.returncode == 0 and line, (r.stdout[-2000:], r.stderr[-4000:])
     return json.loads(line[len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def space():
+    return _start_space()
+
+
+@pytest.fixture(scope="module")
+def plain_space():
+    return _start_space("--plain")
 
 
 @pytest.mark.timeout(420)
@@ -362,3 +391,16 @@ def test_the_capture_term_counts_only_on_the_static_engine():
     big_e, big_s = _job(64, 128, "Qwen/Qwen2.5-VL-7B-Instruct"), _job(64, 128, "Qwen/Qwen2.5-VL-7B-Instruct",
                                                                        engine="static")
     assert t.seconds(big_s) - t.seconds(big_e) == 10
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("mode", ["zerogpu", "plain"])
+def test_app_py_the_finished_page_keeps_both_texts(mode, request):
+    """The page's Run through the server (``gradio_client``), folded as the browser folds it: after Done both
+    panels show the run's output (what ``/compare_json`` returns for the same inputs), on ZeroGPU and off it."""
+    z = request.getfixturevalue("space" if mode == "zerogpu" else "plain_space")
+    assert z["served_status"].startswith("**Done.**") and z["json_status"] == "done"
+    assert z["json_vanilla"] and z["json_vanilla"] == z["json_spec"]
+    assert z["served_vanilla"] == z["json_vanilla"]
+    assert z["served_spec"] == z["json_spec"]
+    assert z["json_vanilla"] in z["served_streamed"][:-1]   # it streamed in before the last update

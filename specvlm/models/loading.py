@@ -1,8 +1,14 @@
-"""Loading a target + draft pair by Hub id or local folder, placed on the device(s) it fits."""
+"""Loading a target + draft pair by Hub id or local folder, placed on the device(s) it fits.
+
+On a Hugging Face ZeroGPU Space the weights load in the calling thread (:func:`synchronous_loading`).
+"""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,6 +21,41 @@ from specvlm.models.pair import ModelPair, pair_from_models
 from specvlm.models.registry import supported_model_types
 
 log = logging.getLogger(__name__)
+
+
+ASYNC_LOAD_ENV = "HF_DEACTIVATE_ASYNC_LOAD"
+"""transformers' switch: "1" loads weights in the calling thread instead of a thread pool."""
+
+
+def zerogpu_active() -> bool:
+    """True on a ZeroGPU Space: ``SPACES_ZERO_GPU`` is true and the ``spaces`` package was imported (by the
+    Space's own code, before torch; this library never imports it)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and "spaces" in sys.modules
+
+
+@contextlib.contextmanager
+def synchronous_loading() -> Iterator[None]:
+    """On ZeroGPU, weights load in the calling thread for the block (``HF_DEACTIVATE_ASYNC_LOAD=1``, restored
+    afterwards); elsewhere nothing changes.
+
+    transformers 5 copies weights to the device in a thread pool; the ``spaces`` CUDA emulation's torch
+    modes are thread-local, so from another thread those copies reach real CUDA, which the main process of
+    a ZeroGPU Space does not have ("Low-level CUDA init reached").
+
+    Source: docs/design.md §9 (ZeroGPU).
+    """
+    if not zerogpu_active():
+        yield
+        return
+    old = os.environ.get(ASYNC_LOAD_ENV)
+    os.environ[ASYNC_LOAD_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ASYNC_LOAD_ENV, None)
+        else:
+            os.environ[ASYNC_LOAD_ENV] = old
 
 
 def _resolve_dtype(dtype: str | torch.dtype | None, device: str, gpus: tuple = ()) -> torch.dtype:
@@ -132,7 +173,9 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
 
     On a GPU the weights load straight to the device (never staged in host RAM), in bfloat16
     where every GPU supports it and float16 otherwise, after :func:`plan_device_map` has checked
-    that the pair fits; a pair that needs several GPUs is sharded with ``device_map="auto"``.
+    that the pair fits; a pair that needs several GPUs is sharded with ``device_map="auto"``. On a
+    ZeroGPU Space (``spaces`` imported first, as ZeroGPU asks) the weights load in this thread to the
+    ``spaces`` emulated ``cuda`` (:func:`synchronous_loading`), at start, outside ``@spaces.GPU``.
     Where the Hub is not reachable (:func:`specvlm.models.hub.hub_reachable`), Hub ids load from
     the local cache only, without network retries.
 
@@ -157,10 +200,11 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
     dt = _resolve_dtype(dtype, device, gpus)
     if device_map is None:
         device_map = plan_device_map(target, draft, device, dt, gpus)
-    log.info("loading target %s (%s, %s)", target, device, dt)
-    t_model, t_proc = _load_one(target, device, dt, device_map)
-    if draft is None or draft == target:
-        return pair_from_models(t_model, t_proc, name=f"{target} (Self-SD)")
-    log.info("loading draft %s", draft)
-    d_model, d_proc = _load_one(draft, device, dt, device_map)
+    with synchronous_loading():   # on ZeroGPU: to the emulated cuda, in this thread
+        log.info("loading target %s (%s, %s)", target, device, dt)
+        t_model, t_proc = _load_one(target, device, dt, device_map)
+        if draft is None or draft == target:
+            return pair_from_models(t_model, t_proc, name=f"{target} (Self-SD)")
+        log.info("loading draft %s", draft)
+        d_model, d_proc = _load_one(draft, device, dt, device_map)
     return pair_from_models(t_model, t_proc, d_model, d_proc, name=f"{target} + {draft} (Std-SD)")
