@@ -178,9 +178,8 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
-        c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine",
-                               info="both runs; static: fixed-shape steps over preallocated buffers (CUDA graphs on "
-                                    "a GPU), eager: each step from Python. Same tokens; the default is this device's")
+        c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine", info=(
+            "both runs, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python"))
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")

@@ -7,7 +7,6 @@ from specvlm.analysis import records as ins
 from helpers.records import cut_record
 
 
-
 def test_last_step_is_cut_like_the_output():
     rec = cut_record([17, 18])  # the budget kept 2 of the 4 tokens the step would emit
     t = ins.step_tree(rec, 2)

@@ -86,7 +86,7 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     from app.settings import FIELDS, server_engine
     from specvlm.config import ENGINE_BY_DEVICE
 
-    assert FIELDS[-1].name == "engine" and RunSettings().engine == ""     # appended: old API callers keep working
+    assert [f.name for f in FIELDS[-3:]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
     assert build_configs(RunSettings(), Limits())[0].engine == ENGINE_BY_DEVICE["cpu"]
     assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
     assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"
