@@ -30,6 +30,7 @@ from app import plots
 from app.pump import pump
 from app.failures import free_memory, handle_failure
 from app.settings import UserError
+from app.stage_note import stage1_note
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
 from specvlm.types import PrefillInfo, StepEvent, Stopped
@@ -264,7 +265,8 @@ class DecodeWorker:
                 if timed_only:
                     yield []
                     continue
-                yield [_message(name, it, clip, splitter) for it in items] + ([RunEnd(name)] if finished else [])
+                top_p = getattr(getattr(dec, "prune", None), "top_p", None)
+                yield [_message(name, it, clip, splitter, top_p) for it in items] + ([RunEnd(name)] if finished else [])
         return events
 
     def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> Any:
@@ -336,17 +338,18 @@ class TextSplitter:
         return out
 
 
-def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter) -> Any:
-    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill`."""
+def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter, top_p: float | None = None) -> Any:
+    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill` (``top_p``: the run's λ)."""
     if isinstance(ev, StepEvent):
         return Step(name, dataclasses.replace(ev, tree=None), tuple(splitter.split(ev)))
     p = ev.prune
     return Prefill(name, dataclasses.replace(ev, prune=None, token_grid=None), None if p is None else int(p.num_kept),
-                   forced_count(p), None if p is None else heatmaps(clip, ev))
+                   forced_count(p), None if p is None else heatmaps(clip, ev, top_p))
 
 
-def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run."""
+def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run; the note says
+    what Stage I kept and why (:func:`app.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
@@ -354,7 +357,7 @@ def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
     if info.token_grid is None:
         return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
     out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
-           "scores": None, "fpt": fpt, "note": ""}
+           "scores": None, "fpt": fpt, "note": stage1_note(p, top_p)}
     if p.scores is not None:
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
