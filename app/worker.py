@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import plots
+from app.progress import LayerTicks, expected_polls
 from app.pump import pump
 from app.failures import free_memory, handle_failure
 from app.settings import UserError
@@ -233,15 +234,14 @@ class DecodeWorker:
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
-        clip = None
-        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=stop)], f"{WORKER_PREFIX}frames",
-                       self.update_interval_s)
+        clip, ticks = None, LayerTicks("frames")
+        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=ticks.watch(stop))],
+                       f"{WORKER_PREFIX}frames", self.update_interval_s)
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the reading thread before it returns
                 for items, _ in batches:
                     clip = items[-1] if items else clip
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per frame batch read; [] = a heartbeat
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
@@ -257,7 +257,9 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``timed_only``: yield heartbeats only (a timing repeat).
         """
         splitter, events = TextSplitter(decode), []
-        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra),
+        ticks = LayerTicks(name, expected_polls(self.engine, pair, dec.method))   # progress per prefill layer
+        batches = pump(lambda stop: ticks.counted(self.engine.stream(pair, clip, prompt, dec, ticks.watch(stop),
+                                                                     **extra)),
                        f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
@@ -266,7 +268,8 @@ class DecodeWorker:
                     yield []
                     continue
                 top_p = getattr(getattr(dec, "prune", None), "top_p", None)
-                yield [_message(name, it, clip, splitter, top_p) for it in items] + ([RunEnd(name)] if finished else [])
+                yield ticks.news() + [_message(name, it, clip, splitter, top_p) for it in items] + (
+                    [RunEnd(name)] if finished else [])
         return events
 
     def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> Any:
@@ -287,17 +290,17 @@ class DecodeWorker:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
+        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "vanilla"))   # a vanilla prefill's layers
         batches = pump(lambda stop: [self.engine.explain(rec, pair, clip, job.prompt, subtitles=list(job.subtitles),
                                                          subtitle_mode=job.subtitle_mode, truth=job.truth,
-                                                         should_stop=stop)],
+                                                         should_stop=ticks.watch(stop))],
                        f"{WORKER_PREFIX}explain", self.update_interval_s)
         explained = None
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per layer; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful
