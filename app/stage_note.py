@@ -82,9 +82,10 @@ def stage1_note(prune: Any, top_p: float | None = None) -> str:
         why = (f"its {sp.stage1} most-attended {tok} fill the whole budget of {sp.num_kept} before reaching {lam} "
                f"of the attention (they hold {sp.stage1_share:.0%})")
     else:
-        holds = "holds" if sp.stage1 == 1 else "hold"
-        why = (f"the {sp.stage1} most-attended video {tok} already {holds} {sp.stage1_share:.0%} of the target's "
-               f"text-to-video attention, which reaches {lam} (Stage I keeps the fewest top tokens that do)")
+        who = "the most-attended video token alone holds" if sp.stage1 == 1 else \
+            f"the {sp.stage1} most-attended video tokens together hold"
+        why = (f"{who} {sp.stage1_share:.0%} of the target's text-to-video attention, which reaches {lam} "
+               "(Stage I keeps the fewest top tokens that do)")
     head = ("Stage I kept almost nothing" if sp.stage1 <= FEW_FRACTION * sp.num_kept
             else f"Stage I kept {sp.stage1} of the {sp.num_kept} kept tokens")
     fill = (f"; Stage II filled the other {sp.stage2} evenly across the frames, so the maps are mostly Stage II."
