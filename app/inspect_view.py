@@ -318,7 +318,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             c["step"] = gr.Number(label="Step", precision=0, minimum=0, elem_id=STEP_ID)
             c["tree"] = gr.HTML(label="Draft tree of the step")
             c["why"] = gr.HTML(label="Why the step failed", elem_id="specvlm-inspect-why")
-            c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=2, height="auto",
+            c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=2, height="fit-content",
                                        elem_id="specvlm-inspect-why-maps")
             gr.Markdown(WHY_LEGEND)
         with gr.Column(scale=2):

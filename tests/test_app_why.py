@@ -129,3 +129,47 @@ def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
         if isinstance(m, Outcome):
             view.fold([m])
     assert not view.final(stopped=True)["status"].startswith("**Stopped")  # a Stop while explaining: Done
+
+
+def test_browser_why_shows_the_input_shares_and_whole_frame_captions(explained):
+    """Real chromium: the why of the default step shows the stacked bar of the target's attention over its
+    input, and every caption under the why thumbnails is shown whole (not cut by the gallery's height or
+    an ellipsis)."""
+    import gradio as gr
+
+    from app import inspect_view as iv
+    from test_app_browser import _browser, served_page
+    from test_app_fakes import free_port
+
+    exe = _browser()
+    rec, _ = explained
+    rec.why = [w for w in rec.why if int(w["step"]) == iv.default_step(rec)] or rec.why
+    with gr.Blocks() as demo:
+        st = gr.State(None)
+        iv.build_inspect_tab(st)
+        demo.load(lambda: rec, None, st)
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    with served_page(demo, port, exe, viewport=(1280, 1000)) as page:
+        step = iv.default_step(rec)
+        if wv.step_why(rec, step) is None:                              # show an explained step
+            page.locator(f"#{iv.STEP_ID} input").fill(str(rec.why[0]["step"]))
+            page.locator(f"#{iv.STEP_ID} input").press("Enter")
+        page.locator(".specvlm-why-shares [data-segment]").first.wait_for(timeout=60_000)
+        labels = page.locator("#specvlm-inspect-why-maps .caption-label")
+        labels.first.wait_for(timeout=30_000)
+        page.wait_for_timeout(500)
+        cut = page.evaluate("""() => {
+            const out = [];
+            for (const g of document.querySelectorAll('#specvlm-inspect-why-maps')) {
+              const wrap = g.querySelector('.grid-wrap') || g;
+              const box = wrap.getBoundingClientRect();
+              for (const el of g.querySelectorAll('.caption-label')) {
+                const r = el.getBoundingClientRect();
+                if (el.scrollWidth > el.clientWidth + 1 || r.bottom > box.bottom + 1 || r.height === 0)
+                  out.push([el.textContent, el.scrollWidth, el.clientWidth, r.bottom, box.bottom]);
+              }
+            }
+            return out;
+        }""")
+        assert labels.count() >= 1 and cut == [], cut
