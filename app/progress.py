@@ -111,3 +111,46 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
         return n
     except (AttributeError, TypeError, ValueError):
         return None
+
+
+def phase_span(phase: str, phases: dict[str, tuple[float, str]]) -> tuple[float, float]:
+    """(start, end) of a phase on the progress bar: from its fraction in ``phases`` (:data:`app.view.PHASES`,
+    name -> (fraction, description)) to the next phase's."""
+    lo = phases[phase][0] if phase in phases else 0.0
+    return lo, min((f for f, _ in phases.values() if f > lo), default=1.0)
+
+
+def layer_status(msg: LayerProgress, phases: dict[str, tuple[float, str]], spec_name: str, num_frames: int,
+                 notes: str = "") -> tuple[float, str, str]:
+    """(fraction, progress description, status line) of a :class:`LayerProgress`.
+
+    A run's prefill moves the bar through the first half of its phase's span (the second half is its
+    decoding, :func:`decode_status`); the explanation pass through all of its span. Without a total the
+    fraction still grows with every poll.
+    """
+    label = {"frames": "Decoding video frames", "vanilla": "Prefill (vanilla)",
+             "spec": f"Prefill + pruning ({spec_name})", "explain": "Explaining the failing steps"}.get(msg.phase,
+                                                                                                     msg.phase)
+    unit = "frame batch" if msg.phase == "frames" else "layer"
+    of = f" of {msg.total}" if msg.total and msg.done <= msg.total else ""
+    desc = f"{label}: {unit} {msg.done}{of}"
+    lo, hi = phase_span(msg.phase, phases)
+    part = min(msg.done / msg.total, 1.0) if msg.total else 1.0 - 1.0 / (1.0 + msg.done)
+    frac = lo + (hi - lo) * (part if msg.phase == "explain" else part / 2)
+    if msg.phase == "explain":
+        status = f"{desc}… (Stop skips it)"
+    elif msg.phase == "vanilla":   # the wording the status has had since the clip was read, with the layer
+        status = f"Prefill (vanilla)… {num_frames} frames: {unit} {msg.done}{of}. {notes}".rstrip()
+    else:
+        status = f"{desc}… {notes}".rstrip()
+    return frac, desc, status
+
+
+def decode_status(phase: str, name: str, tokens: int, budget: int,
+                  phases: dict[str, tuple[float, str]]) -> tuple[float, str]:
+    """(fraction, progress description) after a decode step of run ``phase`` (``vanilla`` / ``spec``) shown as
+    ``name``: the second half of the phase's span, ``tokens`` out of the ``budget`` (0: unknown)."""
+    lo, hi = phase_span(phase, phases)
+    part = min(tokens / budget, 1.0) if budget else 1.0 - 1.0 / (1.0 + tokens)
+    return lo + (hi - lo) * (0.5 + part / 2), f"{name} decoding: {tokens}" + (f" of {budget}" if budget else "") + \
+        " tokens"

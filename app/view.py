@@ -18,7 +18,7 @@ from app import plots
 from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
 from app.summary import Speed, last as _last, summary_md
 from app.timing import MachineLoad, PairTiming, median_speedup, speed_note, speedup
-from app.progress import LayerProgress
+from app.progress import LayerProgress, decode_status, layer_status
 from app.worker import ClipReady, Failure, Outcome, Phase, Prefill, Record, RunEnd, Step
 from specvlm.analysis import metrics
 
@@ -33,13 +33,6 @@ PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (v
           "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs"),
           "explain": (0.95, "Explaining the failing steps")}
 """Worker phase -> (progress fraction, description)."""
-
-
-def _span(phase: str) -> tuple[float, float]:
-    """(start, end) fraction of a phase on the progress bar: from its :data:`PHASES` fraction to the next's."""
-    starts = sorted(f for f, _ in PHASES.values())
-    lo = PHASES[phase][0] if phase in PHASES else 0.0
-    return lo, next((f for f in starts if f > lo), 1.0)
 
 
 @dataclasses.dataclass
@@ -126,6 +119,7 @@ class RunView:
         self.plot_interval_s = plot_interval_s
         self.caveat = caveat
         self.started = False  # the video is decoded and both panels exist
+        self.num_frames = 0
         self.heatmaps: dict | None = None
         self.outcome: Outcome | None = None
         self.record: Any = None
@@ -197,35 +191,22 @@ class RunView:
         return {}
 
     def _layer(self, msg: LayerProgress, progress: Any) -> dict[str, Any]:
-        """Progress inside a long call (one message per layer; :mod:`app.progress`): the bar moves through the
-        first half of the phase's span (the second half is the run's decoding)."""
-        label = {"frames": "Decoding video frames", "vanilla": "Prefill (vanilla)",
-                 "spec": f"Prefill + pruning ({self.runs['spec'].name})",
-                 "explain": "Explaining the failing steps"}.get(msg.phase, msg.phase)
-        unit = "frame batch" if msg.phase == "frames" else "layer"
-        of = f" of {msg.total}" if msg.total and msg.done <= msg.total else ""
-        desc = f"{label}: {unit} {msg.done}{of}"
+        """Progress inside a long call, one message per layer (:func:`app.progress.layer_status`)."""
+        frac, desc, status = layer_status(msg, PHASES, self.runs["spec"].name, self.num_frames, self.notes_text())
         if progress is not None:
-            lo, hi = _span(msg.phase)
-            part = min(msg.done / msg.total, 1.0) if msg.total else 1.0 - 1.0 / (1.0 + msg.done)
-            progress(lo + (hi - lo) * (part if msg.phase == "explain" else part / 2), desc)
-        after = " (Stop skips it)" if msg.phase == "explain" else f" {self.notes_text()}"
-        return {"status": f"{desc}…{after}".rstrip()}
+            progress(frac, desc)
+        return {"status": status}
 
     def _decoding(self, name: str, progress: Any) -> None:
-        """Progress after a decode step: the second half of the run's span, tokens out of the budget."""
-        if progress is None:
-            return
-        st = self.runs[name]
-        n = st.counts[-1] if st.counts else 0
-        budget = int(getattr(self.dec, "max_new_tokens", 0) or 0)
-        lo, hi = _span(name)
-        part = min(n / budget, 1.0) if budget else 1.0 - 1.0 / (1.0 + n)
-        progress(lo + (hi - lo) * (0.5 + part / 2), f"{st.name} decoding: {n}" + (f" of {budget}" if budget else "")
-                 + " tokens")
+        """Progress after a decode step (:func:`app.progress.decode_status`)."""
+        if progress is not None:
+            st = self.runs[name]
+            progress(*decode_status(name, st.name, st.counts[-1] if st.counts else 0,
+                                    int(getattr(self.dec, "max_new_tokens", 0) or 0), PHASES))
 
     def _clip(self, msg: ClipReady) -> None:
         self.started = True
+        self.num_frames = msg.num_frames
         notes = [*(user_note(n) for n in msg.notes), *self.notes]
         if msg.transcript_gap:
             notes = [n for n in notes if "subtitle cue" not in n] + [msg.transcript_gap]
