@@ -28,6 +28,8 @@ class LayerProgress:
             (the explanation pass after both runs).
         done: polls so far in this call (1 = the call started).
         total: the polls the whole call is expected to make (:func:`prefill_layers`), or None when unknown.
+
+    Source: this module (no external reference).
     """
 
     phase: str
@@ -41,6 +43,8 @@ class LayerTicks:
     Args:
         phase: the :attr:`LayerProgress.phase` its messages carry.
         total: the expected number of polls, or None.
+
+    Source: specvlm/engine/stopping.py (the engine's polls between layers).
     """
 
     def __init__(self, phase: str, total: int | None = None) -> None:
@@ -77,7 +81,10 @@ class LayerTicks:
 
 def expected_polls(engine: Any, pair: Any, method: str) -> int | None:
     """``engine.prefill_layers(pair, method)`` (:meth:`app.engine.Engine.prefill_layers`), or None when the
-    engine has no such method or it fails: progress is a display aid and never fails a run."""
+    engine has no such method or it fails: progress is a display aid and never fails a run.
+
+    Source: this module (no external reference).
+    """
     count = getattr(engine, "prefill_layers", None)
     try:
         return count(pair, method) if count is not None else None
@@ -99,6 +106,9 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
 
     Returns:
         the count, or None when the models' layer counts cannot be read.
+
+    Source: docs/design.md §4.1 (two-pass prefill), §4.7 (draft prefill); specvlm/engine/stopping.py (where
+    the polls are).
     """
     try:
         target_layers = int(pair.target.config.get_text_config().num_hidden_layers)
@@ -115,7 +125,10 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
 
 def phase_span(phase: str, phases: dict[str, tuple[float, str]]) -> tuple[float, float]:
     """(start, end) of a phase on the progress bar: from its fraction in ``phases`` (:data:`app.view.PHASES`,
-    name -> (fraction, description)) to the next phase's."""
+    name -> (fraction, description)) to the next phase's.
+
+    Source: this module (no external reference).
+    """
     lo = phases[phase][0] if phase in phases else 0.0
     return lo, min((f for f, _ in phases.values() if f > lo), default=1.0)
 
@@ -127,6 +140,8 @@ def layer_status(msg: LayerProgress, phases: dict[str, tuple[float, str]], spec_
     A run's prefill moves the bar through the first half of its phase's span (the second half is its
     decoding, :func:`decode_status`); the explanation pass through all of its span. Without a total the
     fraction still grows with every poll.
+
+    Source: this module (no external reference).
     """
     label = {"frames": "Decoding video frames", "vanilla": "Prefill (vanilla)",
              "spec": f"Prefill + pruning ({spec_name})", "explain": "Explaining the failing steps"}.get(msg.phase,
@@ -149,7 +164,10 @@ def layer_status(msg: LayerProgress, phases: dict[str, tuple[float, str]], spec_
 def decode_status(phase: str, name: str, tokens: int, budget: int,
                   phases: dict[str, tuple[float, str]]) -> tuple[float, str]:
     """(fraction, progress description) after a decode step of run ``phase`` (``vanilla`` / ``spec``) shown as
-    ``name``: the second half of the phase's span, ``tokens`` out of the ``budget`` (0: unknown)."""
+    ``name``: the second half of the phase's span, ``tokens`` out of the ``budget`` (0: unknown).
+
+    Source: this module (no external reference).
+    """
     lo, hi = phase_span(phase, phases)
     part = min(tokens / budget, 1.0) if budget else 1.0 - 1.0 / (1.0 + tokens)
     return lo + (hi - lo) * (0.5 + part / 2), f"{name} decoding: {tokens}" + (f" of {budget}" if budget else "") + \

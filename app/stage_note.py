@@ -72,6 +72,8 @@ def stage1_note(prune: Any, top_p: float | None = None) -> str:
     Returns:
         Plain text (no markup); it starts "Stage I kept almost nothing" when Stage I holds at most
         :data:`FEW_FRACTION` of the kept tokens.
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3.2; docs/design.md §4.4-4.5.
     """
     sp = stage_split(prune, top_p)
     if sp is None:

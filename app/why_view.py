@@ -59,6 +59,8 @@ def shares_html(shares: dict[str, float], transcript_withheld: bool = False) -> 
     Returns:
         HTML: ``div.specvlm-why-shares`` holding the bar (a ``span`` per part, ``data-segment``, width = share)
         and the legend.
+
+    Source: :func:`specvlm.analysis.why.segment_masks` (the parts).
     """
     bar, legend = [], []
     for key, (label, colour) in SEGMENT_LABELS.items():
@@ -77,7 +79,10 @@ def shares_html(shares: dict[str, float], transcript_withheld: bool = False) -> 
 
 
 def explanation_html(w: dict, kept: str) -> str:
-    """The one explanation a step's shares support, in a sentence (``w``: a StepWhy as a dict)."""
+    """The one explanation a step's shares support, in a sentence (``w``: a StepWhy as a dict; ``kept``: "K of V").
+
+    Source: :func:`specvlm.analysis.why.explanation`.
+    """
     shares = w.get("shares") or {}
     top = max(SEGMENT_LABELS, key=lambda k: shares.get(k, 0.0))
     share = float(shares.get(top, 0.0))
