@@ -5,7 +5,8 @@ so a Run's GPU window is spent decoding: on ZeroGPU to ``cuda`` in this process,
 CUDA emulation (:mod:`app.zerogpu`; ``spaces`` moves them to the GPU it lends each Run), the same
 path as on a dedicated GPU. Every limit has an environment variable (used when the flag is absent;
 ``app.settings.Limits`` holds the defaults), e.g. on a Space:
-``SPECVLM_MAX_UPLOAD_MB=100 SPECVLM_MAX_DURATION_S=300``.
+``SPECVLM_MAX_UPLOAD_MB=100 SPECVLM_MAX_DURATION_S=300``. A public server (a Space, ``--share``, a host
+beyond loopback) offers its presets only unless the operator widens that (:mod:`app.access`).
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="devices that each hold a pair and serve one Run at a time, e.g. cuda:0,cuda:1 (Runs beyond "
                         "that wait in line); default: every visible GPU that holds the default preset by itself, "
                         "else one device")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+    from specvlm.config import DTYPES
+    p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     from app.settings import Limits
     g = p.add_argument_group("limits (per request)")
@@ -58,7 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--cache-ttl-s", type=int, default=int(os.environ.get("SPECVLM_CACHE_TTL_S") or 3600),
                    help="delete Gradio's cached files (gallery images) older than this "
                         "(env SPECVLM_CACHE_TTL_S, default 3600; 0 = keep)")
+    from app.access import AccessError, access_from_args, add_arguments
+    add_arguments(p)
     args = p.parse_args(argv)
+    try:
+        args.access = access_from_args(args, os.environ)
+    except AccessError as e:
+        p.error(str(e))
     if not 0 <= args.port <= 65535:
         p.error(f"--port {args.port} is out of range: use 0-65535 (0 = any free port)")
     if args.device is not None and args.devices is not None:
@@ -108,8 +116,8 @@ def serving_devices(args: argparse.Namespace) -> list[str | None]:
     return default_devices(default_preset(), gpus)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Build the page over a real backend and serve it until interrupted."""
+def serve(argv: list[str] | None = None):
+    """Build the page over a real backend and start serving it (returns the launched ``gradio.Blocks``)."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own requests to itself are not news
@@ -125,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     except ThreadsError as e:
         raise SystemExit(f"app.py: error: {e}") from None
     limits = limits_from_args(args)
-    backend = Backend(device=args.device, dtype=args.dtype, limits=limits, devices=serving_devices(args))
+    backend = Backend(device=args.device, dtype=args.dtype, limits=limits, devices=serving_devices(args),
+                      access=args.access)
     note = backend.preload()  # the default pair loads now, not inside the first Run's GPU window
     if note:
         logging.getLogger("app").warning(note)
@@ -141,8 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:  # the port is taken, or the host cannot be bound
         raise SystemExit(f"app.py: error: cannot listen on {args.host}:{args.port} ({e.strerror or 'in use'}); "
                          "pick another --port (or GRADIO_SERVER_PORT), or stop what uses it.") from None
-    logging.getLogger("app").info("SpecVLM Studio is running at %s", demo.local_url)
-    demo.block_thread()
+    logging.getLogger("app").info("SpecVLM Studio is running at %s; %s", demo.local_url, args.access.describe())
+    return demo
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the page (:func:`serve`) until interrupted."""
+    serve(argv).block_thread()
 
 
 if __name__ == "__main__":

@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from app import uploads
+from app.access import ModelAccess, resolve_custom
 from app.devices import DevicePool, Slot, wait_in_line
 from app.extras import cues_text, request_extras
 from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
-                               parse_model_spec, shown_name, synthetic_caveat)
+                               shown_name, synthetic_caveat)
 from app.runs import RunRegistry
 from app.engine import Engine
-from app.settings import MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt
+from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
+                          device_type_of, server_engine)
 from app.summary import comparison_json
 from app.view import RunView, final_status
 from app import zerogpu
@@ -56,13 +58,15 @@ class Backend:
         update_interval_s: minimum seconds between streamed updates.
         plot_interval_s: minimum seconds between chart updates while decoding.
         limits: per-request limits (default :meth:`Limits.from_env`).
+        access: which custom models visitors may load (default: a loopback server's, any).
     """
 
     def __init__(self, engine: Any | None = None, *, device: str | None = None, dtype: str | None = None,
                  devices: list[str | None] | None = None, max_cached_pairs: int = 1,
                  update_interval_s: float = 0.15, plot_interval_s: float = 1.0,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, access: ModelAccess | None = None) -> None:
         self.limits = limits or Limits.from_env()
+        self.access = access or ModelAccess()
         self.engine = engine or Engine(video_timeout_s=self.limits.video_timeout_s)
         self.device = device
         self.dtype = dtype
@@ -73,7 +77,7 @@ class Backend:
         self._pairs: OrderedDict[tuple, Any] = OrderedDict()
         self._load_lock = threading.Lock()
         self.runs = RunRegistry()
-        self.worker = DecodeWorker(self.engine, self.get_pair, update_interval_s)
+        self.worker = DecodeWorker(self.engine, self.get_pair, update_interval_s, self.access.public)
         self.gpu_run = zerogpu.gpu_function(self.worker.run)
         """The GPU function: ``gpu_run(job) -> iterator of message batches`` (plain data)."""
 
@@ -97,7 +101,8 @@ class Backend:
         except Exception:
             preset = next(iter(self.preset_names()), "")
         _, frames, max_new = self.preset_info(preset)
-        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
+        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset),
+                           engine=server_engine(self.device, self._cuda()))
 
     def preset_tree(self, name: str) -> dict:
         """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""
@@ -145,15 +150,12 @@ class Backend:
         """(target, draft, display name) from the custom field or the preset.
 
         Raises:
-            UserError: unknown preset, engine missing, a GPU-only preset without CUDA, or Hub models that
-                are not cached while the Hub cannot be reached.
+            UserError: unknown preset, engine missing, a GPU-only preset without CUDA, Hub models that
+                are not cached while the Hub cannot be reached, or a custom model :attr:`access` refuses.
         """
-        if s.custom_model and s.custom_model.strip():
-            target, draft = parse_model_spec(s.custom_model)
-            missing = missing_from_hub(self.engine, (target, draft))
-            if missing:
-                raise UserError(needs_hub_error("This custom model", missing))
-            return target, draft, s.custom_model.strip()
+        custom = resolve_custom(s.custom_model, self.access, self.engine, self.device, self.dtype)
+        if custom is not None:
+            return custom
         try:
             presets = self.engine.presets()
         except ImportError as e:
@@ -166,7 +168,7 @@ class Backend:
                             "pick a bundled CPU preset.")
         for path in (p.target, p.draft):
             if path and Path(path).is_absolute() and not Path(path).exists():
-                raise UserError(f"Preset {s.preset!r} needs the model folder {path}, which is missing: "
+                raise UserError(f"Preset {s.preset!r} needs the model folder {shown_name(path)}, which is missing: "
                                 "build or fetch the bundled model as the README says, or pick another preset.")
         missing = missing_from_hub(self.engine, (p.target, p.draft))
         if missing:
@@ -197,8 +199,10 @@ class Backend:
             try:
                 pair = self.engine.load_pair(target, draft, slot.device, self.dtype)
             except Exception as e:
-                msg = model_error(target, draft, e, self._is_oom(e))
+                oom = self._is_oom(e)
+                msg = model_error(target, draft, e, oom)
                 log.warning("loading %s failed: %s", target, msg)
+                msg = self.access.load_failed(msg, oom)
                 drop_frames(e)
             if msg is not None:
                 self._free()  # outside the except block: the traceback no longer pins half-loaded weights
@@ -340,7 +344,7 @@ class Backend:
             try:
                 yield from self._run(request, sid, stop, progress, views, waiting or (lambda: 0))
             except Exception as e:  # the server keeps running whatever happens
-                failure, free = handle_failure(self.engine, e)
+                failure, free = handle_failure(self.engine, e, public=self.access.public)
             if failure is not None:
                 if free:
                     self._free()
@@ -421,7 +425,7 @@ class Backend:
         """
         s = request.settings
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
-        dec, vid = build_configs(s, self.limits)
+        dec, vid = build_configs(s, self.limits, device_type_of(self.device, self._cuda()))
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
         cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)

@@ -22,6 +22,7 @@ class Engine:
 
     def __init__(self, video_timeout_s: float = Limits.video_timeout_s) -> None:
         self.video_timeout_s = video_timeout_s
+        self._sizes: dict[str, Any] = {}
 
     def presets(self) -> dict[str, Any]:
         """Preset name -> Preset."""
@@ -63,6 +64,23 @@ class Engine:
 
         from specvlm.models.hub import in_local_cache
         return Path(model).expanduser().is_dir() or in_local_cache(model) or self.hub_reachable()
+
+    def model_size(self, model: str) -> Any:
+        """A model's :class:`specvlm.models.fit.ModelSize` from its config alone (None when it cannot be told):
+        a local folder's or cached config, else, while the Hub answers, a Hub id's ``config.json`` fetched
+        by itself (never its weights). A size once told is kept for this engine's life."""
+        from pathlib import Path
+
+        from specvlm.models.fit import model_size
+        from specvlm.models.hub import fetch_config
+        if model in self._sizes:
+            return self._sizes[model]
+        size = model_size(model)
+        if size is None and not Path(model).expanduser().exists() and self.hub_reachable() and fetch_config(model):
+            size = model_size(model)
+        if size is not None:
+            self._sizes[model] = size
+        return size
 
     def probe_video(self, path: str) -> Any:
         """Stream facts (VideoInfo: duration, size, codec) without decoding, under the time limit."""
@@ -145,7 +163,7 @@ class Engine:
 
         from specvlm.engine.prepare import prepare
         from specvlm.analysis.why import explain_rejections
-        from specvlm.engine.stopping import stop_between_layers
+        from specvlm.models.stopping import stop_between_layers
         if record.prefill.prune is None:
             return record
         if truth is not None:

@@ -15,11 +15,12 @@ from app.settings import UserError
 log = logging.getLogger(__name__)
 
 
-def handle_failure(engine: Any, e: BaseException) -> tuple[str, bool]:
+def handle_failure(engine: Any, e: BaseException, public: bool = False) -> tuple[str, bool]:
     """(one readable sentence, whether to free accelerator memory) for an exception that ended a run.
     Unexpected errors are logged with their traceback; the traceback's frames are then cleared, since
-    they pin the failed step's tensors (KV cache, activations)."""
-    msg = failure_message(e, _is_oom(engine, e))
+    they pin the failed step's tensors (KV cache, activations). ``public``: the sentence names no
+    exception (:func:`failure_message`)."""
+    msg = failure_message(e, _is_oom(engine, e), public)
     unexpected = not isinstance(e, ValueError)
     if unexpected:
         log.error("comparison failed: %s", "".join(traceback.format_exception(e)).rstrip())
@@ -27,14 +28,17 @@ def handle_failure(engine: Any, e: BaseException) -> tuple[str, bool]:
     return msg, unexpected
 
 
-def failure_message(e: BaseException, oom: bool) -> str:
-    """One readable sentence for an error that ended a run."""
+def failure_message(e: BaseException, oom: bool, public: bool = False) -> str:
+    """One readable sentence for an error that ended a run (on a public server an unexpected error's
+    sentence names neither the exception nor its message: the server log has them)."""
     if isinstance(e, UserError):
         return str(e)
     if isinstance(e, ValueError):  # the engine's typed input errors
         return f"Invalid input: {e}"
     if oom:
         return "Out of memory: try fewer frames, fewer new tokens, a higher drop rate or a smaller model."
+    if public:
+        return "Decoding failed on the server (its log has the details): try again, or other settings."
     return f"Decoding failed: {type(e).__name__}: {e}"
 
 

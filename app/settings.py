@@ -18,8 +18,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig, TreeConfig,
-                            VideoConfig, config_from_settings)
+from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
+                            TreeConfig, VideoConfig, config_from_settings, default_engine)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
@@ -27,7 +27,7 @@ from app.timing import MAX_REPEATS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_PROMPT", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
+__all__ = ["DEFAULT_PROMPT", "ENGINES", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
            "RunSettings", "RunRequest", "build_configs", "check_prompt", "check_subtitle_mode"]
 
 MB = 1024 * 1024
@@ -148,6 +148,9 @@ class RunSettings:
             False; the CLI's ``--no-eos``): a decode long enough to watch, stop and time.
         timing_pairs: interleaved vanilla / speculative pairs of runs; the speedup is their median
             (1 to :data:`app.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
+        engine: the decode loop of both runs (:data:`specvlm.config.ENGINES`); "" = the default of the device
+            the server decodes on (:func:`specvlm.config.default_engine`), so the speedup is always over vanilla
+            on the same engine.
     """
 
     preset: str = ""
@@ -169,6 +172,7 @@ class RunSettings:
     keep_text: bool = False
     fixed_length: bool = not _DEC.stop_at_eos
     timing_pairs: int = 1
+    engine: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +192,8 @@ FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset
           Field("hm_mode", default="Pruning stages"), Field("temperature", "temperature"),
           Field("top_p_sampling", "top_p_sampling"), Field("seed", "seed"), Field("srt"),
           Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
-          Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"))
+          Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"),
+          Field("engine", "engine"))
 """The one table of ``/compare``'s inputs, in order (new ones are appended, so API callers that pass fewer
 arguments keep working); the handlers' parameters (:func:`handler_parameters`), the page's input list and
 :meth:`RunRequest.from_inputs` all read it."""
@@ -253,8 +258,19 @@ class RunRequest:
                    heatmap_mode=HEATMAP_MODES.get(values.get("hm_mode") or "stages", values.get("hm_mode") or "stages"))
 
 
-def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoConfig]:
-    """Validate settings into (DecodeConfig, VideoConfig).
+def device_type_of(device: str | None, cuda_available: bool) -> str:
+    """The torch device type a server decodes on: its ``--device``'s, else ``cuda`` when available, else ``cpu``."""
+    return (device or ("cuda" if cuda_available else "cpu")).split(":")[0]
+
+
+def server_engine(device: str | None, cuda_available: bool) -> str:
+    """The engine a server uses when a request names none (:func:`specvlm.config.default_engine` of its device)."""
+    return default_engine(device_type_of(device, cuda_available))
+
+
+def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu") -> tuple[DecodeConfig, VideoConfig]:
+    """Validate settings into (DecodeConfig, VideoConfig); ``device_type`` (``cpu``, ``cuda``) picks the engine
+    when ``s.engine`` is empty.
 
     Raises:
         UserError: a setting is missing or out of range (message names it).
@@ -270,7 +286,8 @@ def build_configs(s: RunSettings, limits: Limits) -> tuple[DecodeConfig, VideoCo
             temperature=_as_float("temperature", s.temperature),
             top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling), tree=_preset_tree(s.preset),
             shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"], total_tokens=ints["total_tokens"],
-            min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length)
+            min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length,
+            engine=s.engine or None, device_type=device_type)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e

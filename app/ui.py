@@ -16,13 +16,15 @@ from typing import Any
 import gradio as gr
 
 from app import plots, preview
+from app.access import custom_field
 from app.backend import Backend
 from app.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.inspect_view import build_inspect_tab
 from app.page_js import SCROLL_JS, VIDEO_EXTENSIONS, page_js
-from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
-                          TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs, handler_parameters)
+from app.settings import (COMPARE_INPUTS, DEFAULT_PROMPT, ENGINES, HEATMAP_MODES, PRUNE_METHODS,
+                          SUBTITLE_MODE_CHOICES, TREE_SHAPES, RunRequest, RunSettings, UserError, bind_inputs,
+                          handler_parameters)
 from app.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.uploads import UploadJanitor
 from app.view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
@@ -139,8 +141,7 @@ def _model_column(backend: Backend) -> dict[str, Any]:
         preset=gr.Dropdown(backend.preset_names(), value=d.preset, label="Model preset", elem_id="preset"),
         preset_md=gr.Markdown(backend.preset_info(d.preset)[0], elem_id="preset-info"),
         hub_md=gr.Markdown(f"*{backend.hub_note()}*" if backend.hub_note() else "", elem_id="hub-note"),
-        custom=gr.Textbox(value="", label="Custom model (Hub id or local path; 'target + draft' for Std-SD)",
-                          placeholder="overrides the preset when filled", elem_id="custom-model"),
+        custom=gr.Textbox(value="", elem_id="custom-model", **custom_field(getattr(backend, "access", None))),
     )
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
         c["method"] = gr.Dropdown(list(PRUNE_METHODS), value=d.method, label="Pruning method (right panel)",
@@ -175,6 +176,9 @@ def _model_column(backend: Backend) -> dict[str, Any]:
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
+        c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine",
+                               info="both runs; static: fixed-shape steps over preallocated buffers (CUDA graphs on "
+                                    "a GPU), eager: each step from Python. Same tokens; the default is this device's")
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")

@@ -176,10 +176,13 @@ class DecodeWorker:
         get_pair: ``(target, draft, slot) -> ModelPair`` from the backend's cache for the Run's device
             (loaded at app start; a fresh worker process loads what it lacks).
         update_interval_s: minimum seconds between yielded batches while decoding.
+        public: the server is public: a failure's message names no exception (:func:`app.failures.failure_message`).
     """
 
-    def __init__(self, engine: Any, get_pair: Callable[..., Any], update_interval_s: float) -> None:
+    def __init__(self, engine: Any, get_pair: Callable[..., Any], update_interval_s: float,
+                 public: bool = False) -> None:
         self.engine = engine
+        self.public = public
         self.get_pair = get_pair
         self.update_interval_s = update_interval_s
 
@@ -191,7 +194,7 @@ class DecodeWorker:
         try:
             yield from self._run(job)
         except Exception as e:  # the server keeps running whatever happens
-            failure, free = handle_failure(self.engine, e)
+            failure, free = handle_failure(self.engine, e, self.public)
         if failure is not None:
             if free:  # outside the except block, so the exception no longer holds any tensor
                 free_memory(self.engine)

@@ -126,29 +126,42 @@ def weight_factor(job: Any) -> float:
 class GpuTime:
     """How long a Run may hold a ZeroGPU device, in seconds of the GPU it runs on.
 
-    ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor``, rounded up
-    and clamped to ``[min_s, max_s]``, for a 7B-class bf16 target on the ``large`` half of an RTX Pro 6000.
+    ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor + capture``,
+    rounded up and clamped to ``[min_s, max_s]``, for a 7B-class bf16 target on the ``large`` half of an RTX
+    Pro 6000. ``capture`` (:meth:`capture_seconds`) is ``capture_s`` when the Run decodes on the ``static``
+    engine: its CUDA graphs are captured inside the GPU task (a fresh worker per Run keeps nothing from the
+    last one, and ZeroGPU runs no ``torch.compile``), for the vanilla and the speculative run together; an
+    allowance of a few eager forwards per captured step function (decode, the draft's tree, a few verify
+    sizes) until ``scripts/gpu_check.py``'s warm-up column measures it.
     From ``scripts/gpu_check.py`` on an H200 (torch 2.11, Qwen2.5-VL-7B Self-SD at 16,384 video tokens =
     128 frames, two hosts): prefill 3.9-6.0 s vanilla + 1.8-2.5 s SpecVLM, 42-64 ms per vanilla step of the
     engine's loop (launch-bound). The half RTX Pro has about a third of the H200's bf16 compute and a fifth of
     its memory bandwidth (+18 ms to read 17 GB of weights per step), so: ``per_frame_s`` 0.22 (prefills and
     CPU decoding; 0.14-0.2 scaled), ``per_token_s`` 0.075 (the mean of a vanilla and a speculative token;
     0.05-0.07 scaled), ``base_s`` 10 (the worker's start and the weights' move to the GPU). Not measured on
-    ZeroGPU itself. The default ZeroGPU Run (Qwen2.5-VL-7B Self-SD, :data:`DEFAULT_FRAMES` frames,
-    :data:`DEFAULT_NEW_TOKENS` new tokens) comes to 44 s; the paper's 128 frames and 256 tokens to 77 s.
+    ZeroGPU itself. The default ZeroGPU Run (Qwen3-VL-8B + 2B on the static engine, :data:`DEFAULT_FRAMES`
+    frames, :data:`DEFAULT_NEW_TOKENS` new tokens) comes to 60 s; Qwen2.5-VL-7B Self-SD on the eager engine
+    to 44 s, with the paper's 128 frames and 256 tokens to 77 s.
     """
 
     base_s: float = 10.0
     per_frame_s: float = 0.22
     per_token_s: float = 0.075
+    capture_s: float = 10.0
     min_s: int = 20
     max_s: int = 300
+
+    def capture_seconds(self, engine: str) -> float:
+        """Seconds of graph capture a Run on ``engine`` does inside the GPU task: ``capture_s`` for ``static``,
+        0 for ``eager`` (nothing is captured)."""
+        return self.capture_s if engine == "static" else 0.0
 
     def seconds(self, job: Any) -> int:
         """The GPU time ``job`` may need (whole seconds)."""
         frames = int(getattr(job.vid, "num_frames", 16) or 16)
         tokens = int(getattr(job.dec, "max_new_tokens", 256) or 256)
-        raw = self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
+        raw = (self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
+               + self.capture_seconds(getattr(job.dec, "engine", "eager")))
         return int(min(self.max_s, max(self.min_s, math.ceil(raw))))
 
 
@@ -167,18 +180,18 @@ def duration_factor(size: str) -> float:
 
 def requested_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
     """The ``duration`` given to ``spaces.GPU``: :meth:`GpuTime.seconds` over :func:`duration_factor`, so that
-    what ``spaces`` schedules is the GPU time the Run may need (default Run on the RTX Pro 6000: 30 s asked)."""
+    what ``spaces`` schedules is the GPU time the Run may need (default Run on the RTX Pro 6000: 40 s asked)."""
     return max(1, math.ceil(budget.seconds(job) / duration_factor(gpu_size(job))))
 
 
 def reserved_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
     """The GPU time a Run reserves (and that counts against the quota, twice on ``xlarge``): the requested
-    duration as ``spaces`` schedules it (default Run on the RTX Pro 6000: 45 s)."""
+    duration as ``spaces`` schedules it (default Run on the RTX Pro 6000: 60 s)."""
     return int(round(requested_seconds(job, budget) * duration_factor(gpu_size(job))))
 
 
 def reserve_note(job: Any, budget: GpuTime = GpuTime()) -> str:
-    """'reserves up to 44 s of GPU time' (+ the xlarge note) for the page, "" off ZeroGPU."""
+    """'reserves up to 60 s of GPU time' (+ the xlarge note) for the page, "" off ZeroGPU."""
     if not active():
         return ""
     note = f"reserves up to {reserved_seconds(job, budget)} s of GPU time"

@@ -169,13 +169,13 @@ def split_readme(text: str) -> tuple[dict, str]:
 
 def preset_models() -> tuple[list[str], list[str]]:
     """(every Hub id the presets use, the GPU default preset's Hub ids), in preset order."""
-    from specvlm.models.presets import PRESETS, QWEN7_SELF
+    from specvlm.models.presets import GPU_DEFAULTS, PRESETS
 
     def hub_ids(presets) -> list[str]:
         ids = [m for p in presets for m in (p.target, p.draft) if m and not Path(m).is_absolute()]
         return list(dict.fromkeys(ids))
 
-    return hub_ids(PRESETS.values()), hub_ids([PRESETS[QWEN7_SELF]])
+    return hub_ids(PRESETS.values()), hub_ids([PRESETS[GPU_DEFAULTS[0]]])
 
 
 def front_matter(root: Path = ROOT, hardware: str | None = None) -> dict:

@@ -3,70 +3,64 @@
 
 For each setup, random-weight models are built directly on the GPU in bf16 from the
 checkpoints' published dimensions (:mod:`specvlm.testing.realdims`: vision tower, M-RoPE, grouped
-KV heads, padded vocabularies), at full depth except where one H200 cannot hold it
+KV heads, padded vocabularies), at full depth except where one GPU cannot hold it
 (LLaVA-OV-72B is built with ``--llava72-layers`` of its 80 decoder layers, 40 by default;
-its times are also shown scaled to 80 layers). Then, on clips of ~16k video tokens:
+its target costs are scaled to 80 layers). Then, on clips of ~16k video tokens, for each decode engine
+(``--engines``, default both: ``eager`` and ``static``, :data:`specvlm.config.ENGINES`):
 
-1. the engine's vanilla decoding and SpecVLM (vision tower, two-pass prefill with Stage I
-   attention scores, two-stage pruning, draft tree, 4-D-mask verify through the engine's
-   grouped-query attention) run on the same inputs; outputs are compared token by token:
-   identical, a divergence at a near-tie of the target's logits (allowed in bf16), or a
-   mismatch (a bug), with the target's top-1 minus top-2 logit margin at the divergence;
-2. the costs are read: target prefill (one pass for vanilla, two passes + Stage I for
-   SpecVLM), one decode step and one draft step (medians of the runs' steps), one draft
-   tree level in isolation, and verify(n) for n = 1..32 tokens after L cached tokens
-   (root + a chain of n - 1 nodes, the engine's verify mask, interleaved with decode steps);
-3. the decode-phase speedup these costs imply at the paper's τ:
+1. an untimed short pair of runs (its wall time holds any graph capture or compilation), then the engine's
+   vanilla decoding and SpecVLM (vision tower, two-pass prefill with Stage I attention scores, two-stage
+   pruning, draft tree, verify) on the same inputs; outputs are compared token by token: identical, a
+   divergence at a near-tie of the target's logits (allowed in bf16), or a mismatch (a bug);
+2. each step's cost beside its byte floor (weights + KV bytes read / the GPU's memory bandwidth, looked up by
+   ``torch.cuda.get_device_name`` in :data:`specvlm.models.ceiling.GPU_BANDWIDTH`, or ``--bandwidth``):
+   decode step, draft level, verify step;
+3. the decode-phase speedup these costs imply at τ 2.5 / 3 / 3.8 (:mod:`scripts.gpu_report`), beside the
+   byte ceiling of the pair (the same formula with every step at its floor).
 
-       speedup(τ) = (τ + 1) · t_decode / (depth · t_level + t_verify(total_tokens + 1))
+Isolated eager forwards (verify(n) for n = 1..32 tree tokens and one draft level after L cached tokens) are
+timed once per setup. Random weights make accepted lengths meaningless, so τ comes from the paper, never
+from these runs. ``--cpu-smoke`` runs the same code on tiny models of the same structure on the CPU in
+seconds (the test), with the CPU's measured copy bandwidth as its "GPU" bandwidth.
 
-   and, for the paper's reported speedups, the τ they require.
-
-Random weights make accepted lengths meaningless, so τ comes from the paper, never from
-these runs. ``--cpu-smoke`` runs the same code on tiny models of the same structure on
-the CPU in seconds (the test).
+The default setups (Qwen2.5-VL-7B Self-SD, Qwen2.5-VL-7B + 3B, Qwen3-VL-8B + 2B) are sized for one
+prepared run of under 5 minutes on an H100 or H200 (``--budget-s`` skips the rest once it is used up); the
+JSON goes to ``docs/bench/gpu_check_<GPU name>.json`` unless ``--out-json`` names another file.
 
 Usage:
-    python -m scripts.gpu_check                        # one H200, < 8 min
-    python -m scripts.gpu_check --setups qwen7-self --out-json gpu.json
+    python -m scripts.gpu_check                        # one H100/H200, < 5 min
+    python -m scripts.gpu_check --setups qwen7-self,qwen32-qwen7 --engines static --out-json gpu.json
     python -m scripts.gpu_check --cpu-smoke            # tiny models, CPU, seconds
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4 (model pairs, r = 0.9, 16k-token regime, reported
-speedups); docs/design.md §4.9 (verify mask), §4.12 (τ), §9 (GPU loading).
+speedups); docs/design.md §4.9 (verify mask), §4.12 (τ), §9 (GPU loading), §11 (the GPU fast path).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import statistics
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from specvlm.engine import kv
-from specvlm.testing import realdims
-from specvlm.config import DecodeConfig, TreeConfig
-from specvlm.engine.forward import embed_tokens, lm_forward
-from specvlm.engine.stream import generate
-from specvlm.analysis.metrics import compare_outputs
-from specvlm.models.registry import adapter_for
+from specvlm.config import ENGINES, TreeConfig
+from specvlm.models.ceiling import BandwidthError, gpu_bandwidth
 from specvlm.models.pair import pair_from_models
-from specvlm.bench.stepcost import median_ms
-from specvlm.spec.tree import additive_mask, verify_mask
-from specvlm.types import VideoClip
+from specvlm.testing import realdims
+
+from scripts.gpu_costs import VERIFY_SIZES, decode_runs, draft_level_ms, prepare_clips, verify_curve
+from scripts.gpu_report import PAPER_SPEEDUP, PAPER_TAU, format_results, summarize  # noqa: F401 - re-exported
 
 log = logging.getLogger("gpu_check")
-
-#: Mean accepted length τ the paper reports (docs/design.md §5: Self-SD 7B τ ≈ 3.8-4.4).
-PAPER_TAU = {"qwen7-self": 3.8}
-#: Decoding speedups the paper reports (abstract, Sec. 4): the τ they need is printed.
-PAPER_SPEEDUP = {"qwen32-qwen7": 2.11, "llava72-llava7": 2.68}
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SETUPS = "qwen7-self,qwen7-qwen3b,qwen3-8b-2b"
+"""One prepared run: the Self-SD 7B that cannot win and the two small-draft pairs that can (docs/design.md §11)."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +89,10 @@ def gpu_setups(llava72_layers: int) -> dict[str, Setup]:
     r = realdims
     return {s.key: s for s in (
         Setup("qwen7-self", "Qwen2.5-VL-7B Self-SD", r.QWEN2_5_VL_7B, None, 128),
+        Setup("qwen7-qwen3b", "Qwen2.5-VL-7B + 3B draft", r.QWEN2_5_VL_7B, r.QWEN2_5_VL_3B, 128),
         Setup("qwen32-qwen7", "Qwen2.5-VL-32B + 7B draft", r.QWEN2_5_VL_32B, r.QWEN2_5_VL_7B, 128),
         Setup("qwen3-8b-self", "Qwen3-VL-8B Self-SD", r.QWEN3_VL_8B, None, 168),
+        Setup("qwen3-8b-2b", "Qwen3-VL-8B + 2B draft", r.QWEN3_VL_8B, r.QWEN3_VL_2B, 168),
         Setup("llava7-self", "LLaVA-OV-7B Self-SD", r.LLAVA_OV_7B, None, 84),
         Setup("llava72-llava7", "LLaVA-OV-72B + 7B draft", r.LLAVA_OV_72B, r.LLAVA_OV_7B, 84, llava72_layers),
     )}
@@ -127,26 +123,17 @@ def smoke_setups() -> dict[str, Setup]:
     r = realdims
     q, qd = _tiny(r.QWEN2_5_VL_7B, 64, 2, 512), _tiny(r.QWEN2_5_VL_3B, 32, 1, 448)
     big = _tiny(r.QWEN2_5_VL_32B, 128, 2, 512)
+    q3, q3d = _tiny(r.QWEN3_VL_8B, 64, 2, 512), _tiny(r.QWEN3_VL_2B, 32, 1, 512)
     lv, lbig = _tiny(r.LLAVA_OV_7B, 64, 2, 512), _tiny(r.LLAVA_OV_72B, 128, 3, 512)
     return {s.key: s for s in (
         Setup("qwen7-self", "tiny Qwen2.5-VL Self-SD", q, None, 8),
-        Setup("qwen32-qwen7", "tiny Qwen2.5-VL + padded-vocab draft", big, qd, 8),
-        Setup("qwen3-8b-self", "tiny Qwen3-VL Self-SD", _tiny(r.QWEN3_VL_8B, 64, 2, 512), None, 8),
+        Setup("qwen7-qwen3b", "tiny Qwen2.5-VL + padded-vocab draft", q, qd, 8),
+        Setup("qwen32-qwen7", "tiny Qwen2.5-VL-32B + padded-vocab draft", big, qd, 8),
+        Setup("qwen3-8b-self", "tiny Qwen3-VL Self-SD", q3, None, 8),
+        Setup("qwen3-8b-2b", "tiny Qwen3-VL + draft", q3, q3d, 8),
         Setup("llava7-self", "tiny LLaVA-OV Self-SD", lv, None, 8),
         Setup("llava72-llava7", "tiny LLaVA-OV + draft", lbig, lv, 8, 2),
     )}
-
-
-def make_clip(frames: int, side: int, seed: int) -> VideoClip:
-    """A clip of smooth random frames: uint8 (T, side, side, 3), 2 fps."""
-    rng = np.random.RandomState(seed)
-    base = rng.randint(0, 255, (frames, 8, 8, 3)).astype(np.uint8)
-    img = np.repeat(np.repeat(base, -(-side // 8), axis=1), -(-side // 8), axis=2)[:, :side, :side]
-    return VideoClip(np.ascontiguousarray(img), np.arange(frames) / 2.0, native_fps=2.0, total_frames=frames,
-                     duration=frames / 2.0)
-
-
-PROMPT = "Describe this video in detail."
 
 
 class ModelStore:
@@ -172,139 +159,8 @@ class ModelStore:
         return self.models[key]
 
 
-def compare(vanilla: Any, spec: Any, dtype: torch.dtype) -> dict:
-    """identical / near-tie / mismatch (:func:`specvlm.analysis.metrics.compare_outputs`) with the target's
-    top-1 minus top-2 logit margin at the first divergence, as vanilla decoding recorded it."""
-    d = compare_outputs(vanilla.token_ids, spec.token_ids, vanilla.margins, dtype)
-    return {"kind": d.kind, "index": d.index, "margin": d.margin}
-
-
-def random_cache(model: Any, length: int, rows: int, chunk: int = 4096) -> tuple[Any, Any]:
-    """A KV cache of ``length`` random-token positions (``rows`` position rows: 3 for M-RoPE), chunked prefill."""
-    ad = adapter_for(model)
-    cache = kv.new_cache(model)
-    g = torch.Generator().manual_seed(0)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    for s in range(0, length, chunk):
-        n = min(chunk, length - s)
-        ids = torch.randint(0, vocab, (n,), generator=g)
-        lm_forward(model, ad, embed_tokens(model, ids), torch.arange(s, s + n).expand(rows, n), cache, rows=None)
-    return cache, ad
-
-
-def draft_level_ms(draft: Any, length: int, rows: int, top_k: int, iters: int, warmup: int) -> float:
-    """One dynamic-tree level in isolation: ``top_k`` nodes with a 4-D mask after ``length`` cached tokens (ms)."""
-    dev = str(draft.get_input_embeddings().weight.device)
-    dtype = draft.get_input_embeddings().weight.dtype
-    with torch.inference_mode():
-        cache, ad = random_cache(draft, length, rows)
-        mask = additive_mask(torch.eye(top_k, dtype=torch.bool), length, dtype, dev)
-        toks, pos = torch.randint(0, 7, (top_k,)), torch.full((rows, top_k), length + 1)
-
-        def level() -> None:
-            logits = lm_forward(draft, ad, embed_tokens(draft, toks), pos, cache, mask=mask, rows=slice(None))
-            logits.float().log_softmax(-1).topk(top_k, dim=-1)
-
-        return median_ms(level, lambda: kv.truncate(cache, length), dev, iters, warmup)
-
-
-def verify_curve(model: Any, length: int, sizes: range, rows: int, rounds: int, iters: int,
-                 warmup: int) -> dict:
-    """Decode step and verify(n) in ms after ``length`` cached tokens, interleaved round by round.
-
-    verify(n) is one target forward over the root and a chain of n - 1 drafted nodes with the
-    engine's verify mask and the LM head on every row; decode is one token, no mask, one row.
-    Returns {"decode_ms", "verify_ms": {n: ms}, "ratio": {n: median verify(n) / decode per round}}.
-    """
-    dev = str(model.get_input_embeddings().weight.device)
-    dtype = model.get_input_embeddings().weight.dtype
-    with torch.inference_mode():
-        cache, ad = random_cache(model, length, rows)
-        steps = {0: (torch.tensor([7]), torch.full((rows, 1), length), None, slice(-1, None))}
-        for n in sizes:
-            steps[n] = (torch.randint(0, 7, (n,)), (length + torch.arange(n)).expand(rows, -1),
-                        verify_mask(torch.arange(-1, n - 2), length, dtype, dev), slice(None))
-        per: dict[int, list[float]] = {k: [] for k in steps}
-        for r in range(rounds):
-            for k, (ids, pos, mask, sel) in steps.items():
-                fn = (lambda ids=ids, pos=pos, mask=mask, sel=sel:
-                      lm_forward(model, ad, embed_tokens(model, ids), pos, cache, mask=mask, rows=sel))
-                per[k].append(median_ms(fn, lambda: kv.truncate(cache, length), dev, iters, warmup if r == 0 else 0))
-    return {"decode_ms": _median(per[0]), "verify_ms": {n: _median(per[n]) for n in sizes},
-            "ratio": {n: _median([v / d for v, d in zip(per[n], per[0])]) for n in sizes}}
-
-
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else 0.0
-
-
-def decode_runs(pair: Any, setup: Setup, args: argparse.Namespace, dtype: torch.dtype) -> dict:
-    """Vanilla and SpecVLM on ``args.clips`` clips: comparisons and the runs' step times."""
-    new = dict(max_new_tokens=args.new_tokens, stop_at_eos=False)
-    cfg_v, cfg_s = DecodeConfig(method="vanilla", **new), DecodeConfig(method="specvlm", **new)
-    side = setup.target.vision.get("image_size", args.frame_side)  # fixed-size towers resize to their input
-    out: dict[str, Any] = {"runs": [], "prefill_vanilla_s": [], "prefill_specvlm_s": [], "prune_s": [],
-                           "draft_prefill_s": [], "decode_ms": [], "draft_step_ms": [], "verify_step_ms": [],
-                           "tau_random_weights": []}
-    for c in range(args.clips):
-        inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(setup.frames, side, c), PROMPT)
-        van = generate(pair, inputs, cfg_v)
-        spec = generate(pair, inputs, cfg_s)
-        out["runs"].append(compare(van, spec, dtype))
-        out["prefill_vanilla_s"].append(van.prefill.prefill_s)
-        out["prefill_specvlm_s"].append(spec.prefill.prefill_s)
-        out["prune_s"].append(spec.prefill.prune_s)
-        out["draft_prefill_s"].append(spec.prefill.draft_prefill_s)
-        out["decode_ms"] += [s.verify_ms for s in van.steps[1:]]
-        out["draft_step_ms"] += [s.draft_ms for s in spec.steps[1:]]
-        out["verify_step_ms"] += [s.verify_ms for s in spec.steps[1:]]
-        out["tau_random_weights"].append(spec.tau)
-        out.update(L=van.prefill.num_prompt_tokens, L_draft=spec.prefill.num_draft_prompt_tokens,
-                   video_tokens=van.prefill.num_video_tokens, rows=int(inputs.positions.shape[0]))
-    return out
-
-
-def projected_speedup(tau: float, t_decode: float, t_level: float, t_verify: float, depth: int) -> float:
-    """(τ + 1) · t_decode / (depth · t_level + t_verify): the decode-phase speedup bound (module docstring)."""
-    return (tau + 1.0) * t_decode / (depth * t_level + t_verify)
-
-
-def tau_needed(speedup: float, t_decode: float, t_level: float, t_verify: float, depth: int) -> float:
-    """The τ at which :func:`projected_speedup` reaches ``speedup``."""
-    return speedup * (depth * t_level + t_verify) / t_decode - 1.0
-
-
-def summarize(setup: Setup, runs: dict, curve: dict, level_ms: float, built_layers: int) -> dict:
-    """One result row: counts, medians, costs scaled to full depth, projections."""
-    tree = TreeConfig()
-    scale = setup.target.layers / built_layers
-    n_verify = min(tree.total_tokens + 1, max(curve["verify_ms"]))
-    t_dec, t_ver = curve["decode_ms"] * scale, curve["verify_ms"][n_verify] * scale
-    kinds = [r["kind"] for r in runs["runs"]]
-    row = {"key": setup.key, "pair": setup.name, "target_layers": f"{built_layers}/{setup.target.layers}",
-           "depth_scale": scale, "video_tokens": runs["video_tokens"], "L": runs["L"], "L_draft": runs["L_draft"],
-           "counts": {k: kinds.count(k) for k in ("identical", "near-tie", "mismatch")},
-           "divergences": [r for r in runs["runs"] if r["kind"] != "identical"],
-           "prefill_vanilla_s": _median(runs["prefill_vanilla_s"]),
-           "prefill_specvlm_s": _median(runs["prefill_specvlm_s"]), "prune_s": _median(runs["prune_s"]),
-           "draft_prefill_s": _median(runs["draft_prefill_s"]), "decode_step_ms": _median(runs["decode_ms"]),
-           "draft_step_ms": _median(runs["draft_step_ms"]), "verify_step_ms": _median(runs["verify_step_ms"]),
-           "draft_level_ms": level_ms, "verify_curve_ms": curve["verify_ms"], "verify_ratio": curve["ratio"],
-           "decode_ms_isolated": curve["decode_ms"], "n_verify": n_verify,
-           "tau_random_weights": _median(runs["tau_random_weights"])}
-    row["projected"] = {str(t): projected_speedup(t, t_dec, level_ms, t_ver, tree.depth) for t in (2, 3, 4, 5)}
-    if setup.key in PAPER_TAU:
-        tau = PAPER_TAU[setup.key]
-        row["paper_tau"] = tau
-        row["speedup_at_paper_tau"] = projected_speedup(tau, t_dec, level_ms, t_ver, tree.depth)
-    if setup.key in PAPER_SPEEDUP:
-        row["paper_speedup"] = PAPER_SPEEDUP[setup.key]
-        row["tau_for_paper_speedup"] = tau_needed(PAPER_SPEEDUP[setup.key], t_dec, level_ms, t_ver, tree.depth)
-    return row
-
-
 def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict:
-    """Build (or reuse) the pair, decode, measure the step costs, summarise."""
+    """Build (or reuse) the pair, decode on each engine, time the isolated steps, summarise."""
     t_layers = setup.target_layers or setup.target.layers
     wanted = {(setup.target.name, t_layers)} | ({(setup.draft.name, setup.draft.layers)} if setup.draft else set())
     store.keep_only(wanted)
@@ -313,80 +169,84 @@ def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict
     target, tproc = store.get(setup.target, t_layers)
     draft, dproc = store.get(setup.draft, setup.draft.layers) if setup.draft else (None, None)
     pair = pair_from_models(target, tproc, draft, dproc, name=setup.name)
-    runs = decode_runs(pair, setup, args, store.dtype)
-    curve = verify_curve(target, runs["L"], range(1, args.max_verify + 1), runs["rows"], args.rounds, args.iters,
-                         args.warmup)
-    level = draft_level_ms(pair.draft, runs["L_draft"], runs["rows"], TreeConfig().top_k, args.iters, args.warmup)
-    row = summarize(setup, runs, curve, level, t_layers)
+    side = setup.target.vision.get("image_size", args.frame_side)  # fixed-size towers resize to their input
+    clips = prepare_clips(pair, setup.frames, side, args.clips)
+    by_engine = {e: decode_runs(pair, clips, args, store.dtype, e) for e in args.engine_list}
+    first = next(iter(by_engine.values()))
+    sizes = tuple(n for n in VERIFY_SIZES if n <= args.max_verify)
+    curve = verify_curve(target, first["L"], sizes, first["rows"], args.rounds, args.iters, args.warmup)
+    level = draft_level_ms(pair.draft, first["L_draft"], first["rows"], TreeConfig().top_k, args.iters, args.warmup)
+    dtype_bytes = torch.empty((), dtype=store.dtype).element_size()
+    row = summarize(setup, by_engine, curve, level, t_layers, dtype_bytes, args.bandwidth_bytes)
     row["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9 if store.device.startswith("cuda") else None
     return row
 
 
-def format_results(rows: list[dict], device_name: str) -> str:
-    """Markdown tables: outputs and costs per setup, verify(n), and the projections."""
-    out = [f"Device: {device_name}", "",
-           "| setup | target layers | V | L / L_draft | identical / near-tie / mismatch | prefill s "
-           "(vanilla / SpecVLM) | decode ms | draft step ms (level) | verify step ms |", "|" + "---|" * 9]
-    for r in rows:
-        c = r["counts"]
-        out.append(f"| {r['pair']} | {r['target_layers']} | {r['video_tokens']} | {r['L']} / {r['L_draft']} | "
-                   f"{c['identical']} / {c['near-tie']} / {c['mismatch']} | "
-                   f"{r['prefill_vanilla_s']:.2f} / {r['prefill_specvlm_s']:.2f} | {r['decode_step_ms']:.2f} | "
-                   f"{r['draft_step_ms']:.2f} ({r['draft_level_ms']:.2f}) | {r['verify_step_ms']:.2f} |")
-    for r in rows:
-        for d in r["divergences"]:
-            m = "n/a" if d["margin"] is None else f"{d['margin']:.4f}"
-            out.append(f"- {r['pair']}: {d['kind']} at token {d['index']}, target top-1 minus top-2 logit {m}")
-    out += ["", "verify(n) ms after L cached tokens (ratio to one decode step):", "",
-            "| setup | decode | " + " | ".join(f"n={n}" for n in (1, 2, 4, 8, 16, 17, 24, 32)) + " |",
-            "|" + "---|" * 10]
-    for r in rows:
-        cells = [f"{r['verify_curve_ms'][n]:.2f} ({r['verify_ratio'][n]:.2f}x)" if n in r["verify_curve_ms"] else "-"
-                 for n in (1, 2, 4, 8, 16, 17, 24, 32)]
-        out.append(f"| {r['pair']} | {r['decode_ms_isolated']:.2f} | " + " | ".join(cells) + " |")
-    out += ["", "| setup | τ=2 | τ=3 | τ=4 | τ=5 | at the paper's τ | τ needed for the paper's speedup |",
-            "|" + "---|" * 7]
-    for r in rows:
-        p = r["projected"]
-        at = f"{r['speedup_at_paper_tau']:.2f}x (τ = {r['paper_tau']})" if "paper_tau" in r else "-"
-        need = f"τ = {r['tau_for_paper_speedup']:.2f} for {r['paper_speedup']}x" if "paper_speedup" in r else "-"
-        out.append(f"| {r['pair']} | " + " | ".join(f"{p[t]:.2f}x" for t in "2345") + f" | {at} | {need} |")
-    depth = TreeConfig().depth
-    out.append(f"\nprojected speedup = (τ + 1) · t_decode / ({depth} · t_level + t_verify(n)), n = tree tokens + "
-               "root; decode phase only; target costs of a reduced-depth build are scaled to full depth "
-               "(layers ratio). Accepted lengths of random weights are not meaningful: τ comes from the paper.")
-    return "\n".join(out)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The command line (``python -m scripts.gpu_check --help``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cpu-smoke", action="store_true", help="tiny models of the same structure on the CPU (seconds)")
-    p.add_argument("--setups", default="qwen7-self,qwen32-qwen7,llava72-llava7",
-                   help="comma list of qwen7-self, qwen32-qwen7, llava7-self, llava72-llava7 "
-                        "(default: the paper's three settings)")
+    p.add_argument("--cpu-smoke", "--dry-run", action="store_true",
+                   help="tiny models of the same structure on the CPU (seconds)")
+    p.add_argument("--setups", default=DEFAULT_SETUPS,
+                   help="comma list of qwen7-self, qwen7-qwen3b, qwen32-qwen7, qwen3-8b-self, qwen3-8b-2b, "
+                        f"llava7-self, llava72-llava7 (default {DEFAULT_SETUPS})")
+    p.add_argument("--engines", default=",".join(ENGINES), help=f"decode engines to run (default {','.join(ENGINES)})")
     p.add_argument("--device", default="cuda", help="CUDA device (ignored with --cpu-smoke)")
+    p.add_argument("--bandwidth", type=float, default=None,
+                   help="memory bandwidth in bytes/s for the byte floors, e.g. 3.35e12 (default: by the GPU's name; "
+                        "on the CPU: its measured copy bandwidth)")
     p.add_argument("--llava72-layers", type=int, default=40, help="decoder layers of LLaVA-OV-72B to build (of 80; "
                                                                   "40 leaves room for the 7B draft on one H200)")
-    p.add_argument("--clips", type=int, default=None, help="clips per setup (default 2; 1 with --cpu-smoke)")
-    p.add_argument("--new-tokens", type=int, default=None, help="tokens per run (default 48; 8 with --cpu-smoke)")
-    p.add_argument("--frame-side", type=int, default=None, help="Qwen2.5-VL frame side in px (448; 56 smoke)")
-    p.add_argument("--max-verify", type=int, default=32, help="largest n of verify(n) (default 32)")
+    p.add_argument("--clips", type=int, default=None, help="clips per setup and engine (default 1)")
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens per run (default 32; 8 with --cpu-smoke)")
+    p.add_argument("--warmup-tokens", type=int, default=4, help="tokens of the untimed first runs (default 4)")
+    p.add_argument("--frame-side", type=int, default=None, help="Qwen frame side in px (448; 56 smoke)")
+    p.add_argument("--max-verify", type=int, default=32, help="largest n of the isolated verify(n) (default 32)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the verify curve (2; 1 smoke)")
     p.add_argument("--iters", type=int, default=None, help="timed calls per size and round (3; 1 smoke)")
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first (2; 0 smoke)")
-    p.add_argument("--budget-s", type=float, default=400.0, help="skip the remaining setups after this many s (400)")
-    p.add_argument("--out-json", help="also write the results as JSON")
+    p.add_argument("--budget-s", type=float, default=200.0, help="skip the remaining setups after this many s (200)")
+    p.add_argument("--out-json", help="write the results as JSON here (default on a GPU: "
+                                      "docs/bench/gpu_check_<GPU name>.json)")
     return p
 
 
 def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     smoke = args.cpu_smoke
-    for name, gpu, cpu in (("clips", 2, 1), ("new_tokens", 48, 8), ("frame_side", 448, 56), ("rounds", 2, 1),
+    for name, gpu, cpu in (("clips", 1, 1), ("new_tokens", 32, 8), ("frame_side", 448, 56), ("rounds", 2, 1),
                            ("iters", 3, 1), ("warmup", 2, 0)):
         if getattr(args, name) is None:
             setattr(args, name, cpu if smoke else gpu)
+    args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
+    bad = [e for e in args.engine_list if e not in ENGINES] or ([] if args.engine_list else [args.engines])
+    if bad:
+        raise SystemExit(f"error: --engines {args.engines!r}: use a comma list of {', '.join(ENGINES)}")
     return args
+
+
+def device_name(args: argparse.Namespace) -> str:
+    """What the results call the device: the GPU's name, or the CPU smoke run's label."""
+    return "CPU (tiny models)" if args.cpu_smoke else torch.cuda.get_device_name(torch.device(args.device))
+
+
+def bandwidth_bytes(args: argparse.Namespace, name: str) -> float:
+    """Memory bandwidth (bytes/s) for the byte floors: ``--bandwidth``, else the GPU's by name, else (CPU smoke
+    run) the measured copy bandwidth (:func:`specvlm.bench.machine.machine_info`).
+
+    Raises:
+        BandwidthError: an unknown GPU and no ``--bandwidth``.
+    """
+    if args.cpu_smoke and args.bandwidth is None:
+        from specvlm.bench.machine import machine_info
+
+        return machine_info("cpu", seconds=0.05)["copy_gb_per_s"] * 1e9
+    return gpu_bandwidth(name, args.bandwidth)
+
+
+def default_json_path(name: str) -> Path:
+    """``docs/bench/gpu_check_<name>.json`` with the name's runs of other characters as ``-``."""
+    return ROOT / "docs" / "bench" / f"gpu_check_{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-')}.json"
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -412,16 +272,28 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the check, print the tables, write the JSON; returns the exit status."""
     args = _defaults(build_parser().parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("error: no CUDA device: use --cpu-smoke for the CPU version", file=sys.stderr)
         return 2
+    name = device_name(args)
+    try:
+        args.bandwidth_bytes = bandwidth_bytes(args, name)
+    except BandwidthError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
     rows = run(args)
-    name = "CPU (tiny models)" if args.cpu_smoke else torch.cuda.get_device_name(torch.device(args.device))
     print(format_results(rows, name))
-    if args.out_json:
-        Path(args.out_json).write_text(json.dumps({"device": name, "results": rows}, indent=1, default=str))
+    out = Path(args.out_json) if args.out_json else (None if args.cpu_smoke else default_json_path(name))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"device": name, "bandwidth": args.bandwidth_bytes, "engines": args.engine_list,
+                                   "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                   "wall_s": time.perf_counter() - t0, "results": rows}, indent=1, default=str))
+        print(f"\nJSON: {out}")
     return 0
 
 

@@ -4,7 +4,7 @@
 Each clip gets ``<name>.mp4`` (H.264, yuv420p), ``<name>.json`` (ground truth
 from ``specvlm.bench.synth``, incl. the reference caption) and, for the long clip,
 ``<name>.srt`` with cues derived from the ground truth. ``shapes_subtitles`` is a
-sparse-information clip (:mod:`scripts.training.scenes`) whose ``.srt`` states a fact
+sparse-information clip (:mod:`training.scenes`) whose ``.srt`` states a fact
 (a code, a name or a flag colour) that the description reports: with the subtitles
 given to the target only, the draft cannot predict it (the app's failure case).
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scripts.training import scenes
+from training import scenes
 from specvlm.bench import captions
 from specvlm.bench import clipfiles
 from specvlm.bench import synth

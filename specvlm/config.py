@@ -44,6 +44,25 @@ class ConfigError(ValueError):
     """A setting is out of range; the message names the setting and the valid range."""
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""Model dtypes the library runs, by name. Without a choice a model loads in float32 on a CPU and in bfloat16 on
+CUDA (float16 on GPUs without native bfloat16): :func:`specvlm.models.loading.load_pair`."""
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def dtype_name(dtype: object) -> str:
+    """The name in :data:`DTYPES` of a torch dtype (``torch.bfloat16``) or of a name or alias (``"bf16"``).
+
+    Raises:
+        ConfigError: any other dtype.
+    """
+    name = str(dtype).removeprefix("torch.")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is unknown: use {', '.join(DTYPES)}.")
+    return name
+
+
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
     if not (lo <= value <= hi):
         raise ConfigError(f"{name}={value!r} is out of range: use a value in [{lo}, {hi}].")
@@ -160,28 +179,19 @@ BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=8, min_prob=0.05,
                               long_prompt=TreeConfig(shape="chain", depth=12, min_prob=0.1), long_from=8192)
 """Draft tree of the bundled Std-SD pair (assets/model: 4-layer target, 1-layer draft) on a CPU.
 
-From 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1: there a verify costs ~2x a
-decode step and a draft node ~0.05 of one, so longer chains pay (16,384 video tokens, 128 tokens
-fixed length, one process, 4 interleaved rounds: chain of 12 / stop 0.1 3.66x, of 8 / stop 0.05
-2.86x, of 16 / stop 0.3 3.61x). On the example clips the chain of 8 stays ahead (7 rounds: median
-1.86x vs 1.74x for the chain of 12).
-
-Chosen over 14 dynamic/chain/static trees on the app's three example clips (assets/videos, stop
-at EOS, 15-25 token captions): exact per-step counts (draft feeds and their widths, tree sizes,
-accepted lengths: deterministic) times step-cost ratios to one target decode step measured
-interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`).
-Predicted median speedup: this chain 2.29x, chain of 8 without a stop 2.26x, dynamic depth 6 top-2
-10 nodes 2.00x, the library default (dynamic depth 5, top-4, 16 nodes) 1.73x. With the fused draft
-a level costs ~0.03-0.1 of a target step, so the verify's size (a 17-token verify ~2x a decode
-step here) and the accepted length decide, and a narrow deep draft wins on short captions.
+A chain of up to 8 with early stop 0.05; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1,
+where a verify costs more decode steps' worth and longer chains pay. A fused draft level costs a small share of
+a target step, so the verify's size and the accepted length decide, and a narrow deep draft wins on short
+captions. Chosen from exact per-step counts on the app's example clips times step-cost ratios measured
+interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`);
+the trees compared and their figures: docs/benchmark.md, *Measurements behind the engine's choices*.
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
 
 The draft is the whole target, so every draft level costs a sizeable share of a target step and
-wide levels lose (every dynamic tree predicted < 1x); its accepted lengths are long (τ 5-9), so a
-deep chain with an early stop drafts them at one node per level (same measurement as
-:data:`BUNDLED_STD_TREE`; predicted 2.6x, chain of 8: 2.3x, noisier ratios).
+wide levels lose; its accepted lengths are long, so a deep chain with an early stop drafts them at one node
+per level (chosen as :data:`BUNDLED_STD_TREE`; figures in docs/benchmark.md).
 """
 
 
@@ -225,6 +235,25 @@ class SamplingConfig:
 ENGINES = ("eager", "static")
 """Decode-loop implementations (:attr:`DecodeConfig.engine`); both are token-identical."""
 
+ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "eager", "cuda": "static"}
+"""The decode loop used where none is chosen, per torch device type (the one home of that default; other
+device types get the CPU's). The CLI, the bench and the app read it through
+:func:`default_engine`."""
+
+
+def default_engine(device_type: str) -> str:
+    """The decode loop (:data:`ENGINES`) to use on a device type when none is chosen.
+
+    Args:
+        device_type: a torch device type, e.g. ``"cpu"`` or ``"cuda"`` (``torch.device(...).type``); a
+            device name such as ``"cuda:1"`` counts as its type.
+
+    Returns:
+        ``"eager"`` or ``"static"`` (:data:`ENGINE_BY_DEVICE`; unknown device types get the CPU's).
+    """
+    return ENGINE_BY_DEVICE.get(str(device_type).split(":")[0], ENGINE_BY_DEVICE["cpu"])
+
+
 _NESTED = (
     ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
     ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
@@ -248,7 +277,7 @@ class DecodeConfig:
         engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
             growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
             with device-side lengths (capturable, at most one host read per step). Both give the same
-            tokens.
+            tokens. The default is the CPU's (:func:`default_engine`); front ends choose per device.
 
     Raises:
         ConfigError: unknown method or engine, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
@@ -261,7 +290,7 @@ class DecodeConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    engine: str = "eager"
+    engine: str = ENGINE_BY_DEVICE["cpu"]
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -347,7 +376,7 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
                          shape: str | None = None, depth: int | None = None, top_k: int | None = None,
                          total_tokens: int | None = None, min_prob: float | None = None,
-                         engine: str = DecodeConfig.engine) -> DecodeConfig:
+                         engine: str | None = None, device_type: str = "cpu") -> DecodeConfig:
     """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
 
     Args:
@@ -358,7 +387,9 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         temperature, top_p_sampling: sampling (temperature 0 = greedy).
         tree: the preset's tree (None = ``TreeConfig()``); shape, depth, top_k, total_tokens, min_prob:
             the tree options, combined with it by :func:`tree_with_options`.
-        engine: the decode loop (:data:`ENGINES`).
+        engine: the decode loop (:data:`ENGINES`); None = :func:`default_engine` of ``device_type``.
+        device_type: the torch device type the request runs on (``"cpu"``, ``"cuda"``); only read when
+            ``engine`` is None.
 
     Raises:
         ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
@@ -369,5 +400,5 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int = 256, 
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
-        engine=engine,
+        engine=default_engine(device_type) if engine is None else engine,
     )

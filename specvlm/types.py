@@ -7,7 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.text.prompting import SubtitlePromptError
+
+
+class SubtitlePromptError(ValueError):
+    """The subtitle transcript could not be placed in the prompt (bad mode, unexpected tokenization)."""
 
 
 @dataclass
@@ -178,7 +181,7 @@ class DecodeResult:
         total_s: the stream's wall time (s), including them.
         tokens_per_s: tokens of the decode steps per second of decode time, (n - 1) / decode_s.
         (tau, tokens_per_target_forward, decode_s and tokens_per_s are
-        :func:`specvlm.analysis.metrics.summarize` of the events.)
+        :func:`specvlm.engine.measures.summarize` of the events.)
         draft_s: total drafting time (s).
         verify_s: total target verify/decode time (s).
         prefill: the PrefillInfo.

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,16 +11,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny models: one thread is fast
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def make_clip(num_frames: int = 8, side: int = 112, seed: int = 0, fps: float = 4.0):
-    """A random-pixel clip with smooth structure so features vary across tokens."""
-    from specvlm.types import VideoClip
-
-    rng = np.random.RandomState(seed)
-    frames = rng.randint(0, 255, (num_frames, side, side, 3), dtype=np.uint8)
-    return VideoClip(frames, np.arange(num_frames) / fps, native_fps=fps, total_frames=num_frames,
-                     duration=num_frames / fps)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_video import frame_ids, write_video
+from helpers.media import frame_ids, write_video
 
 from specvlm.config import ConfigError, DecodeConfig, PruneConfig, VideoConfig
 from specvlm.engine.stream import generate, stream

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_app_fakes import FakeEngine, free_port, sample_video  # noqa: E402
+
+from helpers.fakes import FakeEngine, free_port, sample_video
 
 from app.settings import COMPARE_INPUTS, DEFAULT_PROMPT, RunSettings  # noqa: E402
 

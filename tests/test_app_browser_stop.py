@@ -8,27 +8,16 @@ the real reader and prefill). Each phase: Run, wait until the page shows the pha
 """
 from __future__ import annotations
 
-import time
 
 import pytest
 
-from test_app_browser import _browser, _set_slider, served_page
-from test_app_fakes import FakeEngine, free_port, sample_video
-
-STATUS_LOG_JS = """() => {
-  window.__statuses = [];
-  new MutationObserver(() => {
-    const s = document.querySelector('#status .prose') || document.getElementById('status');
-    const t = s ? s.innerText.trim() : '';  // the Markdown's text, not the progress timer beside it
-    if (t && window.__statuses[window.__statuses.length - 1] !== t) window.__statuses.push(t);
-  }).observe(document.body, {childList: true, subtree: true, characterData: true});
-}"""
-"""Records every distinct status line the page shows, in order."""
+from helpers.browser import STATUS_LOG_JS, assert_order, chromium, served_page, set_slider, wait_until
+from helpers.fakes import FakeEngine, free_port, sample_video
 
 
 @pytest.fixture(scope="module")
 def page_and_engine():
-    exe = _browser()
+    exe = chromium()
     from app.backend import Backend
     from app.ui import build_demo
     eng = FakeEngine(step_s=0.0)
@@ -39,19 +28,12 @@ def page_and_engine():
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#video input[type=file]").set_input_files(str(sample_video()))
         page.locator("#video video").wait_for(state="attached", timeout=60_000)
-        _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))  # page shows it
-        _set_slider(page, "frames", 40)
-        _set_slider(page, "max-new-tokens", 1000)
+        wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))  # page shows it
+        set_slider(page, "frames", 40)
+        set_slider(page, "max-new-tokens", 1000)
         page.evaluate(STATUS_LOG_JS)
         eng.janitor = demo.specvlm_janitor  # for failure messages
         yield page, eng
-
-
-def _wait_until(cond, timeout_s: float = 30.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
 
 
 def _stop_then_run(page, eng, phase_text: str, slow: dict, fast: dict) -> list[str]:
@@ -88,21 +70,12 @@ def _stop_then_run(page, eng, phase_text: str, slow: dict, fast: dict) -> list[s
     return seen
 
 
-def _order(seen: list[str], *prefixes: str) -> None:
-    """Each prefix is seen, in this order."""
-    at = 0
-    for p in prefixes:
-        hits = [i for i, s in enumerate(seen) if i >= at and s.startswith(p)]
-        assert hits, (p, seen)
-        at = hits[0]
-
-
 def test_stop_while_reading_the_video_then_run(page_and_engine):
     page, eng = page_and_engine
     before = eng.frames_read
     seen = _stop_then_run(page, eng, "Decoding video frames", dict(frame_s=0.2), dict(frame_s=0.0))
     assert eng.frames_read - before < 40   # the reader stopped between frames, it did not read all 40
-    _order(seen, "Decoding video frames", "Stopping", "Stopped.", "Done.")
+    assert_order(seen, "Decoding video frames", "Stopping", "Stopped.", "Done.")
     assert eng.streams[-2:] == ["vanilla", "specvlm"]  # only the second run decoded
 
 
@@ -113,7 +86,7 @@ def test_stop_during_prefill_then_run(page_and_engine):
                           dict(prefill_s=0.0, stop_lag_s=0.0))
     assert eng.prefill_layers - before < 10  # the prefill stopped between layers
     # the stopped prefill takes 2 s more to end, so the Run click lands while it winds down: it waits, visibly
-    _order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop",
+    assert_order(seen, "Prefill (vanilla)", "Stopping", "Waiting for the previous run to stop",
            "Stopped. The next run starts now", "Done.")
     assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]  # the stopped one never reached SpecVLM
 
@@ -122,9 +95,8 @@ def test_stop_while_decoding_then_run(page_and_engine):
     page, eng = page_and_engine
     streams = len(eng.streams)
     seen = _stop_then_run(page, eng, "Vanilla decoding", dict(step_s=0.02), dict(step_s=0.0))
-    _order(seen, "Vanilla decoding", "Stopping", "Stopped.", "Done.")
+    assert_order(seen, "Vanilla decoding", "Stopping", "Stopped.", "Done.")
     assert eng.streams[streams:] == ["vanilla", "vanilla", "specvlm"]
-
 
 
 def test_the_summary_offers_a_timing_repeat_that_runs_the_median(page_and_engine):

@@ -2,15 +2,14 @@
 Stop during a long prefill, then a Run clicked at once ends Done with no second click."""
 from __future__ import annotations
 
-from test_app_browser import _browser, _set_slider, served_page
-from test_app_browser_stop import STATUS_LOG_JS, _order, _wait_until
-from test_app_fakes import free_port
+from helpers.browser import STATUS_LOG_JS, assert_order, chromium, served_page, set_slider, wait_until
+from helpers.fakes import free_port
 
 
 def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
     """The bundled model, 256 frames of world.mp4 (a prefill of ~22k video tokens, about 20 s here): Stop 1 s
     into it, click Run at once and lower the frames meanwhile; the held click runs with 8 frames and ends Done."""
-    exe = _browser()
+    exe = chromium()
     from gradio.media import get_video
     from app.backend import Backend
     from app.engine import Engine
@@ -23,21 +22,21 @@ def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#video input[type=file]").set_input_files(get_video("world.mp4"))
         page.locator("#video video").wait_for(state="attached", timeout=60_000)
-        _wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))
-        _set_slider(page, "frames", 256)
-        _set_slider(page, "max-new-tokens", 16)
+        wait_until(lambda: any(slot == "video" for _, slot in demo.specvlm_janitor._held))
+        set_slider(page, "frames", 256)
+        set_slider(page, "max-new-tokens", 16)
         page.evaluate(STATUS_LOG_JS)
         page.locator("#run").click()
         page.locator("#status p").get_by_text("Prefill (vanilla)").wait_for(timeout=120_000)
         page.wait_for_timeout(1000)
         page.locator("#stop").click()
         page.locator("#run").click()            # held until the stopped run has ended
-        _set_slider(page, "frames", 8)          # read when the held click is sent
+        set_slider(page, "frames", 8)          # read when the held click is sent
         page.wait_for_function("() => { const s = window.__statuses || [];"
                                " const i = s.findIndex(t => t.startsWith('Stopped.'));"
                                " return i >= 0 && s.slice(i).some(t => t.startsWith('Done.')); }",
                                timeout=180_000)
         seen = page.evaluate("() => window.__statuses")
         assert "Outputs identical" in page.locator("#summary").inner_text()
-    _order(seen, "Prefill (vanilla)… 256 frames", "Stopping", "Stopped.", "Prefill (vanilla)… 8 frames", "Done.")
+    assert_order(seen, "Prefill (vanilla)… 256 frames", "Stopping", "Stopped.", "Prefill (vanilla)… 8 frames", "Done.")
     assert not backend.active_workers()

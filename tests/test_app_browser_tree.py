@@ -2,8 +2,8 @@
 font size at every depth (Gradio's page style shrinks each nested list to 90%, so depth 8 would be 43%)."""
 from __future__ import annotations
 
-from test_app_browser import _browser, served_page
-from test_app_fakes import free_port
+from helpers.browser import chromium, served_page
+from helpers.fakes import free_port
 
 from app.inspect_view import tree_html
 from specvlm.analysis.records import StepTree, TreeNodeView
@@ -21,7 +21,7 @@ def _chain(depth: int) -> StepTree:
 
 
 def test_tree_nodes_keep_their_size_at_depth():
-    exe = _browser()
+    exe = chromium()
     import gradio as gr
     with gr.Blocks() as demo:
         gr.HTML(tree_html(_chain(DEPTH)), elem_id="tree")

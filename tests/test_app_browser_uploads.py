@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import subprocess
 
-from test_app_browser import _browser, served_page
-from test_app_browser_ux import ProbingEngine
-from test_app_fakes import free_port
+from helpers.browser import chromium, served_page
+from helpers.fakes import ProbingEngine, free_port
 
 
 def test_wrong_uploads_say_why_before_run(tmp_path):
-    exe = _browser()
+    exe = chromium()
     import imageio_ffmpeg
     from app.backend import Backend
     from app.ui import build_demo

@@ -13,25 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_app_browser import _browser, _set_slider, served_page
-from test_app_fakes import FakeEngine, free_port
-
-
-class ProbingEngine(FakeEngine):
-    """The fake decoder with the real probe (the page decides on a preview from the real codec) and a
-    record of the files the runs read."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.read: list[str] = []
-
-    def probe_video(self, path):
-        from app.engine import Engine
-        return Engine().probe_video(path)
-
-    def load_video(self, path, config, **kw):
-        self.read.append(str(path))
-        return super().load_video(path, config, **kw)
+from helpers.browser import chromium, served_page, set_slider
+from helpers.fakes import ProbingEngine, free_port
 
 
 def _gif(path: Path) -> Path:
@@ -62,7 +45,7 @@ def _upload(page, path: Path, fmt: str) -> None:
 
 
 def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
-    exe = _browser()
+    exe = chromium()
     from app.backend import Backend
     from app.ui import build_demo
     gif, hevc = _gif(tmp_path / "anim.gif"), _hevc(tmp_path / "clip_hevc.mp4")
@@ -85,7 +68,7 @@ def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
         body = page.locator("body").inner_text()
         assert "not playable" not in body and "Invalid file type" not in body
 
-        _set_slider(page, "max-new-tokens", 160)
+        set_slider(page, "max-new-tokens", 160)
         page.evaluate("window.scrollTo(0, 0)")
         bg = "() => getComputedStyle(document.querySelector('#stop')).backgroundColor"
         page.add_style_tag(content="#stop { transition: none !important; }")  # colours as the class says

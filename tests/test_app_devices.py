@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_app_fakes import ROOT, FakeEngine
+from helpers.fakes import ROOT, FakeEngine
 
 from app.backend import Backend
 from app.devices import DeviceError, DevicePool, default_devices, parse_devices

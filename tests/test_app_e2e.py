@@ -7,11 +7,9 @@ from __future__ import annotations
 import html
 import re
 
-import pytest
+from gradio_client import Client, handle_file
 
-from test_app_fakes import FakeEngine, free_port, real_engine, sample_video
-
-pytest.importorskip("gradio_client")
+from helpers.fakes import FakeEngine, free_port, real_engine, sample_video
 
 from app.backend import Backend
 
@@ -23,8 +21,6 @@ def _text(panel_html: str) -> str:
 def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tuple = ()):
     """Launch, call /compare once, close; returns the outputs tuple (``extra``: arguments after the
     heatmap mode: temperature, nucleus, seed, subtitles, subtitle mode, ground truth, keep text)."""
-    from gradio_client import Client, handle_file
-
     from app.ui import build_demo
     video = sample_video()
     demo = build_demo(backend, examples=[])
@@ -87,7 +83,6 @@ def test_e2e_subtitles_and_ground_truth_reach_the_engine(tmp_path):
     """/compare takes the .srt, who sees it, a ground-truth .json and the keep-text box as its last arguments."""
     import json
 
-    from gradio_client import handle_file
     srt = tmp_path / "clip.srt"
     srt.write_text("1\n00:00:00,000 --> 00:00:01,000\nHello\n")
     truth = tmp_path / "clip.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_robust_backend import _run
-from test_video import write_video
+from helpers.engines import run_to_end
+from helpers.media import write_video
 
 from app.backend import Backend
 from app.engine import Engine
@@ -35,7 +35,7 @@ def test_custom_folders_of_new_families_run_losslessly_with_heatmaps(tmp_path, b
     target, draft = build(tmp_path)
     clip = write_video(tmp_path / "clip.mp4", n=8, w=96, h=64)
     backend = Backend(Engine(), device="cpu", dtype="float32")
-    last = _run(backend, clip, custom_model=f"{target} + {draft}", num_frames=4, max_new_tokens=16)
+    last = run_to_end(backend, clip, custom_model=f"{target} + {draft}", num_frames=4, max_new_tokens=16)
     assert "error" not in last or not last["error"], last.get("error")
     assert last["status"].startswith("**Done.**"), last["status"]
     assert "Outputs identical" in last["summary"], last["summary"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import shutil
 from types import SimpleNamespace
 
-
-from test_app_fakes import FakeEngine
+from helpers.fakes import FakeEngine
 
 from app.backend import Backend
 from app.models_notes import families_text, model_error, synthetic_caveat

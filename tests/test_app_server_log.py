@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from test_app_fakes import ROOT, free_port
+from helpers.fakes import ROOT, free_port
 
 
 def test_server_log_is_quiet_about_ordinary_things(tmp_path):

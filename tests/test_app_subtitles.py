@@ -1,4 +1,4 @@
-"""Issue 8 through the app with the real engine on a tiny Qwen2.5-VL (fp32, CPU): uploaded subtitles
+"""Subtitles and on-screen-text forcing through the app with the real engine on a tiny Qwen2.5-VL (fp32, CPU): uploaded subtitles
 reach both runs in every subtitle mode without breaking losslessness, and "always keep on-screen
 text tokens" forces the draft to keep the tokens a generated clip's ground truth puts under its text.
 """

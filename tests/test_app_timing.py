@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_app_fakes import FakeEngine
+from helpers.fakes import FakeEngine
 
 from app.backend import Backend
 from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs

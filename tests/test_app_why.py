@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.media import make_clip
+
 from app import why_view as wv
 from app.engine import Engine
-from conftest import make_clip
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig, PruneConfig
 from specvlm.engine.prepare import prepare

@@ -1,6 +1,6 @@
 """The shipped bundled model pair (assets/model): offline load, a real description, CLI default, lossless SD.
 
-Skipped (with the reason) until ``scripts/train_bundled.py`` has written
+Skipped (with the reason) until ``training/train_bundled.py`` has written
 ``assets/model/target``. Runs on the committed generated clip
 ``assets/videos/shapes_short.mp4`` (16 frames, 168x168, 2 objects, no text; ground
 truth in ``shapes_short.json``).
@@ -74,7 +74,7 @@ def test_loads_offline_from_assets(pair):
 def test_description_matches_ground_truth(vanilla, truth):
     """The shipped model describes the committed clip exactly (colour, shape, motion of each object, count, no text).
 
-    The held-out accuracy goal (>= 90% mean over 200 clips) is measured by scripts/eval_bundled.py
+    The held-out accuracy goal (>= 90% mean over 200 clips) is measured by training/eval_bundled.py
     (assets/model/eval.json), not here."""
     from specvlm.bench.captions import parse_caption
 

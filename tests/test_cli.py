@@ -2,29 +2,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
 
+from helpers.media import run_cli, write_mp4
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def write_mp4(path: Path, frames: np.ndarray, fps: int = 8) -> Path:
-    """Write uint8 (T,H,W,3) frames as H.264 mp4 with PyAV."""
-    with av.open(str(path), "w") as out:
-        st = out.add_stream("libx264", rate=fps)
-        st.width, st.height, st.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
-        for f in frames:
-            for pkt in st.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                out.mux(pkt)
-        for pkt in st.encode():
-            out.mux(pkt)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +27,6 @@ def checkpoints(tmp_path_factory, qwen_tiny, llava_tiny):
                                  np.full((112, 112), 30 * t % 255, np.uint8)], -1) for t in range(16)])
     out["video"] = write_mp4(root / "clip.mp4", frames)
     return out
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specvlm", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
@@ -244,3 +225,32 @@ def test_help_names_lambda_and_threads(command, capsys):
     assert "--lambda λ, --stage1-mass λ" in text and "deprecated spelling of --lambda" in text
     assert "Not nucleus sampling: that is --top-p-sampling" in text and "The pruning share λ is --lambda" in text
     assert "--threads N" in text
+
+
+def test_engine_flag_reaches_the_config_and_defaults_per_device(monkeypatch):
+    from specvlm.cli.args import decode_config, device_type
+    from specvlm.config import ENGINE_BY_DEVICE, default_engine
+
+    assert decode_config(_generate_args("--engine", "static"), "specvlm", None).engine == "static"
+    assert decode_config(_generate_args("--engine", "eager"), "vanilla", None, "cuda").engine == "eager"
+    # without --engine, the device type picks it (one table, specvlm.config.ENGINE_BY_DEVICE)
+    assert decode_config(_generate_args("--device", "cpu"), "specvlm", None).engine == ENGINE_BY_DEVICE["cpu"]
+    assert decode_config(_generate_args(), "specvlm", None, "cuda").engine == ENGINE_BY_DEVICE["cuda"]
+    assert (default_engine("cpu"), default_engine("cuda"), default_engine("cuda:1")) == ("eager", "static", "static")
+    assert default_engine("mps") == default_engine("cpu")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert device_type(_generate_args()) == "cuda" and device_type(_generate_args("--device", "cpu")) == "cpu"
+    assert decode_config(_generate_args(), "vanilla", None).engine == "static"
+
+
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_engine_flag_is_offered_and_checked(command, capsys):
+    from specvlm.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--engine {eager,static}" in text and "Default per device: cpu eager, cuda static" in text
+    with pytest.raises(SystemExit):
+        main([command, "--engine", "fast", "--video", "x.mp4"])
+    assert "invalid choice: 'fast'" in capsys.readouterr().err

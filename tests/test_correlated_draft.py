@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, PruneConfig, SamplingConfig, TreeConfig
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate

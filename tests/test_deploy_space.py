@@ -35,11 +35,13 @@ def test_sdk_version_is_the_gradio_pin(deploy):
 
 
 def test_front_matter_models_are_the_presets(deploy):
-    from specvlm.models.presets import PRESETS, QWEN7_SELF
+    from specvlm.models.presets import GPU_DEFAULTS, PRESETS
 
     meta, _ = deploy.split_readme((ROOT / "README.md").read_text())
     models, preload = deploy.preset_models()
-    assert preload == [PRESETS[QWEN7_SELF].target] == meta["preload_from_hub"]
+    default = PRESETS[GPU_DEFAULTS[0]]
+    assert preload == [default.target, default.draft] == meta["preload_from_hub"]
+    assert preload == ["Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-2B-Instruct"]
     assert set(meta["models"]) <= set(models) and preload[0] in meta["models"]
     uploaded = deploy.front_matter(ROOT, "zero-a10g")
     assert uploaded["models"] == models and uploaded["suggested_hardware"] == "zero-a10g"

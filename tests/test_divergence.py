@@ -12,8 +12,9 @@ from collections import Counter
 import pytest
 import torch
 
+from helpers.media import make_clip
+
 import specvlm.engine.stream as dec
-from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.analysis.metrics import compare_outputs
 from specvlm.models.pair import pair_from_models
@@ -36,17 +37,16 @@ def _std_pair(seed=0):
 
 
 def _patch_verify(monkeypatch, pair, change):
-    """Route the target's masked (verify) forwards through ``change(call_index, logits)``."""
-    real, calls = dec.lm_forward, []
+    """Route the target's verify forwards (the engine's ``verify_tree``) through ``change(call_index, logits)``."""
+    real, calls = dec.verify_tree, []
 
-    def forward(model, *args, **kw):
+    def verify(model, *args, **kw):
         out = real(model, *args, **kw)
-        if model is pair.target and kw.get("mask") is not None and out is not None:
-            calls.append(1)
-            out = change(len(calls), out)
-        return out
+        assert model is pair.target
+        calls.append(1)
+        return change(len(calls), out)
 
-    monkeypatch.setattr(dec, "lm_forward", forward)
+    monkeypatch.setattr(dec, "verify_tree", verify)
     return calls
 
 

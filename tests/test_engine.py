@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.engine import kv
 from specvlm.config import PRUNE_METHODS, DecodeConfig, TreeConfig
 from specvlm.engine.prepare import prepare
@@ -303,7 +304,7 @@ def test_concurrent_streams_on_one_pair_are_safe_and_leave_the_models_as_built(p
     each gets the tokens it gets alone, and no model setting changes on the way."""
     import threading
 
-    from specvlm.engine.attention import ATTN_IMPL, text_attn_implementation
+    from specvlm.models.attention import ATTN_IMPL, text_attn_implementation
 
     pair = pairs[("qwen", "std")]
     jobs = {name: (prepare(pair, make_clip(seed=seed), PROMPT), _cfg(method, n=24))

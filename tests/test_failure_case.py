@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.eval_sparse import fact_positions
+from training.eval_sparse import fact_positions
 from specvlm import assets
 from specvlm.analysis.why import explain_rejections, rejections
 from specvlm.bench import captions, synth
@@ -120,7 +120,7 @@ def test_the_shipped_evaluation_reads_as_its_json_and_shows_the_paper_s_ordering
     """assets/model_sparse/<name>.md is the report of its JSON; on 300 long clips the JSON holds SpecVLM's τ above
     random, window-middle and frame pruning (Self-SD: every paired 95% CI above 0), τ lower with the subtitles
     withheld from the draft (CI above 0), and no speculative output that differs from vanilla."""
-    from scripts import eval_sparse as es
+    from training import eval_sparse as es
 
     folder = Path(assets.path("model_sparse"))
     d = json.loads((folder / f"{name}.json").read_text())

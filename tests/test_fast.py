@@ -1,8 +1,8 @@
-"""specvlm.engine.attention: the grouped-query attention used for tree verify / draft tree feeds."""
+"""specvlm.models.attention: the grouped-query attention used for tree verify / draft tree feeds."""
 import pytest
 import torch
 
-from specvlm.engine import attention as fast
+from specvlm.models import attention as fast
 from specvlm.spec.tree import ancestor_mask, verify_mask
 
 

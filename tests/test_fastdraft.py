@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.media import make_clip
+
 import specvlm.engine.stream as dec
 from specvlm.engine import fastdraft as fd
 from specvlm.engine import kv
-from conftest import make_clip
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.engine.fastdraft import FastDraftRunner, FastDraftUnsupported
 from specvlm.engine.draft import DraftRunner, make_draft_runner

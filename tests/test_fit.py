@@ -165,7 +165,11 @@ def test_default_preset_without_hub_or_cache_is_the_bundled_pair(fake_cuda, monk
     monkeypatch.setattr(hub, "in_local_cache", lambda repo: False)
     assert presets.default_preset_name() == BUNDLED_STD
     monkeypatch.setattr(hub, "in_local_cache", lambda repo: repo == "Qwen/Qwen2.5-VL-7B-Instruct")
-    assert presets.default_preset_name() == QWEN7_SELF
+    assert presets.default_preset_name() == BUNDLED_STD    # Self-SD cannot beat vanilla on a GPU: never a default
+    monkeypatch.setattr(hub, "in_local_cache", lambda repo: repo.startswith("Qwen/Qwen2.5-VL-"))
+    assert presets.default_preset_name() == presets.QWEN7_3B
+    monkeypatch.setattr(hub, "in_local_cache", lambda repo: True)
+    assert presets.default_preset_name() == presets.QWEN3_8B_2B == presets.GPU_DEFAULTS[0]
 
 
 def test_overhead_is_a_margin_not_zero():

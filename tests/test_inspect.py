@@ -9,8 +9,9 @@ import re
 import pytest
 import torch
 
+from helpers.media import make_clip
+
 from app import inspect_view as iv
-from conftest import make_clip
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig
 from specvlm.engine.stream import stream
@@ -190,9 +191,9 @@ def test_browser_click_a_bar_shows_its_tree(known, tmp_path):
     """Real chromium: clicking a bar of the chart (plotly_click hook) and a table row pick the step;
     a run file can be uploaded and exported."""
     import gradio as gr
-    from test_app_browser import _browser, served_page
-    from test_app_fakes import free_port
-    exe = _browser()
+    from helpers.browser import chromium, served_page
+    from helpers.fakes import free_port
+    exe = chromium()
 
     other = ins.load_json(ins.save_json(known, tmp_path / "k.json"))
     other.steps = other.steps[:2]

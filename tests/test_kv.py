@@ -1,15 +1,17 @@
-"""KV commit: the target cache after a verify + commit equals sequential decoding of the accepted tokens."""
+"""KV commit: the target cache after the engine's verify forward + commit equals sequential decoding of the accepted
+tokens."""
 from __future__ import annotations
 
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.engine import kv
-from specvlm.engine.forward import embed_tokens, lm_forward
+from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
 from specvlm.engine.prefill import prefill_target
 from specvlm.models.pair import pair_from_models
 from specvlm.spec.drafters import greedy_accept
-from specvlm.spec.tree import DraftTree, verify_mask
+from specvlm.spec.tree import DraftTree
 
 
 def test_commit_equals_sequential_decode(qwen_tiny):
@@ -30,13 +32,11 @@ def test_commit_equals_sequential_decode(qwen_tiny):
         tree = DraftTree(torch.tensor([(seq[0] + 1) % 400, seq[0], (seq[1] + 2) % 400, seq[1]]),
                          torch.tensor([-1, -1, 1, 1]), torch.tensor([1, 1, 2, 2]), torch.zeros(4))
         Lt = kv.cache_length(a.cache)
-        toks = torch.cat([torch.tensor([root]), tree.tokens])
-        positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(3, -1)
-        logits = lm_forward(model, ad, embed_tokens(model, toks), positions, a.cache,
-                               mask=verify_mask(tree.parents, Lt, torch.float32), rows=slice(None))
+        logits = verify_tree(model, ad, a.cache, root, tree, pos, 3)
+        assert logits.shape[0] == 5 and kv.cache_length(a.cache) == Lt + 5   # root + 4 nodes fed
         path, bonus = greedy_accept(tree, logits.argmax(-1))
         assert path == [1, 3] and bonus == seq[2]
-        kv.keep_tail(a.cache, Lt + 1, torch.tensor(path))
+        commit(a.cache, Lt, path)
         # cache_seq holds root, seq0, seq1, seq2 after the prompt; drop seq2's entry
         kv.truncate(cache_seq, Lt + 3)
         assert kv.cache_length(a.cache) == kv.cache_length(cache_seq) == Lt + 3

@@ -1,23 +1,25 @@
 """Tests for specvlm.analysis.metrics (docs/design.md §4.12)."""
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from specvlm.analysis.metrics import (Divergence, Timer, compare_outputs, first_divergence, logit_margin,
                                       near_tie_threshold, peak_memory_mb, tau, tokens_per_target_forward)
+from specvlm.engine import measures
 
 
-def test_timer_measures_ms():
+def test_timer_measures_ms(monkeypatch):
+    clock = iter([10.0, 10.25, 20.0, 20.0])
+    monkeypatch.setattr(measures, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     with Timer("cpu") as t:
-        time.sleep(0.01)
-    assert 5.0 <= t.ms < 1000.0
-    assert t.seconds == pytest.approx(t.ms / 1000.0)
+        assert t.ms == 0.0                      # until the block exits
+    assert t.ms == pytest.approx(250.0) and t.seconds == pytest.approx(0.25)
     with Timer() as t2:
         pass
-    assert t2.ms >= 0.0
+    assert t2.ms == 0.0
 
 
 def test_timer_syncs_on_cuda(monkeypatch):

@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.spec.drafting import draft_substitute, for_draft

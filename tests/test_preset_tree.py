@@ -50,7 +50,7 @@ def test_long_prompt_tree():
 
 def test_engine_drafts_with_the_long_prompt_tree_on_long_prompts(pairs):
     import specvlm.engine.stream as dec
-    from conftest import make_clip
+    from helpers.media import make_clip
     from specvlm.config import DecodeConfig
 
     std_pair = pairs[("qwen", "std")]

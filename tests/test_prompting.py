@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.engine.prefill import prefill_target

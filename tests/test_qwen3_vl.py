@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.models.registry import adapter_for

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from test_app_fakes import ROOT
+from helpers.fakes import ROOT
 
 
 def _snippet(section: str) -> str:

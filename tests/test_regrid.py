@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specvlm.models.families.smolvlm import frame_grid
-from specvlm.spec.grid import map_keep
+from specvlm.spec.grid import cell_boxes, map_keep, token_frames
 
 
 def _idx(grid, cells):
@@ -62,3 +62,15 @@ def test_newline_tokens_follow_their_frame_and_frame_counts_must_match():
     assert got == [16, 32]
     with pytest.raises(ValueError, match="frames"):
         map_keep(torch.tensor([0]), frame_grid(3, 3), frame_grid(2, 4))
+
+
+def test_token_frames_and_cell_boxes_place_tokens_in_the_video():
+    from specvlm.spec.grid import cell_boxes, token_frames
+
+    grid = torch.tensor([[0, 0, 0], [0, 1, 2], [3, 0, 1], [2, -1, -1]])   # a 2 x 3 grid, one newline token
+    first, last = token_frames(grid, 2)
+    assert first.tolist() == [0, 0, 6, 4] and last.tolist() == [1, 1, 7, 5]
+    assert token_frames(grid, 1)[1].tolist() == [0, 0, 3, 2]
+    boxes = cell_boxes(grid, (60, 90))                     # H 60 px, W 90 px: cells of 30 x 30 px
+    assert boxes[:3].tolist() == [[0, 0, 30, 30], [60, 30, 90, 60], [30, 0, 60, 30]]
+    assert torch.isnan(boxes[3]).all()

@@ -1,9 +1,9 @@
-"""Issue 6 through the app's Backend: every bad input ends in one readable message (or a
+"""Bad input through the app's Backend: every bad input ends in one readable message (or a
 correct result), the backend keeps serving, memory and worker threads are released.
 
 The engine here is the real one for everything but the model: real probe / video decoding /
 subtitle parsing / model loading errors / OOM handling, with the fake token stream of
-test_app_fakes (no weights). Videos are written by PyAV into temporary folders.
+tests/helpers/fakes.py (no weights). Videos are written by PyAV into temporary folders.
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-from test_app_fakes import FakeEngine
-from test_video import _audio_only, _marker, _palette_frame, _png, write_video
+from helpers.engines import IOEngine, fake_settings, run_to_end
+from helpers.fakes import FakeEngine
+from helpers.media import marker_frame, palette_frame, write_audio_only, write_png, write_video
 
 from app.backend import WORKER_PREFIX, Backend
 from app.engine import Engine
@@ -31,47 +32,6 @@ from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserEr
 from app.uploads import UploadJanitor
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class IOEngine(Engine):
-    """Real probe / decode / subtitles / model-loading errors / OOM handling; fake token stream."""
-
-    def __init__(self, fake: FakeEngine | None = None, video_timeout_s: float = 20.0):
-        super().__init__(video_timeout_s=video_timeout_s)
-        self.fake = fake or FakeEngine(step_s=0.0)
-        self.prompts: list[str] = []
-        self.clips: list = []
-
-    def presets(self):
-        return self.fake.presets()
-
-    def default_preset(self):
-        return self.fake.default_preset()
-
-    def cuda_available(self):
-        return False
-
-    def model_available(self, model):
-        return model.startswith("fake/") or super().model_available(model)
-
-    def load_pair(self, target, draft, device, dtype):
-        if target.startswith("fake/"):
-            return self.fake.load_pair(target, draft, device, dtype)
-        return super().load_pair(target, draft, device, dtype)  # the real loader (error cases only)
-
-    def stream(self, pair, clip, prompt, config, should_stop):
-        self.prompts.append(prompt)
-        self.clips.append(clip)
-        return self.fake.stream(pair, clip, prompt, config, should_stop)
-
-
-def _settings(**kw):
-    return RunSettings(**{**dict(preset="Fake tiny (CPU)", num_frames=4, max_new_tokens=12), **kw})
-
-
-def _run(backend, video, prompt="Describe.", session="s", **kw):
-    ups = list(backend.run(RunRequest(str(video) if video else video, prompt, _settings(**kw)), session=session))
-    return ups[-1]
 
 
 def _ok(last):
@@ -97,14 +57,14 @@ def _truncated(p: Path) -> str:
     (lambda p: (p.with_suffix(".txt").write_text("hello\nworld\n" * 50), str(p.with_suffix(".txt")))[1], "text file"),
     (lambda p: (p.write_bytes(np.random.default_rng(0).bytes(4096)), str(p))[1], "not a recognised"),
     (lambda p: (p.write_bytes(b""), str(p))[1], "empty"),
-    (lambda p: _audio_only(p.with_suffix(".m4a")), "no video stream"),
-    (lambda p: _png(p.with_suffix(".png")), "still image"),
+    (lambda p: write_audio_only(p.with_suffix(".m4a")), "no video stream"),
+    (lambda p: write_png(p.with_suffix(".png")), "still image"),
     (_truncated, "cut.mp4"),
 ], ids=["text", "random-bytes", "empty", "audio-only", "image", "truncated"])
 def test_not_a_video_gives_one_message_before_any_model_work(tmp_path, make, words):
     path = make(tmp_path / "cut.mp4")
     eng = IOEngine()
-    last = _run(Backend(eng), path)
+    last = run_to_end(Backend(eng), path)
     assert last["status"].startswith("**Error:** Could not read the video:"), last["status"]
     assert Path(path).name in last["error"] and words in last["error"]
     assert str(tmp_path) not in last["error"]   # the upload's name, not the server's temp folder
@@ -118,8 +78,8 @@ def test_codec_fallbacks_rotation_and_tiny_sizes_run(tmp_path):
     b = Backend(eng)
     cases = {
         "h265": write_video(tmp_path / "h265.mp4", n=8, codec="libx265"),
-        "gif": write_video(tmp_path / "anim.gif", n=8, codec="gif", pix_fmt="rgb8", frame_fn=_palette_frame),
-        "rot90": write_video(tmp_path / "rot.mp4", n=4, frame_fn=_marker, rotation=90),
+        "gif": write_video(tmp_path / "anim.gif", n=8, codec="gif", pix_fmt="rgb8", frame_fn=palette_frame),
+        "rot90": write_video(tmp_path / "rot.mp4", n=4, frame_fn=marker_frame, rotation=90),
         "tiny": write_video(tmp_path / "tiny.mp4", n=6, w=16, h=16),
         "odd": write_video(tmp_path / "odd.mp4", n=5, w=17, h=15, pix_fmt="yuv444p"),
         "one": write_video(tmp_path / "one.mp4", n=1, w=32, h=32),
@@ -127,7 +87,7 @@ def test_codec_fallbacks_rotation_and_tiny_sizes_run(tmp_path):
     if "libsvtav1" in av.codecs_available:
         cases["av1"] = write_video(tmp_path / "av1.mkv", n=8, codec="libsvtav1")
     for name, path in cases.items():
-        last = _ok(_run(b, path))
+        last = _ok(run_to_end(b, path))
         clip = eng.clips[-1]
         assert min(clip.frames.shape[1:3]) >= 28, name  # upscaled for Qwen2.5-VL's processor
         if name in ("gif", "av1"):
@@ -146,7 +106,7 @@ def test_4k_video_is_downscaled_and_says_so(tmp_path):
                     "color=c=gray:size=3840x2160:rate=8:duration=1", "-c:v", "libx264", "-preset", "ultrafast",
                     "-pix_fmt", "yuv420p", str(path)], check=True, timeout=50)
     eng = IOEngine()
-    last = _ok(_run(Backend(eng), path, num_frames=8))
+    last = _ok(run_to_end(Backend(eng), path, num_frames=8))
     assert eng.clips[-1].frames.shape == (8, 336, 597, 3)
     assert "downscaled 3840x2160 -> 597x336" in last["status"]
 
@@ -167,15 +127,15 @@ def test_decode_time_limit_gives_a_message_and_the_next_request_works(tmp_path, 
     monkeypatch.setattr(backends, "decode", hang)
     stuck = write_video(tmp_path / "stuck.mp4", n=4)
     b = Backend(IOEngine(video_timeout_s=0.5))
-    last = _run(b, stuck)   # within the test's timeout: the reader is abandoned after 0.5 s, not waited for
+    last = run_to_end(b, stuck)   # within the test's timeout: the reader is abandoned after 0.5 s, not waited for
     assert "stuck.mp4" in last["error"] and "longer than 0.5 s" in last["error"]
-    _ok(_run(b, clip))
+    _ok(run_to_end(b, clip))
     release.set()
 
 
 def test_one_frame_16px_video_through_the_real_engine_and_tiny_model(tmp_path):
     """Sub-28 px, a single frame (odd count, temporal patch 2): the real processor and decoder."""
-    from test_robust_server import TINY, TinyEngine
+    from helpers.engines import TINY, TinyEngine
     path = write_video(tmp_path / "dot.mp4", n=1, w=16, h=16)
     b = Backend(TinyEngine(), device="cpu", dtype="float32", limits=Limits())
     ups = list(b.run(RunRequest(path, "What is shown?", RunSettings(preset=TINY, num_frames=4, max_new_tokens=6,
@@ -188,19 +148,19 @@ def test_one_frame_16px_video_through_the_real_engine_and_tiny_model(tmp_path):
 
 def test_upload_size_and_duration_limits(tmp_path, clip):
     b = Backend(IOEngine(), limits=Limits(max_upload_mb=0.001))
-    last = _run(b, clip)
+    last = run_to_end(b, clip)
     assert "clip.mp4" in last["error"] and "accepts up to 0.001 MB" in last["error"]
     long = write_video(tmp_path / "long.mp4", n=80, w=32, h=32, fps=10)  # 8 s
     b = Backend(IOEngine(), limits=Limits(max_duration_s=5))
-    last = _run(b, long)
+    last = run_to_end(b, long)
     assert "long.mp4" in last["error"] and "8.0 s long" in last["error"] and "up to 5.0 s" in last["error"]
-    _ok(_run(b, clip))
+    _ok(run_to_end(b, clip))
 
 
 def test_missing_upload_says_upload_again(tmp_path):
-    last = _run(Backend(IOEngine()), tmp_path / "gone.mp4")
+    last = run_to_end(Backend(IOEngine()), tmp_path / "gone.mp4")
     assert "no longer on the server" in last["error"] and "upload it again" in last["error"]
-    assert "Upload a video" in _run(Backend(IOEngine()), None)["error"]
+    assert "Upload a video" in run_to_end(Backend(IOEngine()), None)["error"]
 
 
 def test_limits_from_env_and_validation(monkeypatch):
@@ -262,15 +222,15 @@ def test_app_py_port_in_use_is_one_line():
 
 def test_empty_prompt_uses_the_default_and_says_so(clip):
     eng = IOEngine()
-    last = _ok(_run(Backend(eng), clip, prompt="   \n"))
+    last = _ok(run_to_end(Backend(eng), clip, prompt="   \n"))
     assert eng.prompts[-1] == DEFAULT_PROMPT and "prompt was empty" in last["status"]
 
 
 def test_prompt_length_limit(clip):
     eng = IOEngine()
     b = Backend(eng, limits=Limits(max_prompt_chars=50))
-    _ok(_run(b, clip, prompt="x" * 50))
-    last = _run(b, clip, prompt="x" * 51)
+    _ok(run_to_end(b, clip, prompt="x" * 50))
+    last = run_to_end(b, clip, prompt="x" * 51)
     assert "51 characters" in last["error"] and "up to 50" in last["error"]
     assert len(eng.prompts) == 2  # vanilla + speculative of the first run only
 
@@ -288,7 +248,7 @@ def test_prompt_length_limit(clip):
     (dict(tree_shape="bogus"), "tree shape"), (dict(method="bogus"), "unknown"),
 ], ids=lambda v: str(v) if isinstance(v, str) else None)
 def test_settings_out_of_range_are_named(clip, kw, words):
-    last = _run(Backend(IOEngine()), clip, **kw)
+    last = run_to_end(Backend(IOEngine()), clip, **kw)
     assert last["status"].startswith("**Error:** Invalid setting") and words in last["error"], last["error"]
 
 
@@ -313,7 +273,7 @@ def no_remote_code(monkeypatch):
 
 def test_model_that_does_not_exist(clip, monkeypatch, no_remote_code):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    last = _run(Backend(IOEngine()), clip, custom_model="nonexistent-org/no-such-model-xyz")
+    last = run_to_end(Backend(IOEngine()), clip, custom_model="nonexistent-org/no-such-model-xyz")
     assert last["error"] == ("This custom model needs 'nonexistent-org/no-such-model-xyz' from the Hugging Face Hub, "
                              "which this server cannot reach: pick the bundled preset, or run once with network "
                              "access so the models are cached.")     # refused before any loading, in one line
@@ -321,7 +281,7 @@ def test_model_that_does_not_exist(clip, monkeypatch, no_remote_code):
     class Reachable(IOEngine):   # the Hub answers, the id does not exist: the loader's one-line message
         def model_available(self, model):
             return True
-    last = _run(Backend(Reachable()), clip, custom_model="nonexistent-org/no-such-model-xyz")
+    last = run_to_end(Backend(Reachable()), clip, custom_model="nonexistent-org/no-such-model-xyz")
     assert last["error"].startswith("Could not load model 'nonexistent-org/no-such-model-xyz': ")
     assert "Qwen2.5-VL / LLaVA-OneVision" in last["error"] and "\n" not in last["error"]
 
@@ -336,7 +296,7 @@ def test_model_needing_remote_code_is_refused_without_a_prompt(tmp_path, clip, m
                      "AutoModelForImageTextToText": "modeling_fancy.FancyVLM"}}))
     (d / "configuration_fancy.py").write_text("raise SystemExit('remote code ran')\n")
     monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("asked on the console"))
-    last = _run(Backend(IOEngine()), clip, custom_model=str(d))
+    last = run_to_end(Backend(IOEngine()), clip, custom_model=str(d))
     assert "needs custom code" in last["error"] and "trust_remote_code" in last["error"]
     assert "never runs" in last["error"] and no_remote_code  # the loader was called, without remote code
 
@@ -346,7 +306,7 @@ def test_unsupported_model_family(tmp_path, clip, no_remote_code):
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2,
                                                "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 10}))
-    last = _run(Backend(IOEngine()), clip, custom_model=str(d))
+    last = run_to_end(Backend(IOEngine()), clip, custom_model=str(d))
     assert "type 'llama'" in last["error"] and "qwen2_5_vl" in last["error"]
 
 
@@ -379,12 +339,12 @@ def test_out_of_memory_gives_a_message_frees_memory_and_the_next_request_works(c
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(time.perf_counter()))
     eng = OOMEngine()
     b = Backend(eng)
-    last = _run(b, clip)
+    last = run_to_end(b, clip)
     assert last["status"].startswith("**Error:** Out of memory") and "fewer frames" in last["error"]
     assert freed, "torch.cuda.empty_cache() was not called"
     assert eng.cache_ref is not None and eng.cache_ref() is None  # nothing pins the failed step's tensors
     assert not b.active_workers()
-    _ok(_run(b, clip))
+    _ok(run_to_end(b, clip))
 
 
 def test_out_of_memory_while_loading_the_model(clip, monkeypatch):
@@ -402,9 +362,9 @@ def test_out_of_memory_while_loading_the_model(clip, monkeypatch):
 
     eng.load_pair = load
     b = Backend(eng)
-    last = _run(b, clip)
+    last = run_to_end(b, clip)
     assert "out of memory" in last["error"] and "smaller model" in last["error"] and freed
-    _ok(_run(b, clip))
+    _ok(run_to_end(b, clip))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs on GPU machines)")
@@ -424,11 +384,11 @@ def test_real_cuda_oom_releases_device_memory(clip):
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
     b = Backend(CudaOOM())
-    last = _run(b, clip)
+    last = run_to_end(b, clip)
     assert last["status"].startswith("**Error:** Out of memory")
     assert torch.cuda.memory_allocated() == before  # the 4 GiB tensor is gone
     assert torch.cuda.memory_reserved() < (1 << 30)  # and returned by empty_cache()
-    _ok(_run(b, clip))
+    _ok(run_to_end(b, clip))
 
 
 def test_is_oom_recognises_host_and_device_errors():
@@ -447,7 +407,7 @@ def _workers():
 def test_stop_ends_the_decode_thread_then_a_new_run_works(clip):
     eng = IOEngine(FakeEngine(step_s=0.01))
     b = Backend(eng, update_interval_s=0.02)
-    gen = b.run(RunRequest(str(clip), "", _settings(max_new_tokens=1000)), session="u")
+    gen = b.run(RunRequest(str(clip), "", fake_settings(max_new_tokens=1000)), session="u")
     for upd in gen:
         if "0 tokens" not in upd.get("vanilla_stats", "0 tokens"):
             assert b.active_workers(), "the decode runs in a worker thread"
@@ -456,10 +416,8 @@ def test_stop_ends_the_decode_thread_then_a_new_run_works(clip):
     rest = list(gen)
     assert "Stopped" in rest[-1]["status"]
     assert not _workers()  # the thread is gone, not merely abandoned
-    polls = eng.fake.stop_polls
-    time.sleep(0.1)
-    assert eng.fake.stop_polls == polls  # and nothing polls any more: no CPU use
-    _ok(_run(b, clip, session="u"))
+    assert eng.fake.ended == ["stopped"]  # its engine loop ended through the stop check: no CPU use
+    _ok(run_to_end(b, clip, session="u"))
 
 
 def test_stop_before_decoding_starts_skips_the_decode(clip):
@@ -472,13 +430,13 @@ def test_stop_before_decoding_starts_skips_the_decode(clip):
         return orig(*a)
 
     eng.load_pair = load_and_stop
-    ups = list(b.run(RunRequest(str(clip), "", _settings()), session="u"))
+    ups = list(b.run(RunRequest(str(clip), "", fake_settings()), session="u"))
     assert "Stopped" in ups[-1]["status"] and eng.fake.streams == [] and not _workers()
 
 
 def test_closing_the_page_mid_run_ends_the_worker(clip):
     eng = IOEngine(FakeEngine(step_s=0.01))
-    gen = Backend(eng, update_interval_s=0.02).run(RunRequest(str(clip), "", _settings(max_new_tokens=1000)))
+    gen = Backend(eng, update_interval_s=0.02).run(RunRequest(str(clip), "", fake_settings(max_new_tokens=1000)))
     for upd in gen:
         if "0 tokens" not in upd.get("vanilla_stats", "0 tokens"):
             break
@@ -576,17 +534,17 @@ def test_backend_run_with_janitor_leaves_the_upload_dir_clean(tmp_path):
     j = UploadJanitor(tmp_path)
     b = Backend(IOEngine())
     with j.using([up]):
-        last = _ok(_run(b, up))
+        last = _ok(run_to_end(b, up))
     bad = _upload(tmp_path, "bad.mp4", b"not a video")
     with j.using([bad]):
-        last = _run(b, bad)
+        last = run_to_end(b, bad)
     assert "bad.mp4" in last["error"]
     gc.collect()
     assert list(tmp_path.rglob("*")) == []
 
 
 def test_nan_and_inf_are_not_numbers_we_accept(clip):
-    last = _run(Backend(IOEngine()), clip, drop_rate=math.inf)
+    last = run_to_end(Backend(IOEngine()), clip, drop_rate=math.inf)
     assert "finite" in last["error"]
 
 

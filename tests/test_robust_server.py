@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import av
 import numpy as np
 import pytest
+from gradio_client import Client, handle_file
 
-from test_app_fakes import FakeEngine, free_port
-
-pytest.importorskip("gradio_client")
+from helpers.engines import TINY, TinyEngine
+from helpers.fakes import FakeEngine, free_port
 
 from app.backend import WORKER_PREFIX, Backend
 from app.engine import Engine
@@ -29,24 +29,6 @@ from app.settings import Limits
 pytestmark = pytest.mark.timeout(180)
 
 PROMPT = "Describe the video."
-TINY = "Tiny (in-process)"
-
-
-class TinyEngine(Engine):
-    """The real engine (probe, decode, stream) over one shared tiny Qwen2.5-VL."""
-
-    def presets(self):
-        return {TINY: SimpleNamespace(name=TINY, target="tiny", draft=None, description="random tiny Qwen2.5-VL",
-                                      num_frames=4, requires_cuda=False, max_new_tokens=12)}
-
-    def default_preset(self):
-        return TINY
-
-    def load_pair(self, target, draft, device, dtype):
-        from specvlm.models.pair import pair_from_models
-        from specvlm.testing.tiny import tiny_qwen2_5_vl
-        model, processor = tiny_qwen2_5_vl()
-        return pair_from_models(model, processor, name="tiny")
 
 
 class ProbingFake(FakeEngine):
@@ -75,7 +57,6 @@ def _text(panel_html: str) -> str:
 
 
 def _args(video, max_new=12, frames=4):
-    from gradio_client import handle_file
     return (handle_file(video), PROMPT, TINY, "", "specvlm", 0.9, 0.4, "dynamic", 3, 2, 6, frames, max_new,
             "Pruning stages")
 
@@ -116,7 +97,6 @@ def server(tmp_path, monkeypatch):
 
 
 def test_eight_concurrent_sessions_match_a_lone_run_and_leave_no_uploads(server):
-    from gradio_client import Client
     app = server.launch()
     lone = Client(app.url, verbose=False).predict(*_args(server.clip), api_name="/compare")
     assert lone[0].startswith("**Done.**"), lone[0]
@@ -142,7 +122,6 @@ def test_eight_concurrent_sessions_match_a_lone_run_and_leave_no_uploads(server)
 
 
 def test_stop_during_a_run_ends_the_worker_and_the_next_run_works(server):
-    from gradio_client import Client
     app = server.launch(FakeEngine(step_s=0.02), limits=Limits())
     client = Client(app.url, verbose=False)
     args = list(_args(server.clip, max_new=1000))
@@ -162,7 +141,6 @@ def test_stop_during_a_run_ends_the_worker_and_the_next_run_works(server):
 
 
 def test_upload_limits_give_a_message_and_the_server_keeps_serving(server, tmp_path):
-    from gradio_client import Client
     big = _write_clip(server.clips / "big.mp4", n=40, side=128)  # larger than 30 KB; 10 s long
     app = server.launch(ProbingFake(step_s=0.0), limits=Limits(max_upload_mb=0.03, max_duration_s=5))
     client = Client(app.url, verbose=False)
@@ -181,7 +159,6 @@ def test_upload_limits_give_a_message_and_the_server_keeps_serving(server, tmp_p
 
 
 def test_gradio_rejects_uploads_over_max_file_size(server):
-    from gradio_client import Client
     app = server.launch(FakeEngine(step_s=0.0), max_file_size=1000)  # bytes
     client = Client(app.url, verbose=False)
     args = list(_args(server.clip, max_new=8))

@@ -1,4 +1,4 @@
-"""Library-level robustness of specvlm.video for the input classes of issue 6 not covered by
+"""Library-level robustness of specvlm.video for the bad or unusual inputs not covered by
 tests/test_video.py: more codecs and containers, readers that agree, two-frame and sub-28 px
 clips, 4K and long videos (memory and decode work bounded), and a hung decoder.
 
@@ -17,7 +17,7 @@ import av
 import numpy as np
 import pytest
 
-from test_video import _marker, frame_ids, write_video
+from helpers.media import frame_ids, marker_frame, write_video
 
 import specvlm.video as video
 from specvlm.video import backends, probe
@@ -80,12 +80,12 @@ def test_no_reader_can_decode_names_the_codec(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("rotation,k", [(90, 1), (180, 2), (-90, 3)])
 def test_rotation_is_the_same_whichever_reader(tmp_path, monkeypatch, rotation, k):
-    path = write_video(tmp_path / "rot.mp4", n=4, frame_fn=_marker, rotation=rotation)
+    path = write_video(tmp_path / "rot.mp4", n=4, frame_fn=marker_frame, rotation=rotation)
     upright = load_video(path, VideoConfig(num_frames=2)).frames
     _no_decord(monkeypatch)
     again = load_video(path, VideoConfig(num_frames=2)).frames
     np.testing.assert_array_equal(upright, again)
-    assert upright.shape[1:3] == np.rot90(_marker(0, 64, 48), k).shape[:2]
+    assert upright.shape[1:3] == np.rot90(marker_frame(0, 64, 48), k).shape[:2]
 
 
 def test_variable_frame_rate_times_agree_across_readers(tmp_path, monkeypatch):

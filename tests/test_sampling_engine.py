@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.models.pair import pair_from_models

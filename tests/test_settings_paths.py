@@ -17,6 +17,8 @@ CASES = [  # (preset, app settings) - the CLI gets the same values as flags
     (BUNDLED_STD, dict(tree_shape="dynamic", depth=5, top_k=2, total_tokens=10, min_prob=0.0)),
     (QWEN7_SELF, dict(method="attention", temperature=0.7, top_p_sampling=0.9, seed=3, max_new_tokens=64)),
     (QWEN7_SELF, dict(tree_shape="static")),
+    (BUNDLED_STD, dict(engine="static")),
+    (BUNDLED_STD, dict(engine="eager")),
 ]
 
 
@@ -38,6 +40,7 @@ def _cli(preset: str, kw: dict):
                                     ("--min-prob", "min_prob", tree.min_prob)):
         if key in kw:
             argv += [flag, str(kw[key])]
+    argv += ["--engine", kw["engine"]] if "engine" in kw else []
     args = build_parser().parse_args(argv)
     return decode_config(args, s.method, PRESETS[preset])
 
@@ -61,7 +64,7 @@ def test_the_presets_tree_stays_whole_until_an_option_changes_it():
 def test_app_random_pruning_honours_the_seed():
     """Through the app's own run path: the same seed keeps the same video tokens, another seed others."""
     from app.backend import Backend
-    from test_app_fakes import real_engine, sample_video
+    from helpers.fakes import real_engine, sample_video
 
     engine, preset = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")
@@ -77,3 +80,19 @@ def test_app_random_pruning_honours_the_seed():
     first = kept(1)
     assert 0 < len(first) and kept(1) == first
     assert kept(2) != first
+
+
+def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
+    from app.settings import FIELDS, server_engine
+    from specvlm.config import ENGINE_BY_DEVICE
+
+    assert FIELDS[-1].name == "engine" and RunSettings().engine == ""     # appended: old API callers keep working
+    assert build_configs(RunSettings(), Limits())[0].engine == ENGINE_BY_DEVICE["cpu"]
+    assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
+    assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"
+    assert RunRequest.from_inputs({"video": "v.mp4", "engine": "static"}).settings.engine == "static"
+    assert server_engine(None, True) == "static" and server_engine("cpu", True) == "eager"
+    assert server_engine("cuda:1", False) == "static" and server_engine(None, False) == "eager"
+    from app.settings import UserError
+    with pytest.raises(UserError, match="Invalid setting: engine 'fast' is unknown: use one of eager, static"):
+        build_configs(RunSettings(engine="fast"), Limits())

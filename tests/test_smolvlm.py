@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from specvlm.models.pair import pair_from_models
@@ -288,7 +289,7 @@ def test_sampling_with_the_target_as_its_own_full_draft_accepts_every_sample(pai
 # --------------------------------------------------------------------------- CLI on saved folders
 def test_cli_on_saved_folders_of_two_geometries_is_identical_to_vanilla(big, smol_draft, tmp_path):
     """--model (2.2B layout, 81 tokens per frame) --draft (256M layout, 64): each loads its own processor."""
-    from test_cli import run_cli, write_mp4
+    from helpers.media import run_cli, write_mp4
 
     for name, (model, proc) in {"target": big, "draft": smol_draft}.items():
         model.save_pretrained(tmp_path / name)

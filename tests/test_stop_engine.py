@@ -8,10 +8,11 @@ import time
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.config import DecodeConfig, VideoConfig
 from specvlm.engine.prepare import prepare
-from specvlm.engine.stopping import install_stop_checks, stop_between_layers
+from specvlm.models.stopping import install_stop_checks, stop_between_layers
 from specvlm.engine.stream import generate, stream
 from specvlm.types import PrefillInfo, Stopped
 from specvlm.video import backends, load_video

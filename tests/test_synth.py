@@ -1,4 +1,5 @@
 """Tests for the procedural video generator and its caption grammar (specvlm.bench.synth)."""
+import av
 import numpy as np
 import pytest
 
@@ -93,7 +94,7 @@ def test_caption_direction_is_one_word_and_old_phrases_still_parse():
     new = captions.parse_caption("two objects. red circle moves right. blue square moves left, leaves early.")
     for got in (old, new):
         assert [o["motion"] for o in got["objects"]] == ["left to right", "right to left"]
-    garbled = captions.parse_caption("one object. red circle moves left to left.")   # what the old weights say
+    garbled = captions.parse_caption("one object. red circle moves left to left.")   # a garbled motion phrase
     assert garbled["objects"][0]["motion"] is None
 
 
@@ -125,7 +126,6 @@ def test_truth_json_round_trip(tmp_path):
 
 
 def test_mp4_round_trip(tmp_path):
-    av = pytest.importorskip("av")
     frames, _ = synth.generate(1, _spec(num_frames=12, height=112, width=140))
     path = clipfiles.write_mp4(tmp_path / "clip.mp4", frames, fps=8)
     with av.open(str(path)) as c:

@@ -191,7 +191,7 @@ def test_adapt_is_off_when_the_user_set_the_count_or_a_quota_caps_the_cpus(monke
 
 def test_stream_adapts_threads_before_each_request(monkeypatch, pairs):
     import specvlm.engine.stream as dec
-    from conftest import make_clip
+    from helpers.media import make_clip
     from specvlm.config import DecodeConfig
     from specvlm.engine.prepare import prepare
 

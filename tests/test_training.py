@@ -8,15 +8,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytest.importorskip("transformers")
-import scripts.train_bundled as tb  # noqa: E402
-from scripts import build_bundled_processor as bbp  # noqa: E402
-from scripts.training import data as tdata  # noqa: E402
-from scripts.training import losses as tlosses  # noqa: E402
-from scripts.training import loop as tloop  # noqa: E402
-from scripts.training import model as tmodel  # noqa: E402
+import training.train_bundled as tb
+from training import build_bundled_processor as bbp
+from training import data as tdata
+from training import losses as tlosses
+from training import loop as tloop
+from training import model as tmodel
 from specvlm.bench import captions
-from specvlm.bench import synth  # noqa: E402
+from specvlm.bench import synth
 
 
 @pytest.fixture(scope="module")
@@ -456,7 +455,7 @@ def test_smoke_run_with_fact_routing(tmp_path, capsys):
 
 
 def test_eval_scores_motion_per_object_and_tabulates_confusion():
-    from scripts import eval_bundled as ev
+    from training import eval_bundled as ev
     from specvlm.bench import synth
     truth = None
     for seed in range(50):
@@ -479,7 +478,7 @@ def test_eval_scores_motion_per_object_and_tabulates_confusion():
 
 
 def test_eval_tree_options():
-    from scripts import eval_bundled as ev
+    from training import eval_bundled as ev
     from specvlm.config import TreeConfig
     args = ev.parse_args(["--tree", "chain", "--depth", "16", "--sets", "long"])
     assert args.tree_config == TreeConfig(shape="chain", depth=16) and ev._tree_text(args) == "chain, depth 16"
@@ -489,7 +488,7 @@ def test_eval_tree_options():
 
 
 def test_tau_differences_paired_bootstrap():
-    from scripts import eval_bundled as ev
+    from training import eval_bundled as ev
     rng = np.random.default_rng(0)
     recs = []
     for _ in range(60):
@@ -514,7 +513,7 @@ def test_tau_differences_paired_bootstrap():
 def test_eval_rerender_from_the_shipped_records(tmp_path):
     import json
 
-    from scripts import eval_bundled as ev
+    from training import eval_bundled as ev
     data = json.loads((ROOT / "assets" / "model" / "eval.json").read_text())
     short = [r for r in data["records"] if r["set"] == "short"][:6]
     long_ = [r for r in data["records"] if r["set"] == "long"][:6]

@@ -6,17 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-import scripts.train_bundled as tb  # noqa: E402
-from scripts import build_bundled_processor as bbp  # noqa: E402
-from scripts.training import data as tdata  # noqa: E402
-from scripts.training import losses as tlosses  # noqa: E402
-from scripts.training import model as tmodel  # noqa: E402
-from scripts.training import scenes  # noqa: E402
+import training.train_bundled as tb
+from training import build_bundled_processor as bbp
+from training import data as tdata
+from training import losses as tlosses
+from training import model as tmodel
+from training import scenes
 from specvlm.bench import captions
-from specvlm.bench import synth  # noqa: E402
-from specvlm.text.prompting import subtitle_block  # noqa: E402
-from specvlm.text.subtitles import load_srt  # noqa: E402
+from specvlm.bench import synth
+from specvlm.text.prompting import subtitle_block
+from specvlm.text.subtitles import load_srt
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +147,7 @@ def test_step_budget_run_resumes_and_stops_at_its_steps(smoke_pair, capsys):
 
 
 def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tmp_path):
-    from scripts import eval_sparse as es
+    from training import eval_sparse as es
 
     work, _ = smoke_pair
     model = work / "smoke" / "model"
@@ -185,7 +184,7 @@ def test_eval_sparse_runs_every_method_and_the_withheld_subtitles(smoke_pair, tm
 def test_eval_sparse_fact_positions_and_paired_difference(processor):
     from transformers import AutoProcessor
 
-    from scripts import eval_sparse as es
+    from training import eval_sparse as es
     from specvlm.models.presets import SPARSE_TARGET
 
     shipped = AutoProcessor.from_pretrained(str(SPARSE_TARGET)).tokenizer     # spells " name" as ' ', 'n', 'a', ...
@@ -202,7 +201,7 @@ def test_eval_sparse_fact_positions_and_paired_difference(processor):
 
 
 def test_export_writes_loadable_models_from_checkpoints(smoke_pair, tmp_path):
-    from scripts.training.export import export
+    from training.export import export
     from specvlm.models.loading import load_pair
 
     work, _ = smoke_pair
@@ -223,7 +222,7 @@ def test_attention_losses_over_an_empty_selection_are_zero_not_nan(tmp_path):
                     tlosses.routing_loss([a[:, None, :] for a in att], ids, 9, torch.zeros(3, dtype=torch.long),
                                          torch.tensor([[True]]), torch.tensor([[0]]))):   # names object 0: no token
         assert float(loss) == 0.0
-    from scripts.training.checkpoints import save_loss_plot
+    from training.checkpoints import save_loss_plot
     save_loss_plot(tmp_path / "l.png", [(1, 3.0), (2, float("nan")), (3, 2.0), (4, 1.5)], "loss")
     from PIL import Image
     img = np.asarray(Image.open(tmp_path / "l.png").convert("RGB"))

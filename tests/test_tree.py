@@ -147,7 +147,7 @@ def test_min_prob_stops_before_unlikely_levels():
     # depth 3 is drafted (its parent at depth 2 is above thr), depth 4 is not (its parent is below)
     assert cut.size == 3 and cut.tokens.tolist() == full.tokens[:3].tolist()
     assert len(calls2) == 2 and len(calls) == 5
-    # min_prob = 0 is exactly the old behaviour; a threshold above every path keeps level 1 only
+    # min_prob = 0 stops nothing (the full tree); a threshold above every path keeps level 1 only
     assert build_dynamic(root_logp(), fake_feed()[0], 6, 1, 6, min_prob=0.0).tokens.tolist() == full.tokens.tolist()
     feed3, calls3 = fake_feed()
     one = build_dynamic(root_logp(), feed3, 5, 4, 16, min_prob=0.999)

@@ -6,13 +6,15 @@ frame's mean tells which frame it is.
 """
 from __future__ import annotations
 
-import fractions
 import subprocess
 import threading
 
 import av
 import numpy as np
 import pytest
+
+from helpers.media import (frame_ids, marker_frame, palette_frame, ramp_frame, write_audio_only, write_png,
+                           write_video)
 
 from specvlm.config import VideoConfig
 from specvlm.video import (
@@ -31,71 +33,6 @@ from specvlm.video import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-# ----------------------------------------------------------------------------- writers
-
-
-def _ramp(i: int, w: int, h: int) -> np.ndarray:
-    return np.full((h, w, 3), (8 * i) % 256, np.uint8)
-
-
-def write_video(
-    path,
-    n=20,
-    w=64,
-    h=48,
-    fps=10,
-    codec="libx264",
-    pix_fmt="yuv420p",
-    pts_ms=None,
-    rotation=None,
-    frame_fn=_ramp,
-    audio=False,
-):
-    """Encode n frames with PyAV; pts_ms gives explicit times (ms) for variable frame rate."""
-    c = av.open(str(path), "w")
-    s = c.add_stream(codec, rate=fps)
-    s.width, s.height, s.pix_fmt = w, h, pix_fmt
-    if codec == "libx264":
-        s.options = {"crf": "0"}
-    if pts_ms is not None:
-        s.codec_context.time_base = fractions.Fraction(1, 1000)
-        s.time_base = fractions.Fraction(1, 1000)
-    if rotation is not None:
-        s.set_display_rotation(rotation)
-    a = c.add_stream("aac", rate=16000) if audio else None
-    for i in range(n):
-        fmt = "rgb8" if pix_fmt == "rgb8" else "rgb24"
-        img = frame_fn(i, w, h)
-        f = av.VideoFrame.from_ndarray(img, format="rgb24")
-        if fmt != "rgb24":
-            f = f.reformat(format=fmt)
-        if pts_ms is not None:
-            f.pts, f.time_base = pts_ms[i], fractions.Fraction(1, 1000)
-        for p in s.encode(f):
-            c.mux(p)
-    for p in s.encode():
-        c.mux(p)
-    if a is not None:
-        _encode_audio(c, a)
-    c.close()
-    return str(path)
-
-
-def _encode_audio(container, stream, seconds=1.0):
-    for k in range(int(seconds * 16000 / 1024)):
-        fr = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
-        fr.sample_rate, fr.pts = 16000, k * 1024
-        for p in stream.encode(fr):
-            container.mux(p)
-    for p in stream.encode():
-        container.mux(p)
-
-
-def frame_ids(frames: np.ndarray) -> list[int]:
-    """Ramp frame index recovered from the mean brightness."""
-    return [int(round(float(f.mean()) / 8)) for f in frames]
 
 
 @pytest.fixture(scope="module")
@@ -219,12 +156,6 @@ def test_variable_frame_rate_timestamps_come_from_the_stream(tmp_path):
     assert frame_ids(clip4.frames) == [0, 4, 8, 9]
 
 
-def _marker(i, w, h):
-    img = np.zeros((h, w, 3), np.uint8)
-    img[: h // 4, : w // 4] = 255  # white block in the top-left corner
-    return img
-
-
 def _ffmpeg_first_frame_gray(path, w, h):
     """First frame as FFmpeg displays it (autorotate on), the reference for 'upright'."""
     import imageio_ffmpeg
@@ -239,13 +170,13 @@ def _ffmpeg_first_frame_gray(path, w, h):
 def test_rotation_metadata_gives_upright_frames(tmp_path, rotation, k):
     path = str(tmp_path / f"rot{k}.mp4")
     try:
-        write_video(path, n=4, frame_fn=_marker, rotation=rotation)
+        write_video(path, n=4, frame_fn=marker_frame, rotation=rotation)
     except (AttributeError, av.error.FFmpegError) as e:  # pragma: no cover - older PyAV
         pytest.skip(f"PyAV cannot write a display matrix here: {e}")
     info = probe_video(path)
     assert info.rotation == 90 * k
     clip = load_video(path, VideoConfig(num_frames=4))
-    expected = np.rot90(_marker(0, 64, 48), k)
+    expected = np.rot90(marker_frame(0, 64, 48), k)
     assert clip.frames.shape[1:] == expected.shape
     got = clip.frames[0].mean(axis=2) > 128
     assert (got == (expected[..., 0] > 128)).mean() > 0.98
@@ -254,17 +185,12 @@ def test_rotation_metadata_gives_upright_frames(tmp_path, rotation, k):
     assert any("rotated" in n for n in clip.notes)
 
 
-def _palette_frame(i, w, h):
-    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)]
-    return np.tile(np.array(colours[i % 4], np.uint8), (h, w, 1))
-
-
 def test_gif_goes_through_pyav_fallback(tmp_path):
-    path = write_video(tmp_path / "anim.gif", n=8, codec="gif", pix_fmt="rgb8", frame_fn=_palette_frame)
+    path = write_video(tmp_path / "anim.gif", n=8, codec="gif", pix_fmt="rgb8", frame_fn=palette_frame)
     clip = load_video(path, VideoConfig(num_frames=8))
     assert clip.frames.shape == (8, 48, 64, 3)
     for i, f in enumerate(clip.frames):
-        np.testing.assert_allclose(f.reshape(-1, 3).mean(0), _palette_frame(i, 1, 1)[0, 0], atol=20)
+        np.testing.assert_allclose(f.reshape(-1, 3).mean(0), palette_frame(i, 1, 1)[0, 0], atol=20)
     np.testing.assert_allclose(clip.timestamps, np.arange(8) / 10.0, atol=0.011)
     assert any("PyAV" in n for n in clip.notes)
 
@@ -349,28 +275,14 @@ def test_single_frame_video_is_duplicated_for_even(tmp_path):
 # ----------------------------------------------------------------------------- errors
 
 
-def _audio_only(path):
-    c = av.open(str(path), "w")
-    _encode_audio(c, c.add_stream("aac", rate=16000))
-    c.close()
-    return str(path)
-
-
-def _png(path):
-    Image = pytest.importorskip("PIL.Image")
-
-    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
-    return str(path)
-
-
 @pytest.mark.parametrize(
     "make,words",
     [
         (lambda p: p.with_suffix(".txt").write_text("hello\nworld\n" * 50) and str(p.with_suffix(".txt")), "text"),
         (lambda p: p.write_bytes(np.random.default_rng(0).bytes(4096)) and str(p), "not a recognised"),
         (lambda p: p.write_bytes(b"") or str(p), "empty"),
-        (lambda p: _audio_only(p.with_suffix(".m4a")), "no video stream"),
-        (lambda p: _png(p.with_suffix(".png")), "still image"),
+        (lambda p: write_audio_only(p.with_suffix(".m4a")), "no video stream"),
+        (lambda p: write_png(p.with_suffix(".png")), "still image"),
     ],
     ids=["text", "random", "empty", "audio-only", "png"],
 )
@@ -387,7 +299,7 @@ def test_non_videos_raise_clear_errors(tmp_path, make, words):
 def test_missing_file_and_audio_probe(tmp_path):
     with pytest.raises(VideoError, match="nope.mp4: no such file; check the path"):  # the CLI's wording
         load_video(tmp_path / "nope.mp4")
-    info = probe_video(_audio_only(tmp_path / "a.m4a"), require_video=False)
+    info = probe_video(write_audio_only(tmp_path / "a.m4a"), require_video=False)
     assert not info.has_video and info.has_audio
 
 
@@ -420,7 +332,7 @@ def test_timeout_gives_clear_error(monkeypatch, vids):
 
 
 def test_frames_to_clip():
-    frames = np.stack([_ramp(i, 8, 6) for i in range(5)])
+    frames = np.stack([ramp_frame(i, 8, 6) for i in range(5)])
     clip = frames_to_clip(frames, fps=4.0)
     assert clip.frames.shape == (5, 6, 8, 3)
     np.testing.assert_allclose(clip.timestamps, [0, 0.25, 0.5, 0.75, 1.0])
@@ -452,6 +364,6 @@ def test_damaged_packets_never_leak_raw_errors(tmp_path):
 
 
 def test_single_frame_gif_is_a_still_image(tmp_path):
-    path = write_video(tmp_path / "still.gif", n=1, codec="gif", pix_fmt="rgb8", frame_fn=_palette_frame)
+    path = write_video(tmp_path / "still.gif", n=1, codec="gif", pix_fmt="rgb8", frame_fn=palette_frame)
     with pytest.raises(VideoFormatError, match="still image"):
         load_video(path)

@@ -5,7 +5,8 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from conftest import make_clip
+from helpers.media import make_clip
+
 from specvlm.analysis import why
 from specvlm.config import DecodeConfig, PruneConfig
 from specvlm.engine.stream import generate
@@ -125,10 +126,10 @@ def test_explain_rejections_reports_the_unseen_share_and_withheld_cues(run):
     everything = why.explain_rejections(pair, inputs, res.steps, None, max_steps=1)
     assert everything[0].share_unseen == 0.0                            # a draft that saw every token
     word = out[0].word
-    if word:                                                            # a cue holding the word, withheld
-        cue = Cue(0.0, 1.0, f"say {word}")
-        got = why.explain_rejections(pair, inputs, res.steps, keep.tolist(), cues=[cue],
-                                     draft_saw_subtitles=False, tokenizer=pair.processor.tokenizer, max_steps=3)
-        assert got[0].cue == (0.0, 1.0, f"say {word}") or word.lower() in why.STOPWORDS or len(word) < 2
+    assert len(word) >= 2 and word.lower() not in why.STOPWORDS, word   # the first rejection: a traceable word
+    cue = Cue(0.0, 1.0, f"say {word}")                                  # a cue holding the word
+    withheld, seen = (why.explain_rejections(pair, inputs, res.steps, keep.tolist(), cues=[cue], draft_saw_subtitles=saw,
+                                             tokenizer=pair.processor.tokenizer, max_steps=3) for saw in (False, True))
+    assert withheld[0].cue == (0.0, 1.0, f"say {word}") and seen[0].cue is None
     with pytest.raises(why.WhyError):
         why.video_attention_at(pair, inputs, res.token_ids, [0])

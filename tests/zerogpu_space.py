@@ -121,7 +121,7 @@ def install_worker_standins() -> None:
 # ---- the driver: the page's handlers, called as Gradio calls them ----------------------------------
 
 def drive(captured: dict, out: dict) -> None:
-    from test_app_fakes import sample_video
+    from helpers.fakes import sample_video
 
     from app import inspect_view
     from specvlm.analysis.records import RunRecord, load_json
@@ -210,7 +210,7 @@ def drive(captured: dict, out: dict) -> None:
 
 
 def main() -> None:
-    from test_app_fakes import free_port
+    from helpers.fakes import free_port
 
     offload = tempfile.mkdtemp(prefix="zerogpu-tensors-")
     os.environ.update(SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL=start_device_api(),

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specvlm.spec.grid import grid_cells, grid_shape
+from specvlm.spec.grid import cell_boxes, grid_cells, token_frames
 
 
 def _index_set(x: Any) -> set[int]:
@@ -33,11 +33,9 @@ def text_token_mask(token_grid: Any, frames_per_token: int, frame_size: tuple[in
                     visible: Sequence[bool], min_overlap: float = 0.0) -> torch.Tensor:
     """Which video tokens cover an on-screen text box.
 
-    Token (g, r, c) of a (rows x cols) merged grid covers the frame rectangle
-    [r·H/rows, (r+1)·H/rows) x [c·W/cols, (c+1)·W/cols) (both processors resize the whole
-    frame to the grid, no crop) and the sampled frames g·fpt .. (g+1)·fpt − 1.
-    It covers the text when the text is visible on at least one of those frames and the
-    rectangle overlaps the box by more than ``min_overlap`` of its area. Tokens without a
+    A token covers its cell's rectangle of the frame (:func:`specvlm.spec.grid.cell_boxes`) on the sampled
+    frames it spans (:func:`specvlm.spec.grid.token_frames`). It covers the text when the text is visible on at
+    least one of those frames and the rectangle overlaps the box by more than ``min_overlap`` of its area. Tokens without a
     cell (LLaVA-OV's newline, row/col < 0) never do.
 
     Args:
@@ -57,17 +55,13 @@ def text_token_mask(token_grid: Any, frames_per_token: int, frame_size: tuple[in
     out = torch.zeros(grid.shape[0], dtype=torch.bool)
     if not bool(valid.any()) or not vis.any():
         return out
-    rows, cols = grid_shape(grid)
-    H, W = float(frame_size[0]), float(frame_size[1])
+    first, last = token_frames(grid, frames_per_token)
+    boxes = cell_boxes(grid, frame_size)
     x0, y0, x1, y1 = (float(v) for v in box)
-    fpt = max(1, int(frames_per_token))
     for i in valid.nonzero().flatten().tolist():
-        g, r, c = (int(v) for v in grid[i])
-        frames = vis[g * fpt:(g + 1) * fpt]
-        if not frames.any():
+        if not vis[int(first[i]):int(last[i]) + 1].any():
             continue
-        cy0, cy1 = r * H / rows, (r + 1) * H / rows
-        cx0, cx1 = c * W / cols, (c + 1) * W / cols
+        cx0, cy0, cx1, cy1 = (float(v) for v in boxes[i])
         inter = max(0.0, min(cx1, x1) - max(cx0, x0)) * max(0.0, min(cy1, y1) - max(cy0, y0))
         out[i] = inter > min_overlap * (cx1 - cx0) * (cy1 - cy0) and inter > 0
     return out

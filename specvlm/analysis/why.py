@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from specvlm.engine import kv
-from specvlm.engine.attention import attention_weights
+from specvlm.models.attention import attention_weights
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
 from specvlm.models.adapter import video_lm_kwargs
 

@@ -147,7 +147,8 @@ def rank_device(info: RankInfo, device: str | None, gpus_per_rank: int = 1,
                          "--nproc-per-node or --gpus-per-rank.")
     group = visible[first:first + gpus_per_rank] if visible else [str(first + i) for i in range(gpus_per_rank)]
     env["CUDA_VISIBLE_DEVICES"] = ",".join(group)
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from specvlm.models.loading import default_device
+    return default_device()
 
 
 def shard(items: Sequence[Any], rank: int, world_size: int) -> list[Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ import torch
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import BenchError, BenchSettings
 from specvlm.config import DecodeConfig
-from specvlm.engine.attention import plain_sdpa
+from specvlm.models.attention import plain_sdpa
 from specvlm.bench.memory import MemoryProbe
 from specvlm.types import VideoClip
 
@@ -36,15 +36,18 @@ HF_TIMING = ("streamer: decode time = first to last streamer callback with gener
 class _TimingStreamer:
     """A transformers streamer that records when generated tokens arrive (s, perf_counter)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, on_first: Callable[[], None] | None = None):
         self.device = device
         self.calls: list[tuple[float, int]] = []
         self._prompt_seen = False
+        self._on_first = on_first
 
     def put(self, value: torch.Tensor) -> None:
         if not self._prompt_seen:  # generate() first echoes the prompt
             self._prompt_seen = True
             return
+        if not self.calls and self._on_first is not None:
+            self._on_first()   # the first generated token is out: the decode steps start
         self.calls.append((time.perf_counter(), int(value.numel())))
 
     def end(self) -> None:
@@ -101,15 +104,17 @@ def _hf_kwargs(pair: Any, method: str, config: DecodeConfig, settings: BenchSett
     return kw, note
 
 
-def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, int | None]:
-    """Run target.generate with a timing streamer and a forward counter (None for Self-SD assisted)."""
+def _hf_generate(pair: Any, enc: dict, kw: dict, on_first: Callable[[], None] | None = None
+                 ) -> tuple[Any, _TimingStreamer, int | None]:
+    """Run target.generate with a timing streamer and a forward counter (None for Self-SD assisted);
+    ``on_first`` is called when the first generated token reaches the streamer."""
     model = pair.target
     dev = pair.device
     count = [0]
     hook = None
     if kw.get("assistant_model") is not model:
         hook = model.register_forward_hook(lambda *a: count.__setitem__(0, count[0] + 1))
-    streamer = _TimingStreamer(dev)
+    streamer = _TimingStreamer(dev, on_first)
     assistant = kw.get("assistant_model")
     saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
     try:
@@ -122,6 +127,36 @@ def _hf_generate(pair: Any, enc: dict, kw: dict) -> tuple[Any, _TimingStreamer, 
         if assistant is not None:
             assistant.generation_config = saved  # HF's heuristic schedule mutates it across calls
     return out, streamer, (count[0] if hook is not None else None)
+
+
+def _different_tokenizers(method: str, exc: ValueError) -> bool:
+    """True when HF refused our draft as assistant over LM-head sizes (padded vocabularies)."""
+    return method == "hf-assisted" and "different tokenizers" in str(exc)
+
+
+def _universal(pair: Any, kw: dict) -> None:
+    """Switch ``kw`` to Universal Assisted Decoding with the same tokenizer on both sides."""
+    tok = pair.processor.tokenizer
+    kw.update(tokenizer=tok, assistant_tokenizer=tok)
+
+
+def hf_generate_call(pair: Any, method: str, enc: dict, config: DecodeConfig, settings: BenchSettings,
+                     on_first: Callable[[], None] | None = None) -> _TimingStreamer:
+    """One untimed ``generate()`` of a peer, as :func:`run_hf` makes it (the Universal Assisted Decoding retry
+    included); returns its timing streamer (``calls``: one per streamed step). ``on_first`` is called when the
+    first generated token is out (:mod:`specvlm.bench.hostreads` resets its counter there).
+
+    Raises:
+        Exception: whatever ``generate()`` raises.
+    """
+    kw, _ = _hf_kwargs(pair, method, config, settings)
+    try:
+        return _hf_generate(pair, enc, kw, on_first)[1]
+    except ValueError as exc:
+        if not _different_tokenizers(method, exc):
+            raise
+        _universal(pair, kw)
+        return _hf_generate(pair, enc, kw, on_first)[1]
 
 
 _PEER_FAILURES_LOGGED: set[tuple[str, str]] = set()
@@ -158,10 +193,9 @@ def run_hf(pair: Any, method: str, enc: dict | Exception, config: DecodeConfig, 
             try:
                 out, st, forwards = _hf_generate(pair, enc, kw)
             except ValueError as exc:
-                if method != "hf-assisted" or "different tokenizers" not in str(exc):
+                if not _different_tokenizers(method, exc):
                     raise
-                tok = pair.processor.tokenizer
-                kw.update(tokenizer=tok, assistant_tokenizer=tok)
+                _universal(pair, kw)
                 note = (note or "") + "; HF saw different vocab sizes and ran Universal Assisted Decoding"
                 t0 = time.perf_counter()
                 out, st, forwards = _hf_generate(pair, enc, kw)

@@ -3,11 +3,10 @@
 On CUDA the caching allocator keeps exact counters (``torch.cuda.max_memory_allocated``).
 On the CPU there is no such counter, and the resident set size is a poor stand-in: glibc keeps
 freed blocks resident, so the same run reads tens to a hundred MiB apart depending on what ran
-before (measured at 16k video tokens on the bundled pair: vanilla's RSS delta read
-241 / 300 / 356 MiB over three identical runs). :class:`MemoryProbe` therefore reads the CPU
+before (docs/benchmark.md). :class:`MemoryProbe` therefore reads the CPU
 peak from the torch profiler's allocation events (``profile_memory=True``): every event carries
 the CPU allocator's running total of bytes held, so the peak of tensor memory over the block is
-exact and repeatable (the same three runs: 337.1 MiB each time). The profiler slows the block
+exact and repeatable. The profiler slows the block
 down, so the benchmark measures memory in an untimed round (:mod:`specvlm.bench.protocol`).
 
 Source: torch.cuda memory statistics (``max_memory_allocated``); torch.profiler (``profile_memory``, allocation events).

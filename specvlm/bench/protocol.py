@@ -36,6 +36,7 @@ import torch
 
 from specvlm.bench.goals import VERIFY_GOAL_TOKENS
 from specvlm.bench.hf_peers import HF_ATTENTION, HF_TIMING
+from specvlm.bench.hostreads import count_host_reads
 from specvlm.bench.load import BackgroundLoad
 from specvlm.bench.machine import machine_info
 from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_run
@@ -49,7 +50,8 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
     """Warm up, then run ``settings.repeats`` interleaved rounds of every method on one input.
 
     Peak memory is measured in the first warm-up round (untimed: on a CPU the probe runs the
-    torch profiler); with ``warmup=0`` the memory fields stay None.
+    torch profiler); with ``warmup=0`` the memory fields stay None. With ``settings.host_reads`` each
+    method's host reads per decode step are counted in one more untimed run before the timed rounds.
 
     Returns:
         One summary dict per method with the keys of :data:`METHOD_FIELDS`.
@@ -65,6 +67,8 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
             rec = run_method(pair, m, inp, inputs, settings, enc, memory=base if w == 0 else False)
             if w == 0:
                 memory[m] = rec
+    reads = {m: count_host_reads(pair, m, inputs, enc, settings) for m in settings.methods} \
+        if settings.host_reads else {}
     runs: dict[str, list[dict]] = {m: [] for m in settings.methods}
     again: list[dict] = []   # a second vanilla run per round under background load: the run-to-run noise
     for r in range(settings.repeats):
@@ -79,7 +83,8 @@ def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress(f"[{inp.name}] round {r + 1}/{settings.repeats} {m}: "
                          + (f"{tps:.1f} tokens/s" if tps else rec["status"])
                          + (f" ({n} thread{'s' if n != 1 else ''})" if n else ""))
-    rows = [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) for m in settings.methods]
+    rows = [summarize(inp.name, m, runs[m], runs["vanilla"], pair, memory.get(m)) | reads.get(m, {})
+            for m in settings.methods]
     if again:
         rows[settings.methods.index("vanilla")]["vanilla_aa"] = [
             a["decode_tokens_per_s"] / b["decode_tokens_per_s"] for a, b in zip(again, runs["vanilla"])
@@ -179,8 +184,12 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
-        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
-        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION, "engine": settings.config.engine,
+        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round, "
+                   f"vanilla on the same engine ({settings.config.engine})",
+        "host_reads": "reads of a tensor's value by the host (item, tolist, cpu, bool/int/float of a tensor, nonzero, "
+                      "boolean indexing, ...) during the decode steps of one untimed run, per decode step"
+                      if settings.host_reads else None,
         "peak_memory": "measured in the first (untimed) warm-up round; CUDA: max_memory_allocated after a reset; "
                        "CPU: peak tensor memory of torch's CPU allocator from the profiler's allocation events "
                        "(peak = resident set before the input's first run + delta); delta = peak - value at the start "

@@ -17,9 +17,13 @@ RUN_FIELDS = ("status", "error", "note", "num_generated", "decode_s", "decode_to
               "peak_memory_mb", "peak_memory_delta_mb", "identical", "first_divergence")
 INT_FIELDS = {"num_generated", "target_forwards", "num_video_tokens", "num_kept", "target_kv_tokens",
               "draft_kv_tokens"}
+READ_FIELDS = ("host_reads_per_step", "host_reads_by_kind", "host_read_steps")
+"""Host reads of a method (:mod:`specvlm.bench.hostreads`, one untimed run): reads per decode step (None when
+not counted, the run failed or had no decode step), the same per kind (``{kind: reads per step}``), and the
+decode steps counted."""
 METHOD_FIELDS = ("input", "method", "label", "draft_mode", "repeats") + RUN_FIELDS + (
     "speedup", "speedup_min", "speedup_max", "speedups", "threads_per_round", "vanilla_aa", "verify_vs_decode_step",
-    "divergence_margin", "divergence_kind", "text", "token_ids")
+    "divergence_margin", "divergence_kind", "text", "token_ids") + READ_FIELDS
 """Keys of every per-method record in the JSON report (None where not applicable). ``text`` and
 ``token_ids``: the first measured round's output. ``vanilla_aa``
 (vanilla's record, with ``--background-load``): per round, a second vanilla run's tokens/s over

@@ -85,14 +85,14 @@ def _identity_cell(r: dict, sampling: bool = False) -> str:
 def markdown_table(report: dict, name: str) -> str:
     """One input's results as a markdown table (times: s / ms, throughput: tokens/s, memory: MiB)."""
     head = ("| method | τ | tokens/target fwd | decode tokens/s | speedup (min-max) | e2e s | draft ms/step | "
-            "verify ms/step | KV target / draft | peak MiB (Δ) | identical to vanilla |")
-    lines = [head, "|" + "---|" * 11]
+            "verify ms/step | host reads/step | KV target / draft | peak MiB (Δ) | identical to vanilla |")
+    lines = [head, "|" + "---|" * 12]
     sampling = sampling_temperature(report) > 0
     for r in report["results"]:
         if r["input"] != name:
             continue
         if r["status"] != "ok":
-            lines.append(f"| {r['label']} | failed: {r['error']} |" + " |" * 9)
+            lines.append(f"| {r['label']} | failed: {r['error']} |" + " |" * 10)
             continue
         sp = f"{r['speedup']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f})" if r["speedup"] else "-"
         if r.get("vanilla_aa"):
@@ -101,7 +101,8 @@ def markdown_table(report: dict, name: str) -> str:
         mem = f"{_cell(r['peak_memory_mb'], 0)} ({_cell(r['peak_memory_delta_mb'], 0)})"
         lines.append(f"| {r['label']} | {_cell(r['tau'])} | {_cell(r['tokens_per_target_forward'])} | "
                      f"{_cell(r['decode_tokens_per_s'], 1)} | {sp} | {_cell(r['e2e_s'])} | "
-                     f"{_cell(r['draft_ms_per_step'], 1)} | {_cell(r['verify_ms_per_step'], 1)} | {kv} | {mem} | "
+                     f"{_cell(r['draft_ms_per_step'], 1)} | {_cell(r['verify_ms_per_step'], 1)} | "
+                     f"{_cell(r.get('host_reads_per_step'), 1)} | {kv} | {mem} | "
                      f"{_identity_cell(r, sampling)} |")
     return "\n".join(lines)
 
@@ -113,7 +114,8 @@ def format_report(report: dict) -> str:
     decoding = f", sampling at temperature {temp:g}" if temp > 0 else ", greedy"
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
            f"{' (fixed length)' if m['fixed_length'] else ''}{decoding}, {m['repeats']} "
-           f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
+           f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up"
+           + (f", {m['engine']} engine (vanilla too)" if m.get("engine") else ""), ""]
     machine = machine_lines(m)
     if machine:
         out += machine + [""]
@@ -127,7 +129,9 @@ def format_report(report: dict) -> str:
     out += [f"- {label}: {note}" for label, note in sorted(notes)]
     if set(m["methods"]) & set(PEERS):
         out.append(f"- HF peers: stock generate() with {m['hf_attention']} attention, timed by {m['hf_timing']}")
-    out += [f"- speedup: {m['speedup']}", f"- peak memory: {m['peak_memory']}", ""]
+    out += [f"- speedup: {m['speedup']}", f"- peak memory: {m['peak_memory']}"]
+    out += [f"- host reads: {m['host_reads']}"] if m.get("host_reads") else []
+    out += [""]
     spread = [r["speedup_max"] / r["speedup_min"] for r in report["results"] if r["speedup_min"]]
     if spread and max(spread) > 1.5:
         out += [f"WARNING: per-round speedups of one method differ up to {max(spread):.1f}x: the machine is noisy "

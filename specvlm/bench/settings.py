@@ -21,7 +21,10 @@ SELF = ":self"
 DEFAULT_METHODS = ("vanilla", "none", "random", "uniform", "frame", "attention", "specvlm", "specvlm:self",
                    "hf", "hf-assisted", "prompt-lookup")
 LABELS = {"vanilla": "vanilla (ours)", "none": "SD-Tree", "random": "SD-Rand", "specvlm": "SpecVLM",
-          "hf": "HF generate", "hf-assisted": "HF assisted", "prompt-lookup": "HF prompt lookup"}
+          "hf": "model.generate() (HF, the paper's baseline)", "hf-assisted": "HF assisted",
+          "prompt-lookup": "HF prompt lookup"}
+"""Row labels. Every speedup is over our vanilla on the same engine (:attr:`DecodeConfig.engine`); Hugging Face's
+plain ``model.generate()``, the baseline the paper's speedups are stated over, has its own row."""
 
 
 class BenchError(ValueError):
@@ -63,6 +66,8 @@ class BenchSettings:
             (:func:`specvlm.bench.stepcost.verify_cost_curve`; the verify goal is checked on it).
         background_load: busy worker processes run during the warm-up and timed rounds
             (:class:`specvlm.bench.load.BackgroundLoad`); 0 = none.
+        host_reads: count each method's host reads per decode step in one extra untimed run after the
+            warm-up (:mod:`specvlm.bench.hostreads`).
 
     Raises:
         BenchError: unknown method or bad counts (from :meth:`validate`).
@@ -75,6 +80,7 @@ class BenchSettings:
     prompt_lookup_tokens: int = 10
     step_costs: bool = True
     background_load: int = 0
+    host_reads: bool = True
 
     def validate(self) -> None:
         """Raise :class:`BenchError` for unknown methods or counts out of range."""

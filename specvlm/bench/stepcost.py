@@ -110,7 +110,7 @@ def verify_cost_curve(model: Any, kv_tokens: int, sizes: tuple[int, ...] = tuple
 
     Args:
         model: the target model, already on its device, with the engine's attention
-            (:func:`specvlm.engine.attention.use_fast_attention`) when that is what is measured.
+            (:func:`specvlm.models.attention.use_fast_attention`) when that is what is measured.
         kv_tokens: L (e.g. the benchmark input's target prompt length).
         sizes: verify sizes n in tokens (each >= 1).
         rounds: interleaved rounds; each round times every size ``iters`` times (median).

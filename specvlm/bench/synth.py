@@ -6,7 +6,7 @@ bouncing) and may enter or leave mid-video; optionally a large digit or short
 word is burned in for part of the video. A scene's truth may also carry a
 subtitle track (:class:`specvlm.text.subtitles.Cue` cues) and the fact one of its cues
 states (:class:`FactTruth`, e.g. "The code is 42."), and objects that flash
-(visible on a few frames only); ``scripts/training/scenes.py`` generates such
+(visible on a few frames only); ``training/scenes.py`` generates such
 sparse-information scenes. Everything is drawn
 with numpy from a seed, so the same seed gives the same pixels and the same
 ground truth on every machine.

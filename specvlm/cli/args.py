@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig, PruneConfig, VideoConfig,
-                            config_from_settings)
+from specvlm.config import (DEFAULT_PROMPT, DTYPES, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
+                            PruneConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 
 
@@ -32,7 +32,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                                    "bundled draft when --model is not given")
     g.add_argument("--self-sd", action="store_true", help="use the target as its own draft even for the bundled pair")
     g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda if available)")
-    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+    g.add_argument("--dtype", choices=DTYPES,
                    help="default: bfloat16 on CUDA, float32 on CPU")
     g.add_argument("--device-map", help='e.g. "auto" to shard a large target across GPUs')
 
@@ -76,6 +76,10 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p-sampling", type=float, default=1.0,
                    help="nucleus sampling mass in (0, 1]; 1 = off (default). The pruning share λ is --lambda")
     g.add_argument("--seed", type=int, default=0, help="seed for sampling and for the random pruning method (SD-Rand)")
+    g.add_argument("--engine", choices=ENGINES, default=None,
+                   help="decode loop: eager (each step issued from Python) or static (fixed-shape step functions "
+                        "over preallocated KV buffers, captured on CUDA); same tokens either way. Default per "
+                        "device: " + ", ".join(f"{k} {v}" for k, v in ENGINE_BY_DEVICE.items()))
 
 
 def resolve_lambda(args: argparse.Namespace) -> str | None:
@@ -136,16 +140,28 @@ def load_from_args(args: argparse.Namespace):
     return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
 
 
-def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
+def device_type(args: argparse.Namespace) -> str:
+    """The torch device type the arguments run on: ``--device``'s, else ``cuda`` when available (as
+    :func:`specvlm.models.loading.load_pair` chooses), else ``cpu``."""
+    import torch
+
+    return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).type
+
+
+def decode_config(args: argparse.Namespace, method: str, preset, device: str | None = None) -> DecodeConfig:
     """DecodeConfig from the arguments and the preset's tree and budget
-    (:func:`specvlm.config.config_from_settings`, the app's path too; raises ConfigError on bad values)."""
+    (:func:`specvlm.config.config_from_settings`, the app's path too; raises ConfigError on bad values).
+
+    ``device``: the device type the pair is on (None: :func:`device_type` of the arguments); without
+    ``--engine`` it picks the engine (:func:`specvlm.config.default_engine`)."""
     max_new = args.max_new_tokens if args.max_new_tokens is not None else (preset.max_new_tokens if preset else 256)
     lam = getattr(args, "stage1_mass", None)
     return config_from_settings(
         method, max_new_tokens=max_new, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
         top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
         top_p_sampling=args.top_p_sampling, tree=getattr(preset, "tree", None), shape=args.tree, depth=args.depth,
-        top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob)
+        top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob,
+        engine=getattr(args, "engine", None), device_type=device or device_type(args))
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:

@@ -154,6 +154,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         notes.append("--min-prob has no effect on a static tree (its shape is fixed); use --tree chain or dynamic")
         print(f"note: {notes[-1]}", file=sys.stderr)
     out["notes"] = notes
+    out["engine"] = cfg.engine
     if args.compare and cfg.speculative:
         van = generate(pair, inputs, decode_config(args, "vanilla", preset))
         out["vanilla"] = result_json(van)
@@ -162,7 +163,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(res.text)
-    print(f"\n[{res.method}] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, decode {res.decode_s:.2f} s, "
+    print(f"\n[{res.method}, {cfg.engine} engine] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, "
+          f"decode {res.decode_s:.2f} s, "
           f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
     if "vanilla" in out:

@@ -63,8 +63,7 @@ class DraftRunner:
         """Feed tree nodes whose ancestors are already fed; returns float32 (F, vocab) log-probs.
 
         A single node that may see every fed node (always so in a chain) runs without a mask,
-        through the plain decode path: no additive 4-D mask to build, fold and apply (measured on the 2-core CPU,
-        bundled 1-layer draft, 1.6k cached tokens: 2.08 -> 1.65 ms per draft step).
+        through the plain decode path: no additive 4-D mask to build, fold and apply.
         """
         n_fed, F = len(self.slot), len(nodes)
         allowed = feed_mask(tree.parents, nodes, {n: s - self.base for n, s in self.slot.items()})

@@ -3,20 +3,18 @@
 The draft's numerics never change the output (the target verifies every drafted token,
 docs/design.md §4.9), so the draft may take any fast path. On a CPU a small draft's step is
 mostly per-op fixed cost: Python and ATen dispatch through transformers' module stack (a
-1-token linear costs 15-27 us, an RMSNorm ~50 us, plus mask building and cache bookkeeping).
+per-op dispatch of every linear and norm, plus mask building and cache bookkeeping).
 :class:`FastDraftRunner` runs the same decoder layers with the module's own weights, read once
 per model through public module attributes (:func:`draft_weights`). A small draft gets folded
 copies laid out as right-hand matmul operands: q/k/v and gate/up fused into one matrix each, each
 RMS-norm weight multiplied into the matmul after it, the attention scale into the query rows (a
-one-row product with a contiguous (in, out) matrix is ~25% cheaper on a CPU than
-``F.linear``'s transposed read). RoPE comes from a position table built once per model with the
+one-row product with a contiguous (in, out) matrix is cheaper on a CPU than ``F.linear``'s transposed read). RoPE comes from a position table built once per model with the
 model's own rotary module (:func:`rope_table`), grouped-query attention is folded onto the KV heads (a single query,
 the chain's case, is two small batched matmuls and a softmax; several go through SDPA with the
 tree mask), and keys/values are written in place into a preallocated buffer (rollback moves one
 integer). It has :class:`specvlm.engine.draft.DraftRunner`'s interface (``feed_pending``,
 ``feed_nodes``, ``feed_next``, ``rollback``) and returns the same log-probs up to float rounding.
-Measured on the 2-core CPU, bundled 1-layer draft, 95 cached tokens: 0.21-0.32 ms per chain node
-(the module stack: ~1.6 ms).
+Its cost per chain node against the module stack: docs/benchmark.md.
 
 Supported: pre-norm decoder layers with ``self_attn.{q,k,v,o}_proj`` linears, no per-head q/k
 norms, a gated SiLU MLP (``mlp.{gate,up,down}_proj``), RMS norms with a plain ``weight``,
@@ -225,7 +223,7 @@ def rope_table(model: Any, lm: Any, adapter: Any, rope_dims: int, need: int) -> 
 
     Built with the model's own rotary module (every M-RoPE row at the same position, as for text
     tokens and tree nodes) and grown by at least :data:`GROW` rows when a longer position is asked
-    for, so requests share it instead of rebuilding it (~3 ms for 3k positions on a CPU).
+    for, so requests share it instead of rebuilding it.
 
     Args:
         model: the draft model (the cache key); lm: its text decoder stack; adapter: its family

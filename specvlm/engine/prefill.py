@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from specvlm.engine import kv
-from specvlm.engine.attention import ATTN_IMPL, attention_weights, text_attn_implementation
+from specvlm.models.attention import ATTN_IMPL, attention_weights, text_attn_implementation
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
 from specvlm.models.adapter import video_lm_kwargs
 from specvlm.models.pair import ModelPair
@@ -68,7 +68,7 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
     scores stay question-to-video attention as in the paper.
 
     Pass B runs with eager attention only when ``with_scores``, for this call only
-    (:func:`specvlm.engine.attention.attention_weights`: no model setting changes, so other requests
+    (:func:`specvlm.models.attention.attention_weights`: no model setting changes, so other requests
     on the same pair are unaffected); each layer's weights are reduced as soon as they exist, so
     memory stays O(heads x text x L) for one layer.
 

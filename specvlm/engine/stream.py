@@ -20,88 +20,27 @@ from typing import Callable, Iterator
 
 import torch
 
-from specvlm.analysis.metrics import Timer, logit_margin, summarize
-from specvlm.config import DecodeConfig, SamplingConfig
-from specvlm.engine import kv
+from specvlm.config import DecodeConfig
+from specvlm.engine import kv, staticloop
 from specvlm.engine.draft import make_draft_runner
-from specvlm.engine.forward import embed_tokens, lm_forward
-from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
+from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
+from specvlm.engine.loopparts import first_token as _first_token
+from specvlm.engine.loopparts import prefill as _prefill
+from specvlm.engine.loopparts import rope_dims as _rope_dims
+from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
+from specvlm.engine.measures import Timer, logit_margin, summarize
+from specvlm.engine.prefill import TargetPrefill, prefill_draft
 from specvlm.engine.prepare import for_pair
-from specvlm.engine.stopping import stop_between_layers
+from specvlm.models.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
 from specvlm.spec.drafting import draft_substitute, for_draft
 from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
-from specvlm.spec.sampling import make_generator, process_logits, sample
-from specvlm.spec.tree import verify_mask
 from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- helpers
-class _Emitter:
-    """Tracks generated ids, EOS / max_new_tokens truncation and text deltas."""
-
-    def __init__(self, pair: ModelPair, config: DecodeConfig):
-        self.tok = pair.processor.tokenizer
-        self.eos = pair.eos_token_ids if config.stop_at_eos else set()
-        self.max = config.max_new_tokens
-        self.ids: list[int] = []
-        self.text = ""
-        self.done = False
-        self._prefix = self._read = 0
-
-    def take(self, tokens: list[int]) -> list[int]:
-        """Append tokens up to the first EOS / the budget; returns those actually emitted."""
-        out = []
-        for t in tokens:
-            if self.done:
-                break
-            out.append(t)
-            self.ids.append(t)
-            if t in self.eos or len(self.ids) >= self.max:
-                self.done = True
-        return out
-
-    def delta(self) -> str:
-        """Text for the tokens since the last call (incremental: decodes a short window, not all ids).
-
-        Holds back text that ends in an incomplete UTF-8 sequence (U+FFFD) until it completes or
-        the generation ends.
-        """
-        window = self.tok.decode(self.ids[self._prefix:], skip_special_tokens=True)
-        head = self.tok.decode(self.ids[self._prefix:self._read], skip_special_tokens=True)
-        if len(window) <= len(head) or (window.endswith("\ufffd") and not self.done):
-            return ""
-        self._prefix, self._read = self._read, len(self.ids)
-        out = window[len(head):]
-        self.text += out
-        return out
-
-
-class _Picker:
-    """Chooses target tokens: argmax when greedy, else a seeded draw from the processed logits.
-
-    The same :func:`specvlm.spec.sampling.process_logits` (temperature, nucleus) is used by vanilla
-    sampling and by verification, so both sample from the same target distribution.
-    """
-
-    def __init__(self, sampling: SamplingConfig):
-        self.cfg = sampling
-        self.greedy = sampling.greedy
-        self.gen = None if self.greedy else make_generator(sampling)
-
-    def __call__(self, logits: torch.Tensor) -> int:
-        if self.greedy:
-            return int(logits.argmax())
-        return sample(process_logits(logits.float(), self.cfg).cpu(), self.gen)
-
-
-def _rope_dims(inputs: ModelInputs) -> int:
-    return int(inputs.positions.shape[0])
 
 
 # --------------------------------------------------------------------------- streams
@@ -124,7 +63,7 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
             ``inputs.for_target()``, with scores for the ``specvlm`` and ``attention`` methods); its KV
             cache is copied, so one prefill serves any number of requests on the same inputs.
         should_stop: polled before every step and, during the prefills, before every layer of the
-            models (:func:`specvlm.engine.stopping.stop_between_layers`); True ends the stream early,
+            models (:func:`specvlm.models.stopping.stop_between_layers`); True ends the stream early,
             before its PrefillInfo when the prefill was running.
         record_trees: attach a :class:`DraftTreeRecord` to each speculative StepEvent.
 
@@ -145,6 +84,14 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
     if config.speculative:
         inputs = for_pair(pair, inputs)
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
+    if config.engine == "static":
+        why = staticloop.static_supported(pair, config)
+        if why is None:
+            events = (staticloop.stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+                      if config.speculative else staticloop.stream_vanilla(pair, inputs, config, prefill, should_stop))
+            yield from _in_inference_mode(events)
+            return
+        log.info("engine 'static' not used for this request: %s.", why)
     if config.speculative:
         events = _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
     else:
@@ -168,37 +115,6 @@ def _in_inference_mode(events: Iterator[PrefillInfo | StepEvent]) -> Iterator[Pr
     finally:
         with torch.inference_mode():
             events.close()
-
-
-def _prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
-    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``."""
-    if reuse is None:
-        return prefill_target(pair, inputs, with_scores=with_scores)
-    held, L = kv.cache_length(reuse.cache), int(inputs.input_ids.shape[1])
-    if held != L:
-        raise ValueError(f"prefill holds {held} tokens but the target's prompt has {L}: make it with "
-                         "prefill_target(pair, inputs.for_target(), ...) for these inputs.")
-    if with_scores and reuse.scores is None:
-        raise ValueError("prefill has no attention scores, which this pruning method needs: make it with "
-                         "prefill_target(..., with_scores=True).")
-    return replace(reuse, cache=kv.clone_cache(pair.target, reuse.cache))
-
-
-def _subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
-    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft")."""
-    hidden = {"target": "draft", "draft": "target"}[seen_by]
-    return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
-
-
-def _first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tensor):
-    """Emitter, picker, decode clock, the prefill's token and its step-0 StepEvent."""
-    em = _Emitter(pair, config)
-    pick = _Picker(config.sampling)
-    t_dec = time.perf_counter()
-    first = pick(last_logits)
-    em.take([first])
-    return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], em.delta(), num_generated=1,
-                                             margin=logit_margin(last_logits))
 
 
 def _stream_vanilla(pair, inputs, config, reuse, should_stop):
@@ -251,7 +167,6 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
 
     runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     pos, root, pending, step = t_in.next_position, first, [first], 0
-    dtype = pair.target.get_input_embeddings().weight.dtype
     d_rows, d_sub = draft_substitute(pair)
     config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
     drafter = make_drafter(config, pick.gen)  # greedy, or sampled siblings + recursive rejection sampling
@@ -264,15 +179,9 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
         # 4.9 verify: one target forward over root + tree with a 4-D mask, then accept
         with Timer(dev) as t_v:
             Lt = kv.cache_length(tp.cache)
-            toks = torch.cat([torch.tensor([root]), tree.tokens])
-            positions = (pos + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(
-                _rope_dims(inputs), -1)
-            mask = verify_mask(tree.parents, Lt, dtype, dev)
-            logits = lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, toks), positions,
-                                   tp.cache, mask=mask, rows=slice(None))
+            logits = verify_tree(pair.target, pair.adapter, tp.cache, root, tree, pos, _rope_dims(inputs))
             path, bonus = drafter.accept(draft, logits)
-            # 4.10 commit: keep root + accepted nodes in path order
-            kv.keep_tail(tp.cache, Lt + 1, torch.tensor(path, dtype=torch.long))
+            commit(tp.cache, Lt, path)  # 4.10 commit: keep root + accepted nodes in path order
         accepted = [int(tree.tokens[i]) for i in path]
         new = em.take(accepted + [bonus])
         n_acc = min(len(accepted), len(new))

@@ -5,7 +5,7 @@
 short calibration: the same draft-like mix of small ops (1-token linears, a short attention)
 with N threads and with 1 thread, interleaved. On a machine whose cores are busy with other
 processes, N OpenMP threads wait at every barrier for a thread that is not scheduled, and
-many small ops run 10-50x slower than on one thread; the calibration sees that and keeps one
+many small ops run several times slower than on one thread; the calibration sees that and keeps one
 thread. ``threads=`` / ``SPECVLM_THREADS`` override the choice.
 
 A machine that gets busy later is seen at the next request: :func:`adapt` (called by
@@ -42,9 +42,8 @@ log = logging.getLogger(__name__)
 
 ENV_VAR = "SPECVLM_THREADS"
 SPIN_COUNT = "10000"
-"""``GOMP_SPINCOUNT`` default: a worker spins ~10-30 us before sleeping (libgomp's own default,
-300000, burns up to ~1 ms of a core after every parallel op, which other processes on a shared
-machine pay for)."""
+"""``GOMP_SPINCOUNT`` default: a worker spins briefly before sleeping (libgomp's own default, 300000,
+keeps a core busy long after every parallel op, which other processes on a shared machine pay for)."""
 GAIN_NEEDED = 0.85
 """The calibration mix on N threads within [this, 1 / this] x its 1-thread time is a tie (a free
 machine, N threads kept); slower than that means contended (1 thread)."""
@@ -111,9 +110,8 @@ def decide(usable: int, one_ms: float | None, many_ms: float | None) -> tuple[in
     """Threads from the calibration: ``usable`` unless the machine is contended, else 1.
 
     A tie on the decode-like mix still keeps ``usable`` threads: a speculative verify forward runs
-    several tokens, and its matmuls gain from them (measured on the 2-core CPU, bundled target,
-    root + 8 chain nodes at 787 cached tokens: 4.9 ms on 2 threads, 6.1 ms on 1; a 1-token decode
-    step 3.7 vs 3.8 ms). Only a clearly slower mix (other processes holding the cores) means 1.
+    several tokens, and its matmuls gain from them while a 1-token decode step does not (docs/benchmark.md).
+    Only a clearly slower mix (other processes holding the cores) means 1.
 
     Args:
         usable: CPUs this process may use (>= 1).
@@ -136,7 +134,7 @@ def decide(usable: int, one_ms: float | None, many_ms: float | None) -> tuple[in
 
 # --------------------------------------------------------------------------- calibration
 def _op_mix() -> Callable[[], None]:
-    """A decode-like op mix (~2-4 ms on 1 thread): eight layers of 1-token linears, an RMS norm and
+    """A decode-like op mix (a few ms on 1 thread): eight layers of 1-token linears, an RMS norm and
     a short grouped attention (each attention is one OpenMP parallel region, where a descheduled
     worker stalls the whole team), then two grouped attentions over 16k cached keys (the part
     that runs faster on several threads when the cores are free)."""
@@ -202,9 +200,8 @@ def configure(threads: int | None = None, *, environ: Mapping[str, str] | None =
         environ: environment to read (``os.environ`` when None).
         reserve: CPUs the automatic choice leaves to the process's other threads (the app's web
             server and page updates run beside the decode: on 2 CPUs, 2 intra-op threads next to
-            them stall at every OpenMP barrier, as with another process; measured through the
-            app, bundled pair, 4 runs each: shapes_long / world.mp4 / shapes_text median 1.13x /
-            0.95x / 1.35x on 2 threads, 1.35x / 1.55x / 1.69x on 1). Never below one thread.
+            them stall at every OpenMP barrier, as with another process; docs/benchmark.md). Never
+            below one thread.
         share: processes started together on this machine that split its CPUs (the ranks of a
             ``torchrun`` job on this node): the automatic choice takes usable CPUs // ``share``
             threads without calibration, and the per-request policy stays off (the other ranks are

@@ -8,4 +8,6 @@
   :func:`~specvlm.models.loading.load_pair`.
 * :mod:`~specvlm.models.fit`: memory estimates and placement; :mod:`~specvlm.models.hub`: Hub
   reachability; :mod:`~specvlm.models.presets`: named pairs with their settings.
+* :mod:`~specvlm.models.attention`: the ``specvlm_gqa`` attention a pair's language models run;
+  :mod:`~specvlm.models.stopping`: the stop check polled before every layer inside a prefill.
 """

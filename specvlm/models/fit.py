@@ -84,6 +84,7 @@ KNOWN_SIZES: dict[str, ModelSize] = {
     "Qwen/Qwen2.5-VL-7B-Instruct": ModelSize(8.29e9, 28, 4, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-32B-Instruct": ModelSize(33.5e9, 64, 8, 128, _QWEN_VIDEO),
     "Qwen/Qwen2.5-VL-72B-Instruct": ModelSize(73.4e9, 80, 8, 128, _QWEN_VIDEO),
+    "Qwen/Qwen3-VL-2B-Instruct": ModelSize(2.13e9, 28, 8, 128, _QWEN3_VIDEO),
     "Qwen/Qwen3-VL-8B-Instruct": ModelSize(8.77e9, 36, 8, 128, _QWEN3_VIDEO),
     "Qwen/Qwen3-VL-32B-Instruct": ModelSize(33.4e9, 64, 8, 128, _QWEN3_VIDEO),
     "Qwen/Qwen3-VL-30B-A3B-Instruct": ModelSize(31.1e9, 48, 4, 128, _QWEN3_VIDEO),
@@ -127,7 +128,7 @@ def model_size(path: str) -> ModelSize | None:
     try:
         from transformers import AutoConfig
 
-        cfg = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=True)
+        cfg = AutoConfig.from_pretrained(os.path.expanduser(path), local_files_only=True, trust_remote_code=False)
         return size_from_config(cfg)
     except Exception as exc:  # noqa: BLE001 - unknown size only means no check
         log.debug("size of %s unknown: %s", path, exc)

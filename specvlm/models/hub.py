@@ -87,6 +87,27 @@ def in_local_cache(repo_id: str) -> bool:
         return False
 
 
+def fetch_config(repo_id: str, timeout_s: float = 10.0) -> bool:
+    """Download a Hub model's ``config.json`` alone into the local Hub cache (no weights), so its size can be
+    told before anything else is fetched (:func:`specvlm.models.fit.model_size`).
+
+    Args:
+        repo_id: a Hub id such as ``Qwen/Qwen2.5-VL-7B-Instruct``.
+        timeout_s: seconds the Hub may take to answer.
+
+    Returns:
+        True when the config is in the cache; False when it could not be fetched (unknown id, gated, offline).
+    """
+    try:
+        from huggingface_hub import hf_hub_download
+
+        hf_hub_download(repo_id, "config.json", etag_timeout=timeout_s)
+        return True
+    except Exception as exc:  # noqa: BLE001 - an id whose config cannot be fetched is simply not sized
+        log.info("config.json of %s not fetched: %s", repo_id, exc)
+        return False
+
+
 def clear_cache() -> None:
     """Forget the cached answer (tests; a process that changed its network)."""
     _probe.cache_clear()

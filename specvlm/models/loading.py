@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from specvlm.config import ConfigError, dtype_name
 from specvlm.models.errors import ModelLoadError
 from specvlm.models.fit import default_gpu_dtype, detect_gpus, estimate_pair, model_size, plan_placement
 from specvlm.models.hub import hub_reachable
@@ -22,11 +23,15 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str, gpus: tuple = (
         return dtype
     if dtype is None:
         return default_gpu_dtype(gpus) if device.startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ModelLoadError(f"dtype {dtype!r} is unknown: use float32, bfloat16 or float16.")
-    return table[dtype]
+    try:
+        return getattr(torch, dtype_name(dtype))
+    except ConfigError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def default_device() -> str:
+    """The device a model loads on without a choice: ``cuda`` when CUDA is available, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def check_device(device: str) -> None:
@@ -146,7 +151,7 @@ def load_pair(target: str, draft: str | None = None, *, device: str | None = Non
         ModelLoadError: missing/unsupported model, or draft tokenizer mismatch.
         PresetTooLargeError: the pair cannot fit on the detected GPUs (one line: needed vs available).
     """
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     check_device(device)
     gpus = detect_gpus() if device.startswith("cuda") else ()
     dt = _resolve_dtype(dtype, device, gpus)

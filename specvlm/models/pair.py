@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from specvlm.engine.attention import use_fast_attention
-from specvlm.engine.stopping import install_stop_checks
+from specvlm.models.attention import use_fast_attention
+from specvlm.models.stopping import install_stop_checks
 from specvlm.models.adapter import Adapter, video_geometry
 from specvlm.models.errors import ModelLoadError, TokenizerMismatchError
 from specvlm.models.registry import adapter_for
@@ -120,9 +120,9 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     """Wrap already-loaded models (tests, tiny models, custom code).
 
     The pair takes the models over: once, here, their language models are set to this engine's
-    attention (``specvlm_gqa``, :mod:`specvlm.engine.attention`; transformers' SDPA path for everything
+    attention (``specvlm_gqa``, :mod:`specvlm.models.attention`; transformers' SDPA path for everything
     but the engine's short masked queries, so ``model.generate()`` still works), and their layers get
-    the engine's stop check (:func:`specvlm.engine.stopping.install_stop_checks`: inert unless a
+    the engine's stop check (:func:`specvlm.models.stopping.install_stop_checks`: inert unless a
     request with ``should_stop`` is prefilling on that thread). Nothing about the models changes after
     that: decoding requests choose their attention and stop callback per call, so concurrent requests
     on one pair do not disturb each other.

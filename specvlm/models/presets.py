@@ -2,9 +2,14 @@
 
 The bundled pair (a small Qwen2.5-VL target and a 1-layer draft with the same tokenizer,
 trained on synthetic shape videos; ``assets/model/``, found by :func:`specvlm.assets.path`) is the default
-offline; with CUDA the default is Qwen2.5-VL-7B Self-SD, and on a CPU with the Hub
-reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
+offline; with CUDA the default is Qwen3-VL-8B with the Qwen3-VL-2B draft (Std-SD, :data:`GPU_DEFAULTS`),
+and on a CPU with the Hub reachable the SmolVLM2 500M + 256M pair (a real video LLM; the 500M and 256M
 models share a tokenizer and a 64-tokens-per-frame geometry).
+
+Every GPU preset whose decoder dimensions are known states its byte ceiling (:attr:`Preset.ceiling`,
+:mod:`specvlm.models.ceiling`): on a GPU a decode step is bound by the bytes it reads, and a Self-SD draft
+reads the target's whole weights, so a 7B Self-SD pair cannot beat vanilla decoding at long video (the
+description says so); a small draft of the same family and tokenizer can.
 
 The bundled sparse pair (``assets/model_sparse/``: the same sizes, trained further on long clips whose
 information is small, brief or only in the subtitles) is a choice, never a default: on it Stage I beats
@@ -22,6 +27,7 @@ import torch
 
 from specvlm import assets
 from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, TreeConfig
+from specvlm.models.ceiling import Ceiling, ceiling_note, preset_ceiling
 
 BUNDLED_TARGET = assets.path("model", "target")
 BUNDLED_DRAFT = assets.path("model", "draft")
@@ -43,6 +49,9 @@ class Preset:
         max_new_tokens: default generation budget.
         tree: the draft tree that suits this pair (one home for the tuned trees:
             :mod:`specvlm.config`); the description names it.
+        ceiling: the pair's byte ceiling on a GPU at its frames (:func:`specvlm.models.ceiling.preset_ceiling`;
+            None for CPU presets and models of unknown dimensions); computed, and stated in the description
+            with, where the pair cannot beat vanilla decoding, why (:func:`specvlm.models.ceiling.ceiling_note`).
     """
 
     name: str
@@ -53,11 +62,19 @@ class Preset:
     requires_cuda: bool = True
     max_new_tokens: int = 256
     tree: TreeConfig = field(default_factory=TreeConfig)
+    ceiling: Ceiling | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
         label = f"draft: {self.tree.describe()}"
         if label not in self.description:
             object.__setattr__(self, "description", f"{self.description}; {label}")
+        if self.requires_cuda:
+            ceiling = preset_ceiling(self.target, self.draft, self.num_frames, self.tree.depth)
+            object.__setattr__(self, "ceiling", ceiling)
+            if ceiling is not None and ceiling.describe() not in self.description:
+                note = ceiling_note(ceiling, self_sd=self.draft is None)
+                object.__setattr__(self, "description", f"{self.description}. {ceiling.describe()}"
+                                                        + (f". {note}" if note else ""))
 
 
 BUNDLED_STD = "Bundled tiny (CPU, Std-SD)"
@@ -65,6 +82,8 @@ BUNDLED_SELF = "Bundled tiny (CPU, Self-SD)"
 SPARSE_STD = "Bundled sparse (CPU, Std-SD)"
 SPARSE_SELF = "Bundled sparse (CPU, Self-SD)"
 QWEN7_SELF = "Qwen2.5-VL-7B Self-SD"
+QWEN7_3B = "Qwen2.5-VL-7B + 3B draft"
+QWEN3_8B_2B = "Qwen3-VL-8B + 2B draft"
 SMOLVLM2_CPU = "SmolVLM2-500M + 256M draft (CPU)"
 SMOLVLM2_2B = "SmolVLM2-2.2B + 256M draft"
 
@@ -82,6 +101,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(SPARSE_SELF, str(SPARSE_TARGET), None,
            "The bundled sparse target drafting for itself on ~10% of the video (Stage I beats random pruning)",
            num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
+    Preset(QWEN3_8B_2B, "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-2B-Instruct",
+           "Std-SD with a small draft of the same family and tokenizer (both: vocabulary 151,936, patch 16, "
+           "merge 2, so the same video tokens); the draft runs its own vision tower once (r = 0.9, lambda = 0.4)",
+           num_frames=128),
+    Preset(QWEN7_3B, "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct",
+           "Std-SD with a small draft of the same family and tokenizer (patch 14, merge 2, the same video tokens; "
+           "the 3B's LM head has 151,936 rows, the 7B's 152,064 padded ones: compared over the shared ids)",
+           num_frames=128),
     Preset(QWEN7_SELF, "Qwen/Qwen2.5-VL-7B-Instruct", None,
            "Qwen2.5-VL-7B drafting for itself (paper: tau ~ 3.8-4.0)", num_frames=128),
     Preset("Qwen2.5-VL-32B + 7B draft", "Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
@@ -123,18 +150,24 @@ def preset_available(preset: Preset) -> bool:
     return all(ok(p) for p in (preset.target, preset.draft) if p)
 
 
+GPU_DEFAULTS = (QWEN3_8B_2B, QWEN7_3B)
+"""The presets a user gets with CUDA, the first that can be loaded: Std-SD pairs whose small draft lets them
+beat vanilla decoding on a GPU (byte ceiling at 16k video tokens ~1.96x / ~1.30x at τ 3, against ~0.70x for
+Qwen2.5-VL-7B Self-SD, :mod:`specvlm.models.ceiling`). The Space preloads the first one's models."""
+
+
 def default_preset_name() -> str:
     """The preset a user gets without choosing one.
 
-    With CUDA: Qwen2.5-VL-7B Self-SD when it can be loaded (cached or Hub reachable). Without CUDA
+    With CUDA: the first of :data:`GPU_DEFAULTS` that can be loaded (cached or Hub reachable). Without CUDA
     and with the Hub reachable (:func:`specvlm.models.hub.hub_reachable`): the SmolVLM2 500M + 256M
-    pair, a real video LLM that runs on a CPU. Otherwise (offline, or the 7B unavailable): the
+    pair, a real video LLM that runs on a CPU. Otherwise (offline, or no GPU default available): the
     bundled pair, which only knows synthetic shape videos.
     """
     from specvlm.models.hub import hub_reachable
 
     if torch.cuda.is_available():
-        return QWEN7_SELF if preset_available(PRESETS[QWEN7_SELF]) else BUNDLED_STD
+        return next((name for name in GPU_DEFAULTS if preset_available(PRESETS[name])), BUNDLED_STD)
     return SMOLVLM2_CPU if hub_reachable() else BUNDLED_STD
 
 

@@ -1,8 +1,11 @@
-"""Token-grid geometry: a grid's shape per frame, and a kept set carried from one grid to another.
+"""Token-grid geometry: a grid's shape per frame, where each token lies in the video, and a kept set carried
+from one grid to another.
 
 A token grid is int64 (V, 3): (frame, row, col) per video token, row = col = -1 for a token without
 a cell (a per-frame newline token). :func:`grid_cells` and :func:`grid_shape` are the one reading of
-it for the engine, the analysis and the app.
+it for the engine, the analysis and the app; :func:`token_frames` and :func:`cell_boxes` the one mapping
+from a token to the sampled frames it spans and the rectangle of the frame it covers (every supported
+processor resizes the whole frame to its grid, no crop, so a cell is a fixed share of the frame).
 
 :func:`map_keep` carries a kept set of video tokens from one token grid to another by spatial overlap.
 
@@ -48,6 +51,41 @@ def grid_shape(token_grid: Any) -> tuple[int, int]:
     if cells.numel() == 0:
         return 1, 1
     return int(cells[:, 1].max()) + 1, int(cells[:, 2].max()) + 1
+
+
+def token_frames(token_grid: Any, frames_per_token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampled frames each token spans: token (g, r, c) covers frames ``g·fpt .. (g + 1)·fpt − 1``.
+
+    Args:
+        token_grid: int (V, 3) (frame group, row, col), a tensor or an array.
+        frames_per_token: sampled frames per token along time (fpt; 2 for Qwen2.5-VL, values < 1 count as 1).
+
+    Returns:
+        (first, last): int64 (V,) each, inclusive frame indices.
+    """
+    fpt = max(1, int(frames_per_token))
+    group = torch.as_tensor(token_grid).long().reshape(-1, 3)[:, 0]
+    return group * fpt, group * fpt + fpt - 1
+
+
+def cell_boxes(token_grid: Any, frame_size: tuple[float, float]) -> torch.Tensor:
+    """The frame rectangle each token covers: cell (r, c) of a rows x cols grid (:func:`grid_shape`) is
+    ``[c·W/cols, (c+1)·W/cols) x [r·H/rows, (r+1)·H/rows)``.
+
+    Args:
+        token_grid: int (V, 3) (frame group, row, col), a tensor or an array.
+        frame_size: (H, W) of the frames the rectangles are given in (px).
+
+    Returns:
+        float64 (V, 4) ``(x0, y0, x1, y1)`` px (x1, y1 exclusive); NaN for tokens without a cell.
+    """
+    grid = torch.as_tensor(token_grid).long().reshape(-1, 3)
+    rows, cols = grid_shape(grid)
+    h, w = float(frame_size[0]) / rows, float(frame_size[1]) / cols
+    r, c = grid[:, 1].double(), grid[:, 2].double()
+    boxes = torch.stack([c * w, r * h, (c + 1) * w, (r + 1) * h], dim=-1)
+    boxes[~grid_cells(grid)] = float("nan")
+    return boxes
 
 
 def _overlap(n_dst: int, n_src: int) -> torch.Tensor:

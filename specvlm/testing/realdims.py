@@ -15,7 +15,7 @@ Used by ``scripts/gpu_check.py`` (full depth where memory allows) and
 ``tests/test_real_dims.py`` (1-2 decoder layers on the CPU).
 
 Source: the published ``config.json`` of Qwen/Qwen2.5-VL-{3B,7B,32B}-Instruct,
-Qwen/Qwen3-VL-8B-Instruct and llava-hf/llava-onevision-qwen2-{7b,72b}-ov-hf; docs/design.md §7
+Qwen/Qwen3-VL-{2B,8B}-Instruct and llava-hf/llava-onevision-qwen2-{7b,72b}-ov-hf; docs/design.md §7
 (tiny configs).
 """
 from __future__ import annotations
@@ -37,6 +37,9 @@ QWEN_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads
 QWEN3_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16,
                     spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
                     deepstack_visual_indexes=[8, 16, 24])
+QWEN3_SMALL_VISION = dict(QWEN3_VISION, depth=24, hidden_size=1024, intermediate_size=4096,
+                          deepstack_visual_indexes=[5, 11, 17])
+"""The vision tower of Qwen3-VL-2B and 4B: narrower and shallower than the 8B's, the same patch and merge."""
 SIGLIP_SO400M = dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304,
                      num_hidden_layers=26, num_attention_heads=16, image_size=384, patch_size=14,
                      vision_use_head=False)
@@ -88,9 +91,11 @@ QWEN2_5_VL_32B = Arch("Qwen2.5-VL-32B", "qwen2_5_vl", 5120, 64, 40, 8, 27648, 15
                       dict(QWEN_VISION, intermediate_size=3456, out_hidden_size=5120))
 QWEN3_VL_8B = Arch("Qwen3-VL-8B", "qwen3_vl", 4096, 36, 32, 8, 12288, 151936, False, (24, 20, 20),
                    dict(QWEN3_VISION, out_hidden_size=4096), rope_theta=5_000_000.0)
+QWEN3_VL_2B = Arch("Qwen3-VL-2B", "qwen3_vl", 2048, 28, 16, 8, 6144, 151936, True, (24, 20, 20),
+                   dict(QWEN3_SMALL_VISION, out_hidden_size=2048), rope_theta=5_000_000.0)
 LLAVA_OV_7B = Arch("LLaVA-OV-7B", "llava_onevision", 3584, 28, 28, 4, 18944, 152128, vision=SIGLIP_SO400M)
 LLAVA_OV_72B = Arch("LLaVA-OV-72B", "llava_onevision", 8192, 80, 64, 8, 29568, 152128, vision=SIGLIP_SO400M)
-ARCHS = {a.name: a for a in (QWEN2_5_VL_3B, QWEN2_5_VL_7B, QWEN2_5_VL_32B, QWEN3_VL_8B, LLAVA_OV_7B,
+ARCHS = {a.name: a for a in (QWEN2_5_VL_3B, QWEN2_5_VL_7B, QWEN2_5_VL_32B, QWEN3_VL_2B, QWEN3_VL_8B, LLAVA_OV_7B,
                              LLAVA_OV_72B)}
 
 

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from specvlm.text.subtitles import Cue, frame_spans, cues_for_frames
+from specvlm.types import SubtitlePromptError  # noqa: F401  (raised here; importable from here too)
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,6 @@ SUBTITLE_MODES = ("both", "target", "draft", "none")
 """Who sees the subtitle transcript: both models, the target only, the draft only, nobody."""
 
 HEADER = "Subtitles:"
-
-
-class SubtitlePromptError(ValueError):
-    """The subtitle transcript could not be placed in the prompt (bad mode, unexpected tokenization)."""
 
 
 @dataclass(frozen=True)

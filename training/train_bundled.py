@@ -28,7 +28,7 @@ cross-entropy on every labelled text position. Half the draft batches keep only 
 video tokens (uniform + random, original M-RoPE positions), as the draft sees
 them under SpecVLM pruning.
 
-``--recipe sparse`` adds sparse-information scenes (:mod:`scripts.training.scenes`: small
+``--recipe sparse`` adds sparse-information scenes (:mod:`training.scenes`: small
 objects, an object that flashes on a few frames, brief small text, distractor shapes) to 70% of
 the clips of 48+ frames and 15% of the shorter ones, and a subtitle track to 40% of all clips,
 placed in the prompt as the app places it (:mod:`specvlm.text.prompting`), often with a fact (a code,
@@ -48,14 +48,14 @@ delete ``<work>/draft`` after extending the target so the draft is redone). Fina
 
 Training scene seeds are drawn below 10**8; evaluate on seeds >= 10**9.
 
-The phases live in :mod:`scripts.training`; this module is the command line.
+The phases live in :mod:`training`; this module is the command line.
 
 Examples (from the repository root):
-    python -m scripts.train_bundled --smoke                    # a few steps, tiny
-    python -m scripts.train_bundled --target-minutes 60 --draft-minutes 22
-    python -m scripts.train_bundled --recipe sparse --focus-mode spread --salient-prob 0.5 \
+    python -m training.train_bundled --smoke                    # a few steps, tiny
+    python -m training.train_bundled --target-minutes 60 --draft-minutes 22
+    python -m training.train_bundled --recipe sparse --focus-mode spread --salient-prob 0.5 \
         --target-steps 3600 --draft-steps 450 --work runs/sparse --out runs/sparse/model
-    python -m scripts.train_bundled --recipe bundled --target-steps 3000 --polish-recipe sparse \
+    python -m training.train_bundled --recipe bundled --target-steps 3000 --polish-recipe sparse \
         --polish-steps 1500 --polish-lr 1e-3 --fact-weight 5 --focus-mode spread --salient-prob 0.5 \
         --draft-steps 450 --work runs/staged --out runs/staged/model    # plain scenes first
 """
@@ -70,11 +70,11 @@ from pathlib import Path
 
 import torch
 
-from scripts.build_bundled_processor import build_processor
-from scripts.training.checkpoints import save_final
-from scripts.training.data import SMOKE_RECIPE, SPARSE_RECIPE_CHANGES, DataRecipe
-from scripts.training.loop import train_phase
-from scripts.training.model import TARGET_SIZE, TINY_SIZE
+from training.build_bundled_processor import build_processor
+from training.checkpoints import save_final
+from training.data import SMOKE_RECIPE, SPARSE_RECIPE_CHANGES, DataRecipe
+from training.loop import train_phase
+from training.model import TARGET_SIZE, TINY_SIZE
 
 
 def parse_args(argv=None):
@@ -101,7 +101,7 @@ def parse_args(argv=None):
     ap.add_argument("--polish-steps", type=int, default=None, help="budget of the polish phase in steps")
     ap.add_argument("--recipe", choices=("bundled", "sparse"), default="bundled",
                     help="data recipe: bundled (large objects) or sparse (plus long sparse-information scenes and "
-                         "subtitle tracks, scripts/training/scenes.py)")
+                         "subtitle tracks, training/scenes.py)")
     ap.add_argument("--init-target", default=None, metavar="DIR",
                     help="take the target from a saved model folder (its weights and processor, e.g. assets/model/target) "
                          "instead of training one: the polish phase and the draft continue from it")
@@ -168,7 +168,7 @@ def data_recipe(name: str, args) -> DataRecipe:
 def init_target(folder: Path) -> tuple[torch.nn.Module, dict, dict]:
     """A saved target (``save_pretrained`` folder) as a finished target phase: (model, state, info).
 
-    state = {"model": state dict, "step", "elapsed", "losses": []} as :func:`scripts.training.loop.train_phase`
+    state = {"model": state dict, "step", "elapsed", "losses": []} as :func:`training.loop.train_phase`
     returns it (no probe: the polish phase starts a fresh one); info = the folder's ``training_info.json``
     (if any) under ``init_target``, with the folder's path.
 
@@ -192,7 +192,7 @@ def init_target(folder: Path) -> tuple[torch.nn.Module, dict, dict]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    command = "python -m scripts.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m training.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

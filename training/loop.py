@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from scripts.training.checkpoints import Checkpointer
-from scripts.training.data import SMOKE_RECIPE, DataRecipe, attribute_token_ids, make_batch, model_inputs
-from scripts.training.losses import (
+from training.checkpoints import Checkpointer
+from training.data import SMOKE_RECIPE, DataRecipe, attribute_token_ids, make_batch, model_inputs
+from training.losses import (
     FOCUS,
     FOCUS_IMPL,
     VisionProbe,
@@ -30,7 +30,7 @@ from scripts.training.losses import (
     video_gap,
     weighted_lm_loss,
 )
-from scripts.training.model import DRAFT_SIZE, TARGET_SIZE, TINY_SIZE, ModelSize, build_model, init_draft_from_target
+from training.model import DRAFT_SIZE, TARGET_SIZE, TINY_SIZE, ModelSize, build_model, init_draft_from_target
 
 SEED_OFFSETS = {"target": 0, "draft": 10**6, "polish": 2 * 10**6}
 """Per-phase offset of the batch seeds, so the phases see different clips."""

@@ -6,11 +6,11 @@ folder evaluates Self-SD.
 
 On held-out clips never seen in training (frames generated in memory):
 
-* **long**: sparse-information scenes (:func:`scripts.training.scenes.sparse_scene`, by default 128
+* **long**: sparse-information scenes (:func:`training.scenes.sparse_scene`, by default 128
   frames of 168x168 px at 8 fps = 2,304 video tokens: small objects, a flash on a few frames, brief
   small text, distractors), each with a subtitle track whose one fact cue (a code, a name, a flag
   colour) the description must report;
-* **short**: the 16-frame clips of ``scripts.eval_bundled`` (large objects), half with a subtitle track.
+* **short**: the 16-frame clips of ``training.eval_bundled`` (large objects), half with a subtitle track.
 
 Per clip, with the subtitles given to both models (the app's default), greedy vanilla decoding gives the
 description, scored per attribute (colour, shape, motion, count, on-screen text, subtitle fact); then
@@ -28,12 +28,12 @@ Seeds: ``--seed-base`` (default 1.7x10^9) + i for short clips, + 500,000,000 + i
 training uses seeds below 10^8.
 
 Examples:
-    python -m scripts.eval_sparse --num-videos 4 --sets long                 # quick look
+    python -m training.eval_sparse --num-videos 4 --sets long                 # quick look
     # the shipped evaluation (assets/model_sparse/eval_sparse*.json): Self-SD, then Std-SD
     T=assets/model_sparse/target
-    python -m scripts.eval_sparse --target $T --draft $T --num-videos 300 --workers 2 --threads 1 \
+    python -m training.eval_sparse --target $T --draft $T --num-videos 300 --workers 2 --threads 1 \
         --out assets/model_sparse/eval_sparse.json
-    python -m scripts.eval_sparse --target $T --draft assets/model_sparse/draft --num-videos 300 --workers 2 \
+    python -m training.eval_sparse --target $T --draft assets/model_sparse/draft --num-videos 300 --workers 2 \
         --threads 1 --out assets/model_sparse/eval_sparse_std.json
 """
 from __future__ import annotations
@@ -53,8 +53,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-from scripts import eval_bundled as eb  # noqa: E402
-from scripts.training import scenes  # noqa: E402
+from training import eval_bundled as eb  # noqa: E402
+from training import scenes  # noqa: E402
 from specvlm import assets  # noqa: E402
 from specvlm.analysis import why  # noqa: E402
 from specvlm.bench import captions
@@ -85,7 +85,7 @@ def make_clip(kind: str, index: int, args) -> tuple[np.ndarray, synth.SceneTruth
 
 
 def score(pred: str, truth: synth.SceneTruth) -> dict:
-    """:func:`scripts.eval_bundled.score_caption` plus ``fact``: 1 when the subtitle fact is reported
+    """:func:`training.eval_bundled.score_caption` plus ``fact``: 1 when the subtitle fact is reported
     right (or, without one, none is reported)."""
     out = eb.score_caption(pred, truth)
     want = truth.fact.sentence[:-1].lower() if truth.fact is not None else None
@@ -141,7 +141,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
            "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
-    targets = _sparse_tokens(truth, given)
+    targets = _sparse_tokens(truth, given, eb.cell_pixels(pair.target))
     runs = [(m, given, shared) for m in args.methods]
     if truth.fact is not None:
         withheld = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="target")
@@ -167,17 +167,17 @@ def eval_clip(job: tuple[str, int]) -> dict:
     return rec
 
 
-def _sparse_tokens(truth: synth.SceneTruth, inputs) -> dict[str, set]:
-    """Video-token indices under the flash (``flash``) and under the on-screen text (``text``)."""
+def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
+    """Video-token indices under the flash (``flash``) and under the on-screen text (``text``); ``cell_px``:
+    :func:`training.eval_bundled.cell_pixels`."""
     import dataclasses
 
-    grid = inputs.vision["video_grid_thw"][0].tolist()
     out = {}
     flash = tuple(o for o in truth.objects if o.motion == synth.FLASH)
     for name, t in (("flash", dataclasses.replace(truth, objects=flash, text=None)),
                     ("text", dataclasses.replace(truth, objects=(), text=truth.text))):
         if t.objects or t.text is not None:
-            cov = eb.token_coverage(t, grid, inputs.token_grid.numpy())
+            cov = eb.token_coverage(t, inputs.token_grid.numpy(), inputs.frames_per_token, cell_px)
             out[name] = set(np.nonzero(cov > 0)[0].tolist())
     return out
 
@@ -396,7 +396,7 @@ def main(argv=None) -> int:
     meta = {"num_videos": args.num_videos, "seconds": time.time() - t0, "workers": max(1, args.workers),
             "sd": "Self-SD" if Path(args.draft).resolve() == Path(args.target).resolve() else "Std-SD",
             "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
-            "command": "python -m scripts.eval_sparse " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "command": "python -m training.eval_sparse " + " ".join(argv if argv is not None else sys.argv[1:])}
     md = markdown(summary, goal, meta)
     print(md)
     if args.out:

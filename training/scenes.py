@@ -5,7 +5,7 @@ In a :func:`sparse_scene` the facts a description reports live in few video toke
 on-screen text that is small and shown briefly, and distractor shapes in colours the grammar never
 names (cyan, pink, brown) moving around. A random 10% of the video tokens mostly misses the flash
 and the brief text; the target's text-to-video attention (trained to spread over every named
-object, :func:`scripts.training.losses.spread_focus_loss`) finds them.
+object, :func:`training.losses.spread_focus_loss`) finds them.
 
 :func:`with_subtitles` gives any scene a subtitle track: filler cues that say nothing the caption
 reports, and optionally one cue that states a fact (a two-digit code, a name, a flag colour) that

@@ -1,4 +1,4 @@
-"""Training data: synthetic clips from :mod:`specvlm.bench.synth` and :mod:`scripts.training.scenes`,
+"""Training data: synthetic clips from :mod:`specvlm.bench.synth` and :mod:`training.scenes`,
 conversations (with the app's subtitle transcript, :mod:`specvlm.text.prompting`), per-token labels, batches.
 
 Training scene seeds are drawn below :data:`TRAIN_SEED_LIMIT`; evaluation uses seeds >= 10**9.
@@ -11,7 +11,8 @@ import re
 import numpy as np
 import torch
 
-from scripts.training import scenes
+from training import scenes
+from training.model import CELL_PX, TEMPORAL_PATCH
 from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.text.prompting import subtitle_block, user_text
@@ -136,7 +137,7 @@ TEXT_OBJ = 15   # ``obj`` label of burned-in text tokens (objects are 1..4)
 MOTION_LABELS = synth.MOTIONS + (synth.FLASH,)
 
 
-def token_labels(truth, frames: np.ndarray, merge: int = 28, temporal: int = 2,
+def token_labels(truth, frames: np.ndarray, merge: int = CELL_PX, temporal: int = TEMPORAL_PATCH,
                  min_cover: float = 0.15) -> dict[str, np.ndarray]:
     """Per-video-token auxiliary labels from the generator's ground truth.
 
@@ -441,7 +442,7 @@ def make_batch(processor, recipe: DataRecipe, seed: int, step: int, single_objec
     other = side if rng.random() < 0.7 else int(rng.choice([s for s in recipe.sides if s <= side] or [side]))
     H, W = (side, other) if rng.random() < 0.5 else (other, side)
     fps = float(rng.choice(recipe.fps))
-    n_vid = (T // 2) * (H // 28) * (W // 28)
+    n_vid = (T // TEMPORAL_PATCH) * (H // CELL_PX) * (W // CELL_PX)
     B = int(np.clip(recipe.token_budget // (n_vid + 40), recipe.min_batch, recipe.max_batch))
     tok = processor.tokenizer
     header = tok("<|im_start|>assistant\n")["input_ids"]

@@ -17,7 +17,7 @@ of 168x168 px = 2,304 video tokens by default):
 * whether every greedy speculative output is token-identical to vanilla;
 * how much of Stage I's kept set (and of each method's kept set) lies on object
   or text pixels vs their area share: each video token of a 2-frame group covers
-  a 28x28 px patch at (row*28, col*28) of the processed frame; it is mapped back
+  a cell of the processed frame (patch x merge px per side, read from the model); it is mapped back
   to the original frame size (processor resize) and compared with the union of
   the ground-truth object boxes and the text box on its two frames.
 
@@ -32,8 +32,8 @@ decode loop is the engine's own). ``--workers 2``
 runs two single-threaded processes (best on a 2-core CPU for these tiny models).
 
 Examples:
-    python -m scripts.eval_bundled --num-videos 10 --max-new-tokens 48          # quick look
-    python -m scripts.eval_bundled --num-videos 200 --workers 2 --out assets/model/eval.json
+    python -m training.eval_bundled --num-videos 10 --max-new-tokens 48          # quick look
+    python -m training.eval_bundled --num-videos 200 --workers 2 --out assets/model/eval.json
 """
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ from specvlm import assets  # noqa: E402
 from specvlm.bench import captions
 from specvlm.bench import synth
 from specvlm.config import ConfigError, TreeConfig  # noqa: E402
+from specvlm.spec.grid import grid_shape  # noqa: E402
 
 ATTRS = ("colour", "shape", "motion", "count", "text")
 BASELINES = ("random", "uniform", "window-middle", "frame", "attention")
@@ -127,16 +128,24 @@ def score_caption(pred_text: str, truth: synth.SceneTruth) -> dict:
 
 # ----------------------------------------------------------------------------- object / text coverage
 
-def token_coverage(truth: synth.SceneTruth, grid_thw, token_grid, merge: int = 2, patch: int = 14) -> np.ndarray:
+def cell_pixels(model) -> int:
+    """Processed pixels per side of one video token's cell: the vision patch times the spatial merge of a
+    Qwen2.5-VL ``model``'s vision config."""
+    vc = model.config.vision_config
+    return int(vc.patch_size) * int(vc.spatial_merge_size)
+
+
+def token_coverage(truth: synth.SceneTruth, token_grid, frames_per_token: int, cell_px: int) -> np.ndarray:
     """Share of object-or-text pixels under each video token.
 
     Args:
         truth: ground truth (per-frame object boxes, text box and time span) at the original size.
-        grid_thw: (t, h, w) of the processed video in 14-px patches (t in 2-frame groups).
         token_grid: int (V, 3) (frame_group, row, col) per video token.
+        frames_per_token: frames per token group (the inputs' ``frames_per_token``).
+        cell_px: processed pixels per side of a token's cell (:func:`cell_pixels`).
 
     Returns:
-        float32 (V,): fraction in [0, 1] of the token's 2 frames x 28 x 28 px (processed size,
+        float32 (V,): fraction in [0, 1] of the token's frames x cell (processed size, each processed pixel
         mapped back to the original frame by the resize ratio) inside an object box or the text box.
     """
     T, H, W = truth.num_frames, truth.height, truth.width
@@ -148,18 +157,19 @@ def token_coverage(truth: synth.SceneTruth, grid_thw, token_grid, merge: int = 2
     if truth.text is not None:
         x0, y0, x1, y1 = truth.text.box
         mask[truth.text.start_frame:truth.text.end_frame, max(y0, 0):y1, max(x0, 0):x1] = True
-    if T % 2:  # the adapter pads an odd clip by repeating the last frame
-        mask = np.concatenate([mask, mask[-1:]], axis=0)
-    g, h, w = (int(x) for x in grid_thw)
-    hp, wp = h * patch, w * patch
-    side = merge * patch
+    fpt = max(1, int(frames_per_token))
+    if T % fpt:  # the adapter pads a clip to whole token groups by repeating the last frame
+        mask = np.concatenate([mask] + [mask[-1:]] * (fpt - T % fpt), axis=0)
+    tg = np.asarray(token_grid, dtype=np.int64)
+    g = int(tg[:, 0].max()) + 1
+    rows, cols = grid_shape(tg)
+    hp, wp = rows * cell_px, cols * cell_px
     ys = np.minimum(((np.arange(hp) + 0.5) * H / hp).astype(np.int64), H - 1)
     xs = np.minimum(((np.arange(wp) + 0.5) * W / wp).astype(np.int64), W - 1)
     m = mask[:, ys][:, :, xs].astype(np.float32)
-    if m.shape[0] != 2 * g:
-        raise ValueError(f"{m.shape[0]} frames do not match {g} temporal groups")
-    cov = m.reshape(g, 2, hp // side, side, wp // side, side).mean(axis=(1, 3, 5))
-    tg = np.asarray(token_grid, dtype=np.int64)
+    if m.shape[0] != fpt * g:
+        raise ValueError(f"{m.shape[0]} frames do not match {g} temporal groups of {fpt}")
+    cov = m.reshape(g, fpt, rows, cell_px, cols, cell_px).mean(axis=(1, 3, 5))
     return cov[tg[:, 0], tg[:, 1], tg[:, 2]]
 
 
@@ -260,7 +270,7 @@ def eval_video(job: tuple[str, int]) -> dict:
         "pred": van.text, "new_tokens": len(van.token_ids), "correct": score_caption(van.text, truth),
         "vanilla_decode_s": van.decode_s, "tau": {}, "identical": {}, "first_divergence": {}, "decode_s": {},
     }
-    cov = token_coverage(truth, inputs.vision["video_grid_thw"][0].tolist(), inputs.token_grid.numpy())
+    cov = token_coverage(truth, inputs.token_grid.numpy(), inputs.frames_per_token, cell_pixels(std.target))
     share = {"area": float(cov.mean()), "num_tokens": int(cov.size), "keep": {}}
     spec_prune = None
     for p in args.pairs:

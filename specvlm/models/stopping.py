@@ -10,7 +10,7 @@ a ~21 s prefill). The check (:func:`check`) reads the calling thread's current c
   from :func:`specvlm.models.pair.pair_from_models`, like the engine's attention). These blocks run
   only in a prefill;
 * at the start of every decoder layer's attention: the engine's attention function calls it
-  (:func:`specvlm.engine.attention.gqa_attention`). A decode step therefore pays one thread-local
+  (:func:`specvlm.models.attention.gqa_attention`). A decode step therefore pays one thread-local
   lookup per layer and no module hook (a hook puts every layer call on PyTorch's slower hooked path).
 
 :func:`stop_between_layers` sets the callback for the duration of a ``with`` block, on its thread

@@ -1,4 +1,4 @@
-"""The engine's attention, registered through transformers' public extension points.
+"""The attention the engine runs, registered through transformers' public extension points.
 
 * ``specvlm_gqa`` attention (registered with ``AttentionInterface``): for short
   queries (decode, tree verify, tree drafting) with an explicit mask it folds the
@@ -28,9 +28,13 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from specvlm.engine import stopping
+from specvlm.models import stopping
+from specvlm.models.staticattn import attend_lse, merge_lse, static_attention
 
 ATTN_IMPL = "specvlm_gqa"
+STATIC_KWARG = "specvlm_static"
+"""The language model's keyword that carries a static step's :class:`~specvlm.models.staticattn.StaticAttn`
+down to every layer's attention (transformers passes extra keywords through to the attention function)."""
 MAX_GROUPED_QUERY = 256
 
 
@@ -39,9 +43,8 @@ _MODE = threading.local()   # .value: None (the fast path), ("weights", sink) or
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 MIN_SPLIT_PREFIX = 12288
 """Fully visible prefixes shorter than this are not split off: one masked SDPA call on the folded
-rows is as fast or faster there (measured on the 2-core CPU, bundled target, root + 8 chain nodes,
-whole verify forward: 8-11% faster at 2.7k-4k keys, equal at 8k and 16k; the split pays at 16k keys
-with 16 and more queries)."""
+rows is as fast or faster there; the split pays on long prefixes with many queries (docs/benchmark.md,
+*Measurements behind the engine's choices*)."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +159,8 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
     returns its log-sum-exp, and the short masked tail is computed directly; the two parts are
     merged exactly by their log-sum-exps (the standard split-softmax identity, as in
     FlashAttention's block merge, Dao et al. 2022). Elsewhere one masked
-    ``scaled_dot_product_attention`` call on the folded rows does it.
-
-    Measured on the 2-core CPU, 16k keys, 16 queries, 4 heads / 2 KV heads, 1 thread: split
-    3.2-3.6 ms; one masked SDPA on folded rows 3.6-3.9 ms (plus a per-layer mask copy, now done
-    once per forward); the previous matmul + softmax 7.1-8.1 ms; a 1-query decode 1.6 ms.
+    ``scaled_dot_product_attention`` call on the folded rows does it. The mask is folded once per
+    forward and shared by all layers. Timings of the variants: docs/benchmark.md.
 
     Args:
         query: (B, H, n, d); key/value: (B, KV, L, d); attention_mask: (B|1, 1, n, L) additive float
@@ -171,6 +171,9 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
         transformers' SDPA path.
     """
+    static = kwargs.get(STATIC_KWARG)
+    if static is not None:   # a static step (specvlm.engine.steps): buffer prefix + block, merged by LSE
+        return static_attention(query, key, value, static, scaling), None
     stopping.check()   # the decoder layers' stop check (a prefill inside stop_between_layers)
     mode, sink = getattr(_MODE, "value", None) or (None, None)
     if mode == "weights":
@@ -195,16 +198,12 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=fold.mask, scale=scaling)
     else:
         scale = scaling if scaling is not None else d ** -0.5
-        o_pre, lse_pre = _FLASH_CPU(q, key[:, :, :P], value[:, :, :P], scale=scale)[:2]
-        s = torch.matmul(q, key[:, :, P:].transpose(-1, -2)).mul_(scale)
-        if fold.mask.dtype == torch.bool:
-            s.masked_fill_(~fold.mask, torch.finfo(s.dtype).min)  # finite: a row may see no tail key
-        else:
-            s.add_(fold.mask)
-        lse_tail = torch.logsumexp(s, dim=-1)
-        o_tail = torch.matmul(torch.softmax(s, dim=-1), value[:, :, P:])
-        lse = torch.logaddexp(lse_pre, lse_tail)
-        out = o_pre * torch.exp(lse_pre - lse)[..., None] + o_tail * torch.exp(lse_tail - lse)[..., None]
+        o_pre, lse_pre = attend_lse(q, key[:, :, :P], value[:, :, :P], None, scale)
+        tail = fold.mask
+        if tail.dtype == torch.bool:   # finite: a row may see no tail key
+            tail = torch.zeros((), dtype=q.dtype).masked_fill(~tail, torch.finfo(q.dtype).min)
+        o_tail, lse_tail = attend_lse(q, key[:, :, P:], value[:, :, P:], tail, scale)
+        out = merge_lse(o_pre, lse_pre, o_tail, lse_tail)
     return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
@@ -214,8 +213,7 @@ def _decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
     transformers' SDPA path passes ``enable_gqa=True`` here, and the CPU flash kernel then
     runs one work item per *query* head, each streaming its KV head's whole cache: every KV
-    head is read ``H / KV`` times. Folded, each KV head is read once (measured on the 2-core
-    CPU, 16k keys, 4 heads / 2 KV heads, per layer: 3.6 ms -> 1.7 ms).
+    head is read ``H / KV`` times. Folded, each KV head is read once.
 
     Args:
         query: (B, H, 1, d); key/value: (B, KV, L, d).

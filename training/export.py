@@ -2,12 +2,12 @@
 
 Reads ``<work>/<phase>/ckpt.pt`` (phases ``target``, ``polish``, ``draft``) and writes
 ``<out>/<phase>/`` with ``save_pretrained`` weights, the run's processor and generation config, so
-``scripts.eval_sparse`` or ``scripts.eval_bundled`` can load it. A checkpoint mid-phase is a model
+``training.eval_sparse`` or ``training.eval_bundled`` can load it. A checkpoint mid-phase is a model
 before its learning-rate decay: expect lower numbers than the finished phase gives.
 
 Example:
-    python -m scripts.training.export --work /work/train-shapes/work --out /tmp/peek
-    python -m scripts.eval_sparse --target /tmp/peek/target --draft /tmp/peek/target --num-videos 20 --sets long
+    python -m training.export --work /work/train-shapes/work --out /tmp/peek
+    python -m training.eval_sparse --target /tmp/peek/target --draft /tmp/peek/target --num-videos 20 --sets long
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from scripts.training.checkpoints import Checkpointer
-from scripts.training.model import DRAFT_SIZE, TARGET_SIZE, ModelSize, build_model
+from training.checkpoints import Checkpointer
+from training.model import DRAFT_SIZE, TARGET_SIZE, ModelSize, build_model
 
 
 def export(work: Path, out: Path, phases: tuple[str, ...] = ("target", "polish", "draft")) -> dict[str, int]:

@@ -10,7 +10,7 @@ with no network. Pixel limits keep small frames at their size (no upscaling):
 56x56 <= H*W <= 448x448 px, sides rounded to multiples of 28.
 
 Usage:
-    python -m scripts.build_bundled_processor --out runs/processor
+    python -m training.build_bundled_processor --out runs/processor
 
 Source: Qwen2.5-VL special tokens and chat layout from
 the Qwen2.5-VL-7B-Instruct tokenizer_config.json.
@@ -54,11 +54,11 @@ CHAT_TEMPLATE = (
 def _corpus(n_scenes: int = 4000, seed: int = 10_000_000) -> list[str]:
     """Grammar sentences for BPE training (seeds far from the training range).
 
-    Every other scene gets a subtitle track (:func:`scripts.training.scenes.with_subtitles`) whose
+    Every other scene gets a subtitle track (:func:`training.scenes.with_subtitles`) whose
     transcript lines (:func:`specvlm.text.prompting.subtitle_block`, as the app writes them) join the corpus,
     and a flashing object every fifth, so fact values, names and cue words get their own tokens.
     """
-    from scripts.training import scenes
+    from training import scenes
     from specvlm.text.prompting import subtitle_block
 
     rng = np.random.default_rng(seed)

@@ -9,14 +9,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scripts.training.data import AUX_HEADS, IGNORE, after_video, model_inputs
+from training.data import AUX_HEADS, IGNORE, after_video, model_inputs
 
 def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
                      weight: float, fact_mask: torch.Tensor | None = None, fact_weight: float = 1.0) -> torch.Tensor:
     """Next-token cross-entropy with tokens in ``weighted_ids`` counted ``weight`` times.
 
     logits float (B, L, vocab); labels int64 (B, L) with IGNORE. Label positions set in ``fact_mask``
-    (bool (B, L), :func:`scripts.training.data.fact_mask`: a subtitle fact's words in the answers) count
+    (bool (B, L), :func:`training.data.fact_mask`: a subtitle fact's words in the answers) count
     ``fact_weight`` times (the larger weight wins). Equals the model's own loss when both weights are 1.
     """
     tgt = labels[:, 1:]
@@ -276,9 +276,9 @@ def fact_routing_loss(per_layer: list[torch.Tensor], valid: torch.Tensor, target
     cannot), instead of writing a likely-looking value.
 
     Args:
-        per_layer: float32 (B, R, L) per layer (:func:`_row_attention` of :func:`scripts.training.data.fact_rows`).
+        per_layer: float32 (B, R, L) per layer (:func:`_row_attention` of :func:`training.data.fact_rows`).
         valid: bool (B, R); target: bool (B, R, L) per row (or (B, L) for every row of a clip), from
-            :func:`scripts.training.data.fact_rows`.
+            :func:`training.data.fact_rows`.
 
     Returns:
         (scalar loss, mean share); (0, nan) without rows.

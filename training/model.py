@@ -6,6 +6,13 @@ from dataclasses import dataclass
 
 import torch
 
+PATCH_PX, SPATIAL_MERGE, TEMPORAL_PATCH = 14, 2, 2
+"""The bundled models' video geometry: 14-px vision patches, 2 x 2 patches merged into one video token, 2 frames
+per token."""
+CELL_PX = PATCH_PX * SPATIAL_MERGE
+"""Processed pixels per side of one video token's cell (28)."""
+
+
 @dataclass(frozen=True)
 class ModelSize:
     """Architecture sizes (text + vision tower)."""
@@ -51,7 +58,8 @@ def make_config(tokenizer, size: ModelSize):
     )
     vision = dict(
         depth=size.v_depth, hidden_size=size.v_hidden, intermediate_size=size.v_intermediate,
-        num_heads=size.v_heads, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+        num_heads=size.v_heads, patch_size=PATCH_PX, spatial_merge_size=SPATIAL_MERGE,
+        temporal_patch_size=TEMPORAL_PATCH,
         out_hidden_size=size.hidden, window_size=112, fullatt_block_indexes=[size.v_depth - 1],
         tokens_per_second=4,
     )

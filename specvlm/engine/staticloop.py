@@ -1,0 +1,211 @@
+"""The static decode loop: fixed-shape steps over static KV buffers, one host read per step.
+
+``stream()`` (:mod:`specvlm.engine.stream`) runs these generators when ``DecodeConfig.engine`` is
+``static``. Prefill, pruning and the draft prefill are the eager engine's; their caches are then
+copied into static buffers (:func:`specvlm.engine.statickv.allocate`) sized once for the request,
+and every step runs a fixed-shape function (:mod:`specvlm.engine.steps`; captured in a CUDA graph
+on a GPU, :mod:`specvlm.engine.graphs`) whose packed result is read to the host once: the token
+and its logit margin (vanilla), or the accepted tokens, the tree size and the bonus (speculative).
+Events are the eager engine's :class:`PrefillInfo` / :class:`StepEvent` with the same fields and,
+greedy, the same tokens.
+
+Supported: greedy and sampled decoding with every tree shape (chain, static, dynamic); sampled steps
+take their randomness from noise buffers refilled from the request's generator before each step
+(:mod:`specvlm.engine.sampledsteps`). A draft on another device than the target runs the eager loop
+(:func:`static_supported` says why, and ``stream()`` logs it).
+
+Source: docs/design.md §4.1-4.12 (the algorithm) and §4.13 (the GPU fast path).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from specvlm.engine.measures import Timer
+from specvlm.config import DecodeConfig
+from specvlm.engine import statickv
+from specvlm.engine.fastdraft import FastDraftUnsupported
+from specvlm.engine.graphs import step_runner
+from specvlm.engine.loopparts import first_token as _first_token
+from specvlm.engine.loopparts import prefill as _prefill
+from specvlm.engine.loopparts import rope_dims as _rope_dims
+from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
+from specvlm.engine.prefill import prefill_draft
+from specvlm.engine.sampledsteps import refresh
+from specvlm.engine.staticdraft import FusedDraft, fused_draft
+from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
+                                  verify_step)
+from specvlm.models.stopping import stop_between_layers
+from specvlm.models.pair import ModelPair
+from specvlm.spec.deviceaccept import unpack
+from specvlm.spec.drafting import draft_substitute
+from specvlm.spec.grid import map_keep
+from specvlm.spec.pruning import SCORE_METHODS, prune
+from specvlm.spec.sampling import make_generator
+from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
+
+log = logging.getLogger(__name__)
+
+MARGIN = 8
+"""Spare slots in every static buffer beyond what a request can write."""
+
+
+def static_supported(pair: ModelPair, config: DecodeConfig) -> str | None:
+    """None when the static loop runs this request, else the reason it runs the eager loop.
+
+    Source: docs/design.md §4.13.
+    """
+    if config.speculative:
+        if pair.draft.device != pair.device:
+            return "the draft is on another device than the target"
+    return None
+
+
+def _side(model, adapter, cache, rope_dims: int, capacity: int, fused: FusedDraft | None = None) -> ModelSide:
+    dtype = model.get_input_embeddings().weight.dtype
+    return ModelSide(model, adapter, statickv.allocate(cache, capacity), rope_dims, dtype, fused)
+
+
+def _fused(pair: ModelPair, rope_dims: int, max_position: int) -> FusedDraft | None:
+    """The draft's fused forward where the fast draft runner supports the draft, else None (logged)."""
+    try:
+        return fused_draft(pair, rope_dims, max_position)
+    except FastDraftUnsupported as e:
+        log.info("fused static draft not used: %s", e)
+        return None
+
+
+def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
+    """Plain decoding on the static path: :func:`specvlm.engine.steps.decode_step` per token.
+
+    Args:
+        pair: target + draft; inputs: prepared ModelInputs; config: the request (``method`` vanilla);
+        reuse: a target prefill to copy, or None; should_stop: polled before every step and layer of the prefill.
+
+    Yields:
+        One PrefillInfo, then StepEvents (step 0 = the prefill's token), as ``stream()``'s eager vanilla loop.
+
+    Source: docs/design.md §4.9 and §4.13.
+    """
+    dev = pair.device
+    n_sub = _subtitle_tokens(inputs, "target")
+    inputs = inputs.for_target()
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
+        tp = _prefill(pair, inputs, False, reuse)
+    L = int(inputs.input_ids.shape[1])
+    yield PrefillInfo(L, inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
+                      inputs.token_grid, inputs.frames_per_token, n_sub, 0)
+    last = tp.last_logits
+    side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + config.max_new_tokens + MARGIN)
+    del tp
+    em, pick, _, first, event = _first_token(pair, config, last)
+    st = vanilla_state(torch.tensor([first], device=dev), inputs.next_position, dev, config.sampling)
+    run, t_cap = step_runner(lambda: decode_step(side, st), dev, [st.token, st.pos, st.out, side.cache.length])
+    if t_cap:
+        log.info("static vanilla step captured in %.3f s", t_cap)
+    gen = _generator(pick, config, dev)
+    t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
+    yield event
+    step = 0
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        with Timer(dev) as t_v:
+            if st.noise is not None:
+                refresh(st.noise, gen)
+            run()
+            tok, margin = st.out.tolist()   # the step's one host read
+        new = em.take([int(tok)])
+        yield StepEvent(step, new, 0, [False] * len(new), em.delta(), verify_ms=t_v.ms,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids), margin=margin)
+
+
+def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop, record_trees: bool):
+    """Speculative decoding on the static path: :func:`specvlm.engine.steps.draft_step` and
+    :func:`specvlm.engine.steps.verify_step` per step.
+
+    Args:
+        pair, inputs, config, reuse, should_stop: as :func:`stream_vanilla` (a speculative ``method``);
+        record_trees: attach each step's tree (:class:`DraftTreeRecord`; reads the tree to the host).
+
+    Yields:
+        One PrefillInfo, then StepEvents, as ``stream()``'s eager speculative loop.
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3; docs/design.md §4.1-4.13.
+    """
+    dev = pair.device
+    t_in = inputs.for_target()
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(dev) as t_pre, stop_between_layers(should_stop):
+        tp = _prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
+    # 4.3-4.6 pruning (pure)
+    with Timer() as t_prune:
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens, original positions
+    d_in = inputs.draft_inputs or inputs
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    L = int(t_in.input_ids.shape[1])
+    yield PrefillInfo(L, inputs.num_video_tokens, d_len, pr, t_pre.seconds, t_prune.seconds, t_dpre.seconds,
+                      inputs.token_grid, inputs.frames_per_token, _subtitle_tokens(inputs, "target"),
+                      _subtitle_tokens(d_in, "draft"))
+    rows, sub = draft_substitute(pair)
+    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling)
+    D, N = shape.depth, shape.nodes
+    budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
+    target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
+    fused = _fused(pair, _rope_dims(d_in), d_in.next_position + budget)
+    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted, fused)
+    last = tp.last_logits
+    del tp, d_cache
+    offset = d_in.next_position - t_in.next_position
+    em, pick, _, first, event = _first_token(pair, config, last)
+    st = spec_state(first, t_in.next_position, shape, rows, sub, dev)
+    saved = st.tensors() + [target.cache.length, draft.cache.length]
+    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+    run_draft, c1 = step_runner(lambda: draft_step(draft, st, shape, offset, pair.shared_vocab), dev, saved, pool)
+    run_verify, c2 = step_runner(lambda: verify_step(target, st, shape, rows, sub), dev, saved, pool)
+    if c1 + c2:
+        log.info("static draft and verify steps captured in %.3f s", c1 + c2)
+    gen = _generator(pick, config, dev)
+    t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
+    yield event
+    step = 0
+    while not em.done and not (should_stop and should_stop()):
+        step += 1
+        # 4.8 draft tree from the root (the pending tokens enter the draft cache first)
+        with Timer(dev) as t_d:
+            if st.noise is not None:
+                refresh(st.noise, gen)
+            run_draft()
+        # 4.9-4.10 verify, accept on the device, commit; the step's one host read
+        with Timer(dev) as t_v:
+            run_verify()
+            out = st.out.tolist()
+        accepted, bonus = unpack(out[:-1])
+        n_acc, size = len(accepted), out[-1]
+        new = em.take(accepted + [bonus])
+        n_new = min(n_acc, len(new))
+        rec = _record(st, size, n_acc, bonus) if record_trees else None
+        yield StepEvent(step, new, n_new, [i < n_new for i in range(len(new))], em.delta(), draft_ms=t_d.ms,
+                        verify_ms=t_v.ms, tree_size=size, elapsed_s=time.perf_counter() - t_dec,
+                        num_generated=len(em.ids), tree=rec)
+
+
+def _generator(pick, config: DecodeConfig, device: torch.device) -> torch.Generator | None:
+    """The request's generator for the steps' noise: the first token's on a CPU, a device one seeded from
+    the same seed elsewhere; None when greedy."""
+    if config.sampling.greedy:
+        return None
+    if device.type == "cpu":
+        return pick.gen
+    return make_generator((config.sampling.seed + 1) % 2**63, device)
+
+
+def _record(st, size: int, n_acc: int, bonus: int) -> DraftTreeRecord:
+    """The step's tree as a DraftTreeRecord (reads the tree: host reads beyond the step's one)."""
+    return DraftTreeRecord(st.tokens[:size].tolist(), st.parents[:size].tolist(), st.scores[:size].tolist(),
+                           st.path[:n_acc].tolist(), bonus)

@@ -1,0 +1,11 @@
+"""How the bundled model pairs are made: training and evaluation of the Qwen2.5-VL target + draft pairs in
+``assets/model/`` and ``assets/model_sparse/`` (run from a checkout; not part of the installed package).
+
+Modules, by job: :mod:`~training.model` (architecture sizes and configs),
+:mod:`~training.data` (synthetic clips, conversations, labels, batches),
+:mod:`~training.losses` (the objectives), :mod:`~training.loop` (one phase
+under a wall-clock budget), :mod:`~training.checkpoints` (resumable state, final
+models), :mod:`~training.prompt_format` (the prompt layout the weights were trained with). The command lines:
+``python -m training.train_bundled``, ``training.eval_bundled``, ``training.eval_sparse``,
+``training.build_bundled_processor``. See training/README.md.
+"""
