@@ -139,7 +139,7 @@ class Engine:
         """How often one prefill of ``method`` polls ``should_stop`` (once per vision block and decoder layer,
         :func:`app.progress.prefill_layers`); the page's progress counts these polls."""
         from app.progress import prefill_layers
-        from specvlm.engine.stopping import checked_layers
+        from specvlm.models.stopping import checked_layers
         return prefill_layers(pair, method, checked_layers)
 
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:

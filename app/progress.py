@@ -4,7 +4,7 @@ Each of these is one blocking engine call that can take many seconds on a long v
 tens of seconds of prefill on a CPU), so the page needs progress from inside it. The engine already polls
 the Run's ``should_stop`` callback at fixed points: between frames while reading the video
 (:func:`specvlm.video.load_video`), on entry to a prefill and before every vision block and every decoder
-layer (:mod:`specvlm.engine.stopping`), before every decode step. :class:`LayerTicks` is that callback with
+layer (:mod:`specvlm.models.stopping`), before every decode step. :class:`LayerTicks` is that callback with
 a counter: every poll is one unit of work done, so the worker reports one :class:`LayerProgress` message per
 poll (per frame batch, per layer) from the thread that waits on the work, and the page's progress moves
 once per layer however long the whole call takes. Nothing in the engine changes for it: the callback is
@@ -44,7 +44,7 @@ class LayerTicks:
         phase: the :attr:`LayerProgress.phase` its messages carry.
         total: the expected number of polls, or None.
 
-    Source: specvlm/engine/stopping.py (the engine's polls between layers).
+    Source: specvlm/models/stopping.py (the engine's polls between layers).
     """
 
     def __init__(self, phase: str, total: int | None = None) -> None:
@@ -102,12 +102,12 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
         pair: a :class:`specvlm.models.pair.ModelPair`.
         method: ``vanilla`` or a speculative method.
         checked: model -> number of its layers that poll the stop check before they run
-            (:func:`specvlm.engine.stopping.checked_layers`).
+            (:func:`specvlm.models.stopping.checked_layers`).
 
     Returns:
         the count, or None when the models' layer counts cannot be read.
 
-    Source: docs/design.md §4.1 (two-pass prefill), §4.7 (draft prefill); specvlm/engine/stopping.py (where
+    Source: docs/design.md §4.1 (two-pass prefill), §4.7 (draft prefill); specvlm/models/stopping.py (where
     the polls are).
     """
     try:

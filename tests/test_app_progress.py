@@ -13,7 +13,7 @@ from app.engine import Engine
 from app.progress import LayerProgress, LayerTicks
 from app.settings import RunRequest
 from specvlm import assets
-from specvlm.engine.stopping import checked_layers
+from specvlm.models.stopping import checked_layers
 
 CLIP = str(assets.path("videos", "shapes_long.mp4"))
 LAYER = re.compile(r"^(.*): layer (\d+) of (\d+)$")

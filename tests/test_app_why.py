@@ -139,10 +139,10 @@ def test_browser_why_shows_the_input_shares_and_whole_frame_captions(explained):
     import gradio as gr
 
     from app import inspect_view as iv
-    from test_app_browser import _browser, served_page
-    from test_app_fakes import free_port
+    from helpers.browser import chromium, served_page
+    from helpers.fakes import free_port
 
-    exe = _browser()
+    exe = chromium()
     rec, _ = explained
     rec.why = [w for w in rec.why if int(w["step"]) == iv.default_step(rec)] or rec.why
     with gr.Blocks() as demo:

@@ -170,7 +170,7 @@ def test_the_cli_gives_the_readme_tau_for_the_same_pair():
     """``python -m specvlm generate`` with the failure case's target drafting for itself uses the Self-SD preset's
     tree, as the page does, so it gives the τ the README states (with the transcript given to both: the mode
     whose tree the preset decides)."""
-    from test_cli import run_cli
+    from helpers.media import run_cli
 
     taus = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _readme_failure_paragraph())
     r = run_cli("generate", "--video", str(CLIP), "--srt", str(CLIP.with_suffix(".srt")), "--subtitle-mode", "both",
