@@ -134,6 +134,13 @@ class Engine:
             return inputs
         return dataclasses.replace(inputs, force_keep=tokens.to(torch.long))
 
+    def prefill_layers(self, pair: Any, method: str) -> int | None:
+        """How often one prefill of ``method`` polls ``should_stop`` (once per vision block and decoder layer,
+        :func:`app.progress.prefill_layers`); the page's progress counts these polls."""
+        from app.progress import prefill_layers
+        from specvlm.models.stopping import checked_layers
+        return prefill_layers(pair, method, checked_layers)
+
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> Any:
         """A :class:`specvlm.analysis.records.RunRecord` of a finished speculative run (for the Inspect tab);
         :meth:`explain` adds why its lowest-acceptance steps failed."""

@@ -27,9 +27,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import plots
+from app.progress import LayerTicks, expected_polls
 from app.pump import pump
 from app.failures import free_memory, handle_failure
 from app.settings import UserError
+from app.stage_note import stage1_note
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
 from specvlm.types import PrefillInfo, StepEvent, Stopped
@@ -235,15 +237,14 @@ class DecodeWorker:
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
-        clip = None
-        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=stop)], f"{WORKER_PREFIX}frames",
-                       self.update_interval_s)
+        clip, ticks = None, LayerTicks("frames")
+        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=ticks.watch(stop))],
+                       f"{WORKER_PREFIX}frames", self.update_interval_s)
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the reading thread before it returns
                 for items, _ in batches:
                     clip = items[-1] if items else clip
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per frame batch read; [] = a heartbeat
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
@@ -259,7 +260,9 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``timed_only``: yield heartbeats only (a timing repeat).
         """
         splitter, events = TextSplitter(decode), []
-        batches = pump(lambda stop: self.engine.stream(pair, clip, prompt, dec, stop, **extra),
+        ticks = LayerTicks(name, expected_polls(self.engine, pair, dec.method))   # progress per prefill layer
+        batches = pump(lambda stop: ticks.counted(self.engine.stream(pair, clip, prompt, dec, ticks.watch(stop),
+                                                                     **extra)),
                        f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
@@ -267,7 +270,9 @@ class DecodeWorker:
                 if timed_only:
                     yield []
                     continue
-                yield [_message(name, it, clip, splitter) for it in items] + ([RunEnd(name)] if finished else [])
+                top_p = getattr(getattr(dec, "prune", None), "top_p", None)
+                yield ticks.news() + [_message(name, it, clip, splitter, top_p) for it in items] + (
+                    [RunEnd(name)] if finished else [])
         return events
 
     def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> Any:
@@ -288,17 +293,17 @@ class DecodeWorker:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
+        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "vanilla"))   # a vanilla prefill's layers
         batches = pump(lambda stop: [self.engine.explain(rec, pair, clip, job.prompt, subtitles=list(job.subtitles),
                                                          subtitle_mode=job.subtitle_mode, truth=job.truth,
-                                                         should_stop=stop)],
+                                                         should_stop=ticks.watch(stop))],
                        f"{WORKER_PREFIX}explain", self.update_interval_s)
         explained = None
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per layer; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful
@@ -339,17 +344,18 @@ class TextSplitter:
         return out
 
 
-def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter) -> Any:
-    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill`."""
+def _message(name: str, ev: Any, clip: Any, splitter: TextSplitter, top_p: float | None = None) -> Any:
+    """A StepEvent or PrefillInfo as a plain :class:`Step` / :class:`Prefill` (``top_p``: the run's λ)."""
     if isinstance(ev, StepEvent):
         return Step(name, dataclasses.replace(ev, tree=None), tuple(splitter.split(ev)))
     p = ev.prune
     return Prefill(name, dataclasses.replace(ev, prune=None, token_grid=None), None if p is None else int(p.num_kept),
-                   forced_count(p), None if p is None else heatmaps(clip, ev))
+                   forced_count(p), None if p is None else heatmaps(clip, ev, top_p))
 
 
-def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run."""
+def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Prefill`), computed once per run; the note says
+    what Stage I kept and why (:func:`app.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
@@ -357,7 +363,7 @@ def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
     if info.token_grid is None:
         return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
     out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
-           "scores": None, "fpt": fpt, "note": ""}
+           "scores": None, "fpt": fpt, "note": stage1_note(p, top_p)}
     if p.scores is not None:
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"

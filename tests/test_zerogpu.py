@@ -69,7 +69,7 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
         assert len(back) == len(batch) and isinstance(back, list)
         for msg, again in zip(batch, back):
             kinds.add(type(msg).__name__)
-            assert type(msg).__module__ in ("app.worker", "app.timing") and type(again) is type(msg)
+            assert type(msg).__module__ in ("app.worker", "app.timing", "app.progress") and type(again) is type(msg)
             if type(msg).__name__ != "Prefill" or msg.heatmaps is None:
                 assert again == msg
             else:
