@@ -163,6 +163,13 @@ class SpecvlmFacade:
         from specvlm.engine.stream import stream
         return stream(pair, inputs, config, should_stop=should_stop, record_trees=config.method != "vanilla")
 
+    def prefill_layers(self, pair: Any, method: str) -> int | None:
+        """How often one prefill of ``method`` polls ``should_stop`` (once per vision block and decoder layer,
+        :func:`app.progress.prefill_layers`); the page's progress counts these polls."""
+        from app.progress import prefill_layers
+        from specvlm.models.stopping import checked_layers
+        return prefill_layers(pair, method, checked_layers)
+
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> RunRecord:
         """The :class:`specvlm.analysis.run.RunRecord` of a finished speculative run with token texts and
         thumbnails (for the Inspect tab); :meth:`explain` adds why its lowest-acceptance steps failed."""

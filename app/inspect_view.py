@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 
 from app import plots
 from app.chart_style import themed
+from app.stage_note import stage1_note
 from app.why_view import WHY_LEGEND, visible_token, why_html, why_maps
 from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
@@ -276,13 +277,23 @@ def export_record(record: RunRecord, folder: str | None = None) -> str:
 
 # --------------------------------------------------------------------------- Gradio
 def _refresh(record: RunRecord | None, mode: str = "stages"):
-    """(summary, chart, table, coloured text, maps, step, tree, why, why maps) for a record (or empty)."""
+    """(summary, chart, table, coloured text, maps, step, tree, why, why maps, Stage I note) for a record (or
+    empty)."""
     if record is None:
         return ("*No run loaded: upload a run JSON or run a video first.*", accept_chart(_EMPTY), [], "", [], None,
-                step_view(_EMPTY, None), "", [])
+                step_view(_EMPTY, None), "", [], "")
     step = default_step(record)
     return (summary_md(record), accept_chart(record), lowest_table(record), accept_colored_html(record),
-            prune_maps(record, mode), step, step_view(record, step), why_html(record, step), why_maps(record, step))
+            prune_maps(record, mode), step, step_view(record, step), why_html(record, step), why_maps(record, step),
+            maps_note(record))
+
+
+def maps_note(record: RunRecord) -> str:
+    """What Stage I kept and why (:func:`app.stage_note.stage1_note`, λ from the record's settings), in
+    italics; "" for a method without both stages."""
+    top_p = (record.settings.get("prune") or {}).get("top_p") if isinstance(record.settings, dict) else None
+    note = stage1_note(record.prefill.prune, top_p)
+    return f"*{note}*" if note else ""
 
 
 _EMPTY = RunRecord({}, "", PrefillInfo(0, 0, 0, None, 0.0, 0.0, 0.0), [])
@@ -298,7 +309,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
 
     Returns:
         dict of components: ``state``, ``upload``, ``download``, ``summary``, ``chart``, ``step``,
-        ``tree``, ``why``, ``why_maps``, ``table``, ``tokens``, ``maps``, ``map_mode``.
+        ``tree``, ``why``, ``why_maps``, ``table``, ``tokens``, ``maps``, ``maps_note``, ``map_mode``.
     """
     state = record_state if record_state is not None else gr.State(None)
     c: dict[str, Any] = {"state": state}
@@ -313,18 +324,20 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
             c["step"] = gr.Number(label="Step", precision=0, minimum=0, elem_id=STEP_ID)
             c["tree"] = gr.HTML(label="Draft tree of the step", elem_id="specvlm-inspect-tree")
             c["why"] = gr.HTML(label="Why the step failed", elem_id="specvlm-inspect-why")
-            c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=3, height=220)
+            c["why_maps"] = gr.Gallery(label="Where the target looked at this step", columns=2, height="fit-content",
+                                       elem_id="specvlm-inspect-why-maps")
             gr.Markdown(WHY_LEGEND)
         with gr.Column(scale=2):
             c["map_mode"] = gr.Radio(["stages", "scores"], value="stages", label="Frame maps")
             c["maps"] = gr.Gallery(label="Stage I / Stage II kept tokens (same at every step)", columns=4,
                                    height=260)
+            c["maps_note"] = gr.Markdown(elem_id="specvlm-inspect-stage-note")
     c["table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Lowest accepted-length steps (click a row)",
                               elem_id="specvlm-inspect-table", column_widths=TABLE_WIDTHS,
                               interactive=False, wrap=True)
     c["tokens"] = gr.HTML(label="Text coloured by accepted length")
     outs = [c["summary"], c["chart"], c["table"], c["tokens"], c["maps"], c["step"], c["tree"], c["why"],
-            c["why_maps"]]
+            c["why_maps"], c["maps_note"]]
 
     def on_upload(path):
         if not path:

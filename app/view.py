@@ -19,6 +19,7 @@ from app import plots
 from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
 from app.summary import Speed, summary_md
 from app.timing import MachineLoad, PairTiming, speed_note
+from app.progress import LayerProgress, decode_status, layer_status
 from app.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
 from specvlm.analysis.metrics import median_speedup
 from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
@@ -92,6 +93,7 @@ class RunView:
         self.plot_interval_s = plot_interval_s
         self.caveat = caveat
         self.started = False  # the video is decoded and both panels exist
+        self.num_frames = 0
         self.heatmaps: dict | None = None
         self.comparison: Comparison | None = None
         self.record: Any = None
@@ -118,8 +120,11 @@ class RunView:
                 self.heatmaps = msg.data
                 upd["heatmaps"] = msg.data
                 upd["gallery"], upd["heatmap_legend"] = pick_heatmaps(msg.data, self.mode)
+            elif isinstance(msg, LayerProgress):
+                upd.update(self._layer(msg, progress))
             elif isinstance(msg, RunEvents):
                 self.runs[msg.run].add(msg)
+                self._decoding(msg.run, progress)
                 changed.append(msg.run)
             elif isinstance(msg, Comparison):
                 self.comparison = msg
@@ -153,8 +158,23 @@ class RunView:
                               "target pass over the prompt; Stop skips it)…"}
         return {}
 
+    def _layer(self, msg: LayerProgress, progress: Any) -> dict[str, Any]:
+        """Progress inside a long call, one message per layer (:func:`app.progress.layer_status`)."""
+        frac, desc, status = layer_status(msg, PHASES, self.runs["spec"].name, self.num_frames, self.notes_text())
+        if progress is not None:
+            progress(frac, desc)
+        return {"status": status}
+
+    def _decoding(self, name: str, progress: Any) -> None:
+        """Progress after a batch of decode steps (:func:`app.progress.decode_status`)."""
+        if progress is not None and self.runs[name].record.steps:
+            st = self.runs[name]
+            progress(*decode_status(name, st.name, st.record.num_generated,
+                                    int(getattr(self.dec, "max_new_tokens", 0) or 0), PHASES))
+
     def _clip(self, msg: ClipReady) -> None:
         self.started = True
+        self.num_frames = msg.num_frames
         notes = [*(user_note(n) for n in msg.notes), *self.notes]
         if msg.transcript_gap:
             notes = [n for n in notes if "subtitle cue" not in n] + [msg.transcript_gap]

@@ -2,10 +2,12 @@
 
 A run record's ``why`` (computed right after the run by :func:`specvlm.analysis.why.explain_rejections`, one
 extra target forward) holds, for the lowest-acceptance steps where the target refused the draft, the
-target's attention over the video tokens from the query that chose its own token, the share of that
-attention on tokens the draft did not see, and the subtitle cue holding the step's word when the draft
-did not get the transcript. :func:`why_html` says it in words, :func:`why_maps` draws it: the frames
-where the target looked, attention as a heat map, the cells the draft saw (its kept set) outlined in green.
+target's attention from the query that chose its own token, split over its whole input (video tokens the
+draft kept or did not see, transcript, question, rest of the prompt, text so far), the one explanation
+those shares support, the attention over the video tokens alone, and the subtitle cue holding the step's
+word when the draft did not get the transcript. :func:`why_html` says it in words with a stacked bar of
+the shares, :func:`why_maps` draws the video part: the frames where the target looked, attention as a heat
+map, the cells the draft saw (its kept set) outlined in green.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 3.2 (verifier attention); docs/design.md §4.7.
 """
@@ -38,8 +40,72 @@ def visible_token(text: str) -> str:
     return html.escape(text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")) or "∅"
 
 
+SEGMENT_LABELS = {"video_kept": ("video the draft kept", "#22c55e"),
+                  "video_pruned": ("video pruned from the draft", "#ef4444"),
+                  "transcript": ("transcript (subtitles)", "#a855f7"),
+                  "question": ("question", "#3b82f6"),
+                  "prompt_other": ("rest of the prompt", "#9ca3af"),
+                  "text_so_far": ("text so far", "#f59e0b")}
+"""Attention segment (:data:`specvlm.analysis.why.SEGMENTS`) -> (label, colour) in the why view."""
+
+
+def shares_html(shares: dict[str, float], transcript_withheld: bool = False) -> str:
+    """The target's attention over its whole input as one stacked bar and a legend with each part's share.
+
+    Args:
+        shares: segment name -> share in [0, 1] (a :class:`specvlm.analysis.why.StepWhy`'s ``shares``).
+        transcript_withheld: label the transcript as withheld from the draft.
+
+    Returns:
+        HTML: ``div.specvlm-why-shares`` holding the bar (a ``span`` per part, ``data-segment``, width = share)
+        and the legend.
+
+    Source: :func:`specvlm.analysis.why.segment_masks` (the parts).
+    """
+    bar, legend = [], []
+    for key, (label, colour) in SEGMENT_LABELS.items():
+        v = float(shares.get(key, 0.0))
+        if key == "transcript" and transcript_withheld:
+            label = "transcript (withheld from the draft)"
+        if v > 0:
+            bar.append(f'<span data-segment="{key}" title="{label}: {v:.1%}" style="display:inline-block;'
+                       f'height:100%;width:{100 * v:.2f}%;background:{colour}"></span>')
+        legend.append(f'<span style="white-space:nowrap;margin-right:0.8em"><span style="display:inline-block;'
+                      f'width:0.8em;height:0.8em;background:{colour};margin-right:0.25em"></span>'
+                      f'{label} <b>{v:.0%}</b></span>')
+    return ('<div class="specvlm-why-shares" style="margin-top:0.4em"><div style="display:flex;height:0.9em;'
+            'border:1px solid #9ca3af;border-radius:3px;overflow:hidden">' + "".join(bar) + '</div>'
+            '<div style="font-size:0.85em;line-height:1.6;margin-top:0.2em">' + "".join(legend) + "</div></div>")
+
+
+def explanation_html(w: dict, kept: str) -> str:
+    """The one explanation a step's shares support, in a sentence (``w``: a StepWhy as a dict; ``kept``: "K of V").
+
+    Source: :func:`specvlm.analysis.why.explanation`.
+    """
+    shares = w.get("shares") or {}
+    top = max(SEGMENT_LABELS, key=lambda k: shares.get(k, 0.0))
+    share = float(shares.get(top, 0.0))
+    kind = w.get("explanation", "")
+    if kind == "pruned_video":
+        return (f"Explanation: <b>the pruned video</b>. Most of the target's attention ({share:.0%}) was on video "
+                f"tokens the draft did not see (it kept {kept}); the draft could not see what the target used.")
+    if kind == "withheld_transcript":
+        cue = ""
+        if w.get("cue"):
+            a, b, text = w["cue"]
+            cue = f' The word is in the cue <b>"{html.escape(text)}"</b> ({a:.1f}-{b:.1f} s).'
+        return ("Explanation: <b>the withheld transcript</b>. Most of the target's attention "
+                f"({share:.0%}) was on the subtitle transcript, which the draft did not get: it could not "
+                f"predict what the target read there.{cue}")
+    return (f"Explanation: <b>not a missing input</b>. The target attended most to the "
+            f"{SEGMENT_LABELS[top][0]} ({share:.0%}), which the draft saw too: the draft's own prediction "
+            "differed.")
+
+
 def why_html(record: Any, step: int | float | None) -> str:
-    """Sentences on why ``step`` failed, or why there is nothing to say (no rejection, not explained)."""
+    """Sentences on why ``step`` failed, or why there is nothing to say (no rejection, not explained): where
+    the target's attention went over the whole input at that position and the one explanation it supports."""
     if step is None or not getattr(record, "steps", None):
         return ""
     w = step_why(record, step)
@@ -57,18 +123,17 @@ def why_html(record: Any, step: int | float | None) -> str:
     tok = visible_token(record.token_text.get(int(w["token_id"]), str(w["token_id"])))
     p = record.prefill
     kept = f"{p.prune.num_kept} of {p.num_video_tokens}" if p.prune is not None else "all"
-    share = float(w["share_unseen"])
-    out = [f'The target refused the draft here and wrote <b>"{tok}"</b>'
-           + (f' (in "{html.escape(w["word"])}")' if w.get("word") else "") + ". "
-           f"From the position where the draft diverged, <b>{share:.0%}</b> of the target's video attention fell "
-           f"on video tokens the draft did not see (it kept {kept})."]
-    if share >= 0.5:
-        out.append("Most of what the target looked at was pruned away from the draft.")
-    if w.get("cue"):
-        a, b, text = w["cue"]
-        out.append(f'The word comes from the subtitle cue <b>"{html.escape(text)}"</b> ({a:.1f}-{b:.1f} s), '
-                   "which the draft did not get: it could not predict it.")
-    return '<div class="specvlm-why">' + " ".join(out) + "</div>"
+    head = (f'The target refused the draft here and wrote <b>"{tok}"</b>'
+            + (f' (in "{html.escape(w["word"])}")' if w.get("word") else "") + ".")
+    if not w.get("shares"):   # a record explained over the video only
+        share = float(w["share_unseen"])
+        return ('<div class="specvlm-why">' + head + f" From the position where the draft diverged, <b>{share:.0%}"
+                f"</b> of the target's video attention fell on video tokens the draft did not see (it kept {kept})."
+                " This record has no split of the attention over the whole input.</div>")
+    withheld = bool(p.target_subtitle_tokens) and not p.draft_subtitle_tokens
+    return ('<div class="specvlm-why">' + head + " Where the target's attention went over its whole input at the "
+            "position where the draft diverged:" + shares_html(w["shares"], withheld)
+            + f'<div style="margin-top:0.4em">{explanation_html(w, kept)}</div></div>')
 
 
 def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list[tuple[np.ndarray, str]]:
@@ -105,8 +170,8 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
         share = float(att[sel].sum())
         unseen = float(att[sel & ~seen].sum())
         ts = record.timestamps
-        when = f" ({ts[t0]:.1f} s)" if ts and len(ts) > t0 else ""
-        out.append((img, f"frame {t0}{when} · {share:.0%} of the attention, {unseen:.0%} on unseen cells"))
+        when = f" · {ts[t0]:.1f} s" if ts and len(ts) > t0 else ""
+        out.append((img, f"frame {t0}{when} · {share:.0%} ({unseen:.0%} unseen)"))
     return out
 
 
@@ -128,4 +193,5 @@ def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple
 
 WHY_LEGEND = ("Heat: the target's attention over the video from the position where the draft diverged "
               "(bright = more). Green outline: the video tokens the draft saw; attention elsewhere was on tokens "
-              "it did not see.")
+              "it did not see. Caption: frame · time · the frame's share of the video attention (the part on "
+              "cells the draft did not see).")

@@ -30,9 +30,11 @@ from typing import Any
 
 from app import plots
 from app.engine import Facade
+from app.progress import LayerTicks, expected_polls
 from app.pump import pump
 from app.failures import free_memory, handle_failure
 from app.settings import UserError
+from app.stage_note import stage1_note
 from app.timing import LoadMeter, PairTiming
 from app.uploads import upload_name
 from specvlm.analysis.run import RunRecord, compare_runs, prefill_to_dict, run_speedup
@@ -202,15 +204,14 @@ class DecodeWorker:
 
     def _load_clip(self, path: str, vid: Any) -> Iterator[list[Any]]:
         """Read the video in a thread (Stop ends it between frames); yields heartbeats, returns the clip."""
-        clip = None
-        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=stop)], f"{WORKER_PREFIX}frames",
-                       self.update_interval_s)
+        clip, ticks = None, LayerTicks("frames")
+        batches = pump(lambda stop: [self.engine.load_video(path, vid, should_stop=ticks.watch(stop))],
+                       f"{WORKER_PREFIX}frames", self.update_interval_s)
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the reading thread before it returns
                 for items, _ in batches:
                     clip = items[-1] if items else clip
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per frame batch read; [] = a heartbeat
         except ImportError as e:
             raise UserError(f"The video reader is not installed: {e}") from e
         except ValueError as e:  # VideoError and friends
@@ -226,18 +227,20 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``clip`` None: a timing repeat, which yields heartbeats only.
         """
         events: list[Any] = []
-        batches = pump(lambda stop: self.engine.stream(pair, inputs(), dec, stop), f"{WORKER_PREFIX}{name}",
-                       self.update_interval_s)
+        ticks = LayerTicks(name, expected_polls(self.engine, pair, dec.method))   # progress per prefill layer
+        batches = pump(lambda stop: ticks.counted(self.engine.stream(pair, inputs(), dec, ticks.watch(stop))),
+                       f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
                 events.extend(items)
                 if clip is None:
                     yield []
                     continue
-                maps = [Heatmaps(heatmaps(clip, ev)) for ev in items
+                top_p = getattr(getattr(dec, "prune", None), "top_p", None)
+                maps = [Heatmaps(heatmaps(clip, ev, top_p)) for ev in items
                         if isinstance(ev, PrefillInfo) and ev.prune is not None]
-                yield [*maps, RunEvents(name, tuple(_plain(ev) for ev in items), finished)] if items or finished \
-                    else []
+                runs = [RunEvents(name, tuple(_plain(ev) for ev in items), finished)] if items or finished else []
+                yield ticks.news() + maps + runs
         return events
 
     def _record(self, events: list[Any], job: RunJob, pair: Any, clip: Any) -> RunRecord | None:
@@ -257,16 +260,17 @@ class DecodeWorker:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
+        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "vanilla"))   # a vanilla prefill's layers
         batches = pump(lambda stop: [self.engine.explain(rec, pair, inputs, cues=list(job.subtitles),
-                                                         subtitle_mode=job.subtitle_mode, should_stop=stop)],
+                                                         subtitle_mode=job.subtitle_mode,
+                                                         should_stop=ticks.watch(stop))],
                        f"{WORKER_PREFIX}explain", self.update_interval_s)
         explained = None
         try:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    if not items:
-                        yield []
+                    yield ticks.news()   # per layer; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful
@@ -297,8 +301,9 @@ def _plain(ev: Any) -> dict | StepEvent:
     return d
 
 
-def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run."""
+def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run; the note says
+    what Stage I kept and why (:func:`app.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
@@ -306,7 +311,7 @@ def heatmaps(clip: Any, info: Any) -> dict[str, Any]:
     if info.token_grid is None:
         return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
     out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
-           "scores": None, "fpt": fpt, "note": ""}
+           "scores": None, "fpt": fpt, "note": stage1_note(p, top_p)}
     if p.scores is not None:
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"

@@ -3,9 +3,9 @@
 
 Starts the app, clicks the failure-case example (``shapes_subtitles`` with its ``.srt``, the bundled sparse
 target drafting for itself, subtitles to the target only: :func:`app.examples.failure_example`), presses
-Run, opens the Inspect tab and clicks through the lowest-acceptance steps until the step's explanation names
-a subtitle cue the draft did not get; then saves a screenshot of the page (default ``docs/failure_case.png``)
-and prints the step's explanation.
+Run, opens the Inspect tab and clicks through the lowest-acceptance steps until the step's explanation is the
+withheld transcript with the subtitle cue holding its word; then saves a screenshot of the page (default
+``docs/failure_case.png``) and prints the step's explanation.
 
 Needs the ``playwright`` Python package and a ``chromium`` executable (the Debian package), as the browser
 tests do.
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
                     page.locator(cell.format(i)).first.click()
                     page.wait_for_timeout(1500)
                     text = page.locator("#specvlm-inspect-why").inner_text()
-                    if "subtitle cue" in text:
+                    if "withheld transcript" in text and "The word is in the cue" in text:
                         found = text
                         break
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
                 browser.close()
     finally:
         demo.close()
-    print(found or "no explained step names a withheld subtitle cue (screenshot of the last step tried)")
+    print(found or "no explained step names the withheld transcript and its cue (screenshot of the last step tried)")
     return 0 if found else 1
 
 

@@ -170,6 +170,13 @@ def test_a_model_that_is_a_preset_target_keeps_the_preset_defaults(tmp_path):
     assert preset_of("Qwen/Qwen2.5-VL-7B-Instruct").num_frames == 128
     assert preset_of(str(tmp_path)) is None and preset_of("someone/other-model") is None
     assert all(preset_of(p.target) is not None for p in PRESETS.values())
+    assert all(preset_of(p.target, p.draft) is p for p in PRESETS.values())  # target and draft name one preset
+    from specvlm.models.presets import SPARSE_DRAFT, SPARSE_SELF, SPARSE_STD, SPARSE_TARGET
+
+    for self_sd, draft, name in ((True, None, SPARSE_SELF), (False, None, SPARSE_SELF),
+                                 (False, str(SPARSE_DRAFT), SPARSE_STD)):
+        args = argparse.Namespace(model=str(SPARSE_TARGET), draft=draft, self_sd=self_sd)
+        assert resolve_models(args)[2].name == name                      # the pair that runs picks the tree
 
 
 def _generate_args(*extra: str):

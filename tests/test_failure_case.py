@@ -3,6 +3,7 @@ a fact the description reports. In Self-SD at the preset's settings (the page's 
 subtitles withheld from the draft τ falls exactly at the fact and the output stays identical; the Std-SD pair
 (its 1-layer draft) is lossless on it too."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,12 @@ def test_the_why_names_the_withheld_cue(case):
     whys = explain_rejections(pair, inputs, r.steps, r.prefill.prune.keep.tolist(), cues=cues,
                               draft_saw_subtitles=False, tokenizer=pair.processor.tokenizer)
     assert any(w.cue is not None and w.cue[2] == truth.fact.cue_text for w in whys)
+    fact = [w for w in whys if w.cue is not None]
+    assert fact and all(w.explanation == "withheld_transcript" and w.shares["transcript"] > 0.5 for w in fact)
+    inputs, r = runs["both"]                                   # the draft read the transcript: never the reason
+    given = explain_rejections(pair, inputs, r.steps, r.prefill.prune.keep.tolist(), cues=cues,
+                               draft_saw_subtitles=True, tokenizer=pair.processor.tokenizer)
+    assert given and all(w.explanation != "withheld_transcript" and w.cue is None for w in given)
 
 
 def test_std_sd_on_the_sparse_pair_is_lossless(std_pair, clip, case):
@@ -127,3 +134,46 @@ def test_the_shipped_evaluation_reads_as_its_json_and_shows_the_paper_s_ordering
     assert long["subtitle"]["given_minus_withheld"]["lo"] > 0
     for s in d["summary"].values():
         assert not any(s["mismatches"].values()) and all(n > 0 for n in s["runs"].values())
+
+
+def _readme_failure_paragraph() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("**A failure to inspect.**")
+    return " ".join(text[start:text.index("\n\n", start)].split())
+
+
+def test_the_readme_failure_case_figures_come_from_the_run():
+    """The README's deterministic failure-case figures, regenerated through the app's backend as the page runs the
+    example (scripts/failure_case_figures.py, no timing): τ with the transcript given to both and withheld, the
+    first rows of the Inspect tab's lowest-acceptance table, their transcript shares and their one explanation.
+    Its timings are stated with their spread and not checked (noise)."""
+    from app.backend import Backend
+    from app.engine import SpecvlmFacade
+    from scripts.failure_case_figures import figures
+
+    got = figures(Backend(SpecvlmFacade(), device="cpu", dtype="float32"))
+    para = _readme_failure_paragraph()
+    m = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", para)
+    assert m and (float(m[1]), float(m[2])) == (got["both"]["tau"], got["target"]["tau"]), (m and m.groups(), got)
+    assert got["target"]["identical"] and got["both"]["identical"]
+    listed = para[para.index("lowest-acceptance table starts with"):]
+    listed = listed[:listed.index(":")]
+    rows = got["target"]["rows"]
+    assert re.findall(r'step (\d+) \("([^"]*)"\)', listed) == [(str(r["step"]), r["text"]) for r in rows]
+    shares = re.search(r"\((\d+)%, (\d+)% and (\d+)% on the transcript\)", para)
+    assert shares and list(shares.groups()) == [f"{r['shares']['transcript']:.0%}".rstrip("%") for r in rows]
+    assert "names one explanation, the withheld transcript" in para
+    assert all(r["explanation"] == "withheld_transcript" for r in rows), rows
+
+
+def test_the_cli_gives_the_readme_tau_for_the_same_pair():
+    """``python -m specvlm generate`` with the failure case's target drafting for itself uses the Self-SD preset's
+    tree, as the page does, so it gives the τ the README states (with the transcript given to both: the mode
+    whose tree the preset decides)."""
+    from helpers.media import run_cli
+
+    taus = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _readme_failure_paragraph())
+    r = run_cli("generate", "--video", str(CLIP), "--srt", str(CLIP.with_suffix(".srt")), "--subtitle-mode", "both",
+                "--model", str(SPARSE_TARGET), "--self-sd", "--prompt", captions.DESCRIBE_PROMPTS[0], "--json")
+    assert r.returncode == 0, r.stderr
+    assert f"{json.loads(r.stdout)['tau']:.2f}" == taus[1]

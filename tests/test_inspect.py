@@ -177,7 +177,7 @@ def test_build_inspect_tab_and_refresh(tiny_run):
         c = iv.build_inspect_tab()
     assert {"state", "upload", "download", "chart", "step", "tree", "table", "tokens", "maps", "why",
             "why_maps"} <= set(c)
-    summary, fig, table, tokens, maps, step, tree, why, why_maps = iv._refresh(rec)
+    summary, fig, table, tokens, maps, step, tree, why, why_maps, note = iv._refresh(rec)
     assert "No explanation in this run record" in why and why_maps == []   # recorded without explanations
     assert step == table[0][0] and table[0][1] == min(rec.accept_lengths)
     assert len(maps) == 4 and f"<b>Step {step}</b>" in tree and "τ =" in summary

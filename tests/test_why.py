@@ -1,4 +1,4 @@
-"""Why a step failed: the target's video attention where the draft diverged, subtitle sources."""
+"""Why a step failed: the target's attention over its input where the draft diverged, subtitle sources."""
 import copy
 from types import SimpleNamespace as NS
 
@@ -66,9 +66,43 @@ def test_attention_rows_equal_the_eager_attention_of_the_whole_sequence(run):
                     **{k: v for k, v in inputs.vision.items()})
     L = inputs.input_ids.shape[1]
     rows = torch.tensor([L + p - 1 for p in positions])
-    ref = torch.stack([a[0].float().mean(0)[rows][:, inputs.video_index] for a in out.attentions]).mean(0)
-    ref = ref / ref.sum(-1, keepdim=True)
+    whole = torch.stack([a[0].float().mean(0)[rows] for a in out.attentions]).mean(0)    # (P, L + n)
+    ref = whole[:, inputs.video_index] / whole[:, inputs.video_index].sum(-1, keepdim=True)
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=1e-3)
+    torch.testing.assert_close(why.input_attention_at(pair, inputs, res.token_ids, positions), whole,
+                               atol=2e-5, rtol=1e-3)                     # the rows over the whole input too
+
+
+def test_the_segments_split_every_input_position_once():
+    L, n = 12, 3
+    inputs = NS(input_ids=torch.zeros(1, L, dtype=torch.long), video_index=torch.arange(2, 8),
+                subtitle_mask=torch.tensor([False] * 8 + [True] * 2 + [False] * 2))
+    inputs.for_target = lambda: inputs
+    masks = why.segment_masks(inputs, [1, 4], n)
+    assert list(masks) == list(why.SEGMENTS)
+    assert torch.stack(list(masks.values())).sum(0).tolist() == [1] * (L + n)    # a partition
+    assert masks["video_kept"].nonzero().flatten().tolist() == [3, 6]
+    assert masks["video_pruned"].nonzero().flatten().tolist() == [2, 4, 5, 7]
+    assert masks["transcript"].nonzero().flatten().tolist() == [8, 9]
+    assert masks["question"].nonzero().flatten().tolist() == [10, 11]
+    assert masks["prompt_other"].nonzero().flatten().tolist() == [0, 1]
+    assert masks["text_so_far"].nonzero().flatten().tolist() == [12, 13, 14]
+    row = torch.zeros(L + n)
+    row[[0, 3, 8, 9, 13]] = torch.tensor([0.1, 0.2, 0.3, 0.3, 0.1])
+    shares = why.attention_shares(row, masks)
+    assert shares == pytest.approx({"video_kept": 0.2, "video_pruned": 0.0, "transcript": 0.6, "question": 0.0,
+                                    "prompt_other": 0.1, "text_so_far": 0.1})
+
+
+def test_the_explanation_is_the_largest_part_and_only_one_the_draft_missed():
+    base = dict.fromkeys(why.SEGMENTS, 0.0)
+    transcript = base | {"transcript": 0.6, "video_pruned": 0.3, "video_kept": 0.1}
+    assert why.explanation(transcript, draft_saw_subtitles=False) == "withheld_transcript"
+    assert why.explanation(transcript, draft_saw_subtitles=True) == "seen_input"      # the draft read it too
+    pruned = base | {"video_pruned": 0.5, "transcript": 0.4, "question": 0.1}
+    assert why.explanation(pruned, draft_saw_subtitles=False) == "pruned_video"
+    assert why.explanation(pruned, pruned=False) == "seen_input"
+    assert why.explanation(base | {"video_kept": 0.4, "video_pruned": 0.3, "transcript": 0.3}, False) == "seen_input"
 
 
 def test_explain_rejections_reports_the_unseen_share_and_withheld_cues(run):
@@ -85,6 +119,10 @@ def test_explain_rejections_reports_the_unseen_share_and_withheld_cues(run):
         assert w.share_unseen == pytest.approx(float(row[unseen].sum()), abs=1e-6)
         assert len(w.top_tokens) == 5 and w.top_weights == sorted(w.top_weights, reverse=True)
         assert w.token_id == res.token_ids[w.position] and w.cue is None
+        assert set(w.shares) == set(why.SEGMENTS) and sum(w.shares.values()) == pytest.approx(1.0, abs=1e-4)
+        video = w.shares["video_kept"] + w.shares["video_pruned"]
+        assert w.shares["video_pruned"] == pytest.approx(w.share_unseen * video, abs=1e-4)   # the same row
+        assert w.shares["transcript"] == 0.0 and w.explanation == why.explanation(w.shares)
     everything = why.explain_rejections(pair, inputs, res.steps, None, max_steps=1)
     assert everything[0].share_unseen == 0.0                            # a draft that saw every token
     word = out[0].word

@@ -107,22 +107,30 @@ def resolve_models(args: argparse.Namespace):
         raise ValueError(f"--self-sd and --draft {args.draft} contradict each other: give one of them.")
     preset = default_preset()
     if args.model:
-        # a --model that is a preset's target (e.g. the bundled one) keeps that preset's frame/token defaults
-        return args.model, args.draft, preset_of(args.model)
+        # a --model that is a preset's target (e.g. the bundled one) keeps that preset's frame/token/tree defaults:
+        # the preset with the same draft (none: Self-SD) when there is one
+        return args.model, args.draft, preset_of(args.model, args.draft or None)
     draft = None if args.self_sd else (args.draft or preset.draft)
     return preset.target, draft, preset
 
 
-def preset_of(model: str):
-    """The preset whose target is ``model`` (same Hub id, or the same local folder), else None."""
+def preset_of(model: str, draft: str | None | bool = False):
+    """The preset whose target is ``model`` (same Hub id, or the same local folder), else None.
+
+    ``draft``: prefer the preset with this draft (None: the Self-SD preset, no draft), so its tree is the one
+    tuned for that pair; without such a preset, or with ``draft=False`` (not given), the first with the target.
+    """
     from specvlm.models.presets import PRESETS
 
-    def same(a: str, b: str) -> bool:
+    def same(a: str | None, b: str | None) -> bool:
         if a == b:
             return True
-        return os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
+        return a is not None and b is not None and os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
 
-    return next((p for p in PRESETS.values() if same(model, p.target)), None)
+    found = [p for p in PRESETS.values() if same(model, p.target)]
+    if draft is not False:
+        found = [p for p in found if same(draft, p.draft)] + found
+    return next(iter(found), None)
 
 
 def load_from_args(args: argparse.Namespace):

@@ -57,6 +57,16 @@ def install_stop_checks(model: torch.nn.Module, language_model: torch.nn.Module 
                     layer.register_forward_pre_hook(_check)
 
 
+def checked_layers(model: torch.nn.Module) -> int:
+    """How many layers of ``model`` run the stop check as a forward pre-hook (:func:`install_stop_checks`:
+    its vision blocks); the language model's decoder layers, checked by the engine's attention, are not
+    counted.
+
+    Source: this module (no external reference).
+    """
+    return sum(1 for mod in model.modules() if _check in mod._forward_pre_hooks.values())
+
+
 @contextlib.contextmanager
 def stop_between_layers(should_stop: Callable[[], bool] | None) -> Iterator[None]:
     """Inside the block, on this thread, ``should_stop()`` is polled before every vision block of models with
