@@ -80,7 +80,7 @@ class LayerTicks:
 
 
 def expected_polls(engine: Any, pair: Any, method: str) -> int | None:
-    """``engine.prefill_layers(pair, method)`` (:meth:`app.engine.Engine.prefill_layers`), or None when the
+    """``engine.prefill_layers(pair, method)`` (:meth:`app.engine.SpecvlmFacade.prefill_layers`), or None when the
     engine has no such method or it fails: progress is a display aid and never fails a run.
 
     Source: this module (no external reference).

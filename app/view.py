@@ -23,6 +23,7 @@ from app.progress import LayerProgress, decode_status, layer_status
 from app.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
 from specvlm.analysis.metrics import median_speedup
 from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
+from specvlm.types import StepEvent
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
@@ -124,7 +125,7 @@ class RunView:
                 upd.update(self._layer(msg, progress))
             elif isinstance(msg, RunEvents):
                 self.runs[msg.run].add(msg)
-                self._decoding(msg.run, progress)
+                self._decoding(msg, progress)
                 changed.append(msg.run)
             elif isinstance(msg, Comparison):
                 self.comparison = msg
@@ -165,12 +166,14 @@ class RunView:
             progress(frac, desc)
         return {"status": status}
 
-    def _decoding(self, name: str, progress: Any) -> None:
-        """Progress after a batch of decode steps (:func:`app.progress.decode_status`)."""
-        if progress is not None and self.runs[name].record.steps:
-            st = self.runs[name]
-            progress(*decode_status(name, st.name, st.record.num_generated,
-                                    int(getattr(self.dec, "max_new_tokens", 0) or 0), PHASES))
+    def _decoding(self, msg: RunEvents, progress: Any) -> None:
+        """Progress after each decode step of a batch (:func:`app.progress.decode_status`)."""
+        if progress is None:
+            return
+        budget = int(getattr(self.dec, "max_new_tokens", 0) or 0)
+        for ev in msg.events:
+            if isinstance(ev, StepEvent):
+                progress(*decode_status(msg.run, self.runs[msg.run].name, ev.num_generated, budget, PHASES))
 
     def _clip(self, msg: ClipReady) -> None:
         self.started = True

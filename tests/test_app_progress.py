@@ -49,12 +49,12 @@ def long_run(backend):
     events, views = [], []
 
     def progress(frac, desc):
-        events.append(("progress", frac, desc, views[0].runs["vanilla"].text if views else ""))
+        events.append(("progress", frac, desc, views[0].runs["vanilla"].record.text if views else ""))
 
     for upd in backend.run(RunRequest(video=CLIP, prompt="Describe this video in detail.", settings=s),
                            progress=progress, views=views):
         if "status" in upd:
-            events.append(("status", None, upd["status"], views[0].runs["vanilla"].text if views else ""))
+            events.append(("status", None, upd["status"], views[0].runs["vanilla"].record.text if views else ""))
     return events, views[0], backend.get_pair(*backend.resolve_model(s)[:2])
 
 
@@ -70,7 +70,7 @@ def _layers(events, label):
 
 def test_progress_moves_once_per_prefill_layer_and_per_decode_step(long_run):
     events, view, pair = long_run
-    assert view.failure is None and view.record is not None and view.runs["vanilla"].prefill.num_video_tokens > 4000
+    assert view.failure is None and view.record is not None and view.runs["vanilla"].record.num_video_tokens > 4000
     vision, layers = checked_layers(pair.target), pair.target.config.get_text_config().num_hidden_layers
     assert vision >= 2 and layers >= 4
     vanilla = 1 + vision + 2 * layers                           # entry, vision blocks, pass A and pass B
@@ -80,7 +80,7 @@ def test_progress_moves_once_per_prefill_layer_and_per_decode_step(long_run):
     assert _layers(events, "Explaining") == [(k, vanilla) for k in range(1, vanilla + 1)]
     for name, run in (("Vanilla", view.runs["vanilla"]), (view.runs["spec"].name, view.runs["spec"])):
         steps = [d for k, _, d, _ in events if k == "progress" and d.startswith(f"{name} decoding:")]
-        assert steps == [f"{name} decoding: {n} of 8 tokens" for n in run.counts]      # one per decode step
+        assert steps == [f"{name} decoding: {n} of 8 tokens" for n in run.record.counts]      # one per decode step
     fracs = [f for k, f, _, _ in events if k == "progress"]
     assert fracs == sorted(fracs) and 0 < fracs[0] and fracs[-1] <= 1.0
 
@@ -88,7 +88,7 @@ def test_progress_moves_once_per_prefill_layer_and_per_decode_step(long_run):
 def test_nothing_says_prefill_once_vanilla_text_streams(long_run):
     events, view, _ = long_run
     first = next(i for i, e in enumerate(events) if e[3])
-    assert view.runs["vanilla"].text and first > 0
+    assert view.runs["vanilla"].record.text and first > 0
     assert not [e for e in events[first:] if e[2].startswith("Prefill (vanilla)")]
     assert any(e[2].startswith("Prefill (vanilla)") for e in events[:first])
 
