@@ -53,7 +53,7 @@ def run_case(backend: Any, mode: str, timing_pairs: int = 1, rows: int = 3) -> d
     ex = dict(zip(EXAMPLE_COLUMNS, found[0]))
     preset = PRESETS[ex["preset"]]
     t = preset.tree
-    settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new"],
+    settings = RunSettings(preset=ex["preset"], subtitle_mode=mode, max_new_tokens=ex["max_new_tokens"],
                            fixed_length=ex["fixed_length"], num_frames=preset.num_frames, timing_pairs=timing_pairs,
                            tree_shape=t.shape, depth=t.depth, top_k=t.top_k, total_tokens=t.total_tokens,
                            min_prob=t.min_prob)
