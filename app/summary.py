@@ -45,11 +45,11 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
     v, s = van.record, spec.record
     if not v.steps and not s.steps:
         return ""
-    vm, sm = v.summary, s.summary
+    v_sum, s_sum = v.summary, s.summary
     rows = ["| | Vanilla | " + spec.name + " |", "|---|---|---|",
-            f"| decode time | {vm.decode_s:.2f} s | {sm.decode_s:.2f} s |",
+            f"| decode time | {v_sum.decode_s:.2f} s | {s_sum.decode_s:.2f} s |",
             f"| tokens | {v.num_generated} | {s.num_generated} |",
-            f"| tokens/s | {vm.tokens_per_s:.1f} | {sm.tokens_per_s:.1f} |",
+            f"| tokens/s | {v_sum.tokens_per_s:.1f} | {s_sum.tokens_per_s:.1f} |",
             f"| prefill | {_prefill(v)} | {_prefill(s)} |"]
     facts = []
     so_far = run_speedup(v, s)
@@ -60,9 +60,9 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
     elif so_far is not None:
         when = "" if van.done and spec.done else " so far, before a run finished"
         facts.append(f"**Decode speedup {so_far:.2f}x** (tokens/s ratio{when})")
-    if sm.accept_lengths:
-        facts.append(f"τ = **{sm.tau:.2f}**")
-        facts.append(f"**{sm.tokens_per_target_forward:.2f}** tokens / target forward")
+    if s_sum.accept_lengths:
+        facts.append(f"τ = **{s_sum.tau:.2f}**")
+        facts.append(f"**{s_sum.tokens_per_target_forward:.2f}** tokens / target forward")
     if s.prefill is not None and s.num_kept is not None:
         r = 1 - s.num_kept / max(1, s.num_video_tokens)
         facts.append(f"video tokens **{s.num_video_tokens} → {s.num_kept}** kept (dropped {r:.0%})")
