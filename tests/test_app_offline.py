@@ -2,10 +2,11 @@
 models would have to download say so before Run, and Run refuses them in one line without touching a model."""
 from __future__ import annotations
 
+from helpers.app_fakes import NoLoadEngine
+
 import pytest
 
 from app.backend import Backend
-from app.engine import SpecvlmFacade
 from app.models_notes import HUB_UNREACHABLE, synthetic_caveat
 from app.settings import RunRequest, RunSettings
 
@@ -15,13 +16,6 @@ SMOL = "SmolVLM2-500M + 256M draft (CPU)"
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-class NoLoadEngine(SpecvlmFacade):
-    """The real facade (presets, Hub answer, local cache) that fails the test if it loads a model."""
-
-    def load_pair(self, *a, **k):
-        raise AssertionError("no model may be loaded for a refused Run")
 
 
 def test_the_page_says_the_hub_is_unreachable_and_which_presets_need_it():

@@ -11,12 +11,7 @@ from helpers.engines import IOEngine, TinyEngine
 from helpers.fakes import FakeEngine, ProbingEngine
 
 from app.engine import Facade, SpecvlmFacade
-from test_app_offline import NoLoadEngine
-from test_app_subtitles import RecordingEngine
-from test_app_ui import MarginEngine
-from test_app_why import _ClipEngine
-from test_robust_backend import OOMEngine
-from test_robust_server import ProbingFake
+from helpers.app_fakes import ClipEngine, MarginEngine, NoLoadEngine, OOMEngine, ProbingFake, RecordingEngine
 
 MEMBERS = sorted(n for n, v in vars(Facade).items() if callable(v) and not n.startswith("_"))
 
@@ -48,7 +43,7 @@ def test_the_protocol_names_what_the_app_calls():
 
 
 @pytest.mark.parametrize("cls", [SpecvlmFacade, FakeEngine, MarginEngine, RecordingEngine, IOEngine, OOMEngine,
-                                 TinyEngine, ProbingFake, ProbingEngine, NoLoadEngine, _ClipEngine],
+                                 TinyEngine, ProbingFake, ProbingEngine, NoLoadEngine, ClipEngine],
                          ids=lambda c: c.__name__)
 def test_every_engine_implements_the_protocol(cls):
     assert mismatches(cls) == []

@@ -4,6 +4,8 @@ text tokens" forces the draft to keep the tokens a generated clip's ground truth
 """
 from __future__ import annotations
 
+from helpers.app_fakes import RecordingEngine
+
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +14,6 @@ import pytest
 import torch
 
 from app.backend import Backend
-from app.engine import SpecvlmFacade
 from app.settings import RunRequest, RunSettings
 
 from specvlm.bench import clipfiles
@@ -29,38 +30,6 @@ A red square sits still.
 00:00:01,000 --> 00:00:02,000
 Then it starts to move.
 """
-
-
-class RecordingEngine(SpecvlmFacade):
-    """The real engine over the session's tiny Qwen2.5-VL, keeping every run's events and clip."""
-
-    def __init__(self, pair):
-        super().__init__(video_timeout_s=20.0)
-        self.pair = pair
-        self.runs: dict[str, list] = {}
-        self.clips: list = []
-
-    def presets(self):
-        return {TINY: SimpleNamespace(name=TINY, target="tiny", draft=None, description="random tiny Qwen2.5-VL",
-                                      num_frames=8, requires_cuda=False, max_new_tokens=10)}
-
-    def default_preset(self):
-        return TINY
-
-    def load_pair(self, target, draft, device, dtype):
-        return self.pair
-
-    def load_video(self, path, config, **kw):
-        clip = super().load_video(path, config, **kw)
-        self.clips.append(clip)
-        return clip
-
-    def stream(self, pair, inputs, config, should_stop):
-        events = self.runs.setdefault(config.method, [])
-        events.clear()
-        for ev in super().stream(pair, inputs, config, should_stop):
-            events.append(ev)
-            yield ev
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from helpers.app_fakes import MarginEngine
 from helpers.fakes import STAGE1, STAGE2, FakeEngine, prefill_info, stream_endings
 
 from app import plots
@@ -157,20 +158,6 @@ def test_backend_reports_divergence():
     eng = FakeEngine(step_s=0.0, spec_tokens=FakeEngine().tokens(10)[:5] + [1, 2, 3, 4, 5])
     _, last = _run(Backend(eng, update_interval_s=0.0), max_new_tokens=10)
     assert "Outputs differ from token 5" in last["summary"]
-
-
-class MarginEngine(FakeEngine):
-    """Vanilla events carry the target's top-1 minus top-2 logit margin (``margin`` per token)."""
-
-    def __init__(self, margin, **kw):
-        super().__init__(**kw)
-        self.margin = margin
-
-    def stream(self, pair, inputs, config, should_stop):
-        import dataclasses
-        for ev in super().stream(pair, inputs, config, should_stop):
-            yield dataclasses.replace(ev, margin=self.margin) if config.method == "vanilla" and hasattr(ev, "step") \
-                else ev
 
 
 @pytest.mark.parametrize("margin, words", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers.app_fakes import ClipEngine
 from helpers.media import make_clip
 
 from app import why_view as wv
@@ -98,13 +99,6 @@ def test_the_why_names_one_explanation_the_shares_support(explained):
     assert f"{w['share_unseen']:.0%}</b> of the target's video attention" in wv.why_html(_with_why(rec, old), w["step"])
 
 
-class _ClipEngine(SpecvlmFacade):
-    """The real engine reading a generated clip instead of a file."""
-
-    def load_video(self, path, config, should_stop=None):
-        return make_clip(num_frames=8, side=112)
-
-
 def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
     from app.view import RunView
     from app.worker import DecodeWorker, Phase, Record, RunJob
@@ -116,7 +110,7 @@ def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
     cfg = DecodeConfig(method="specvlm", max_new_tokens=24, prune=PruneConfig(drop_rate=0.75))
     job = RunJob("clip.mp4", PROMPT, cfg, VideoConfig(num_frames=8), ("t", "d"),
                  subtitles=(Cue(0.0, 1.0, "one two three"),), subtitle_mode="target")
-    worker = DecodeWorker(_ClipEngine(), lambda *a: pair, 0.01)
+    worker = DecodeWorker(ClipEngine(), lambda *a: pair, 0.01)
     msgs = [m for batch in worker.run(job) for m in batch]
     kinds = [type(m).__name__ if not isinstance(m, Phase) else f"Phase:{m.name}" for m in msgs]
     at = kinds.index("Comparison")
@@ -124,7 +118,7 @@ def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
     records = [m for m in msgs if isinstance(m, Record)]
     assert not records[0].data.get("why") and records[-1].data["why"]      # then comes the explained record
     with pytest.raises(Stopped):                                          # Stop reaches the extra target pass
-        eng = _ClipEngine()
+        eng = ClipEngine()
         inputs = eng.prepare(pair, make_clip(num_frames=8, side=112), PROMPT)
         eng.explain(ins.from_dict(records[0].data), pair, inputs, should_stop=lambda: True)
     view = RunView("SpecVLM", cfg)

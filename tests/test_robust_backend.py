@@ -14,7 +14,6 @@ import math
 import subprocess
 import threading
 import time
-import weakref
 from pathlib import Path
 
 import av
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.app_fakes import OOMEngine
 from helpers.engines import IOEngine, fake_settings, run_to_end
 from helpers.fakes import FakeEngine
 from helpers.media import marker_frame, palette_frame, write_audio_only, write_png, write_video
@@ -311,27 +311,6 @@ def test_unsupported_model_family(tmp_path, clip, no_remote_code):
 
 
 # ---- out of memory -----------------------------------------------------------------------
-
-class OOMEngine(IOEngine):
-    """The first stream allocates a 'KV cache' and then runs out of memory."""
-
-    def __init__(self):
-        super().__init__()
-        self.cache_ref = None
-        self.failed = False
-
-    def stream(self, pair, inputs, config, should_stop):
-        if self.failed:
-            return super().stream(pair, inputs, config, should_stop)
-        return self._boom()
-
-    def _boom(self):
-        kv = torch.zeros(1 << 20)  # 4 MB stands for the KV cache of the failing step
-        self.cache_ref = weakref.ref(kv)
-        self.failed = True
-        yield from ()
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
 
 def test_out_of_memory_gives_a_message_frees_memory_and_the_next_request_works(clip, monkeypatch):
     freed = []

@@ -19,23 +19,16 @@ import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 
+from helpers.app_fakes import ProbingFake
 from helpers.engines import TINY, TinyEngine
 from helpers.fakes import FakeEngine, free_port
 
 from app.backend import WORKER_PREFIX, Backend
-from app.engine import SpecvlmFacade
 from app.settings import Limits
 
 pytestmark = pytest.mark.timeout(180)
 
 PROMPT = "Describe the video."
-
-
-class ProbingFake(FakeEngine):
-    """The fake token streams, with the real probe (duration limit)."""
-
-    video_timeout_s = 10.0
-    probe_video = SpecvlmFacade.probe_video
 
 
 def _write_clip(path: Path, n: int = 8, side: int = 56, fps: int = 4) -> str:
