@@ -8,17 +8,21 @@ Source: docs/design.md §4.10 (stop at the first EOS, never exceed max_new_token
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import torch
 
-from specvlm.engine.measures import logit_margin
+from specvlm.engine.measures import Timer, logit_margin
 from specvlm.config import DecodeConfig, SamplingConfig
 from specvlm.engine import kv
-from specvlm.engine.prefill import TargetPrefill, prefill_target
+from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
 from specvlm.models.pair import ModelPair
+from specvlm.models.stopping import stop_between_layers
+from specvlm.spec.grid import map_keep
+from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator, process_logits, sample
-from specvlm.types import ModelInputs, StepEvent
+from specvlm.types import ModelInputs, PrefillInfo, StepEvent
 
 
 class Emitter:
@@ -142,3 +146,53 @@ def first_token(pair: ModelPair, config: DecodeConfig, last_logits: torch.Tensor
     _, pieces = em.emit([first])
     return em, pick, t_dec, first, StepEvent(0, [first], 0, [False], "".join(pieces), num_generated=1,
                                              margin=logit_margin(last_logits), pieces=pieces)
+
+
+@dataclass
+class SpeculativePrefill:
+    """What both speculative loops start from (docs/design.md §4.1-4.7).
+
+    Attributes:
+        t_in: the target's inputs (without the transcript in subtitle mode ``draft``).
+        d_in: the draft's inputs (its own prompt when its token grid differs).
+        tp: the target prefill (KV cache of L tokens, last logits, scores).
+        d_cache: the draft's KV cache over the kept video tokens; d_len: its length in tokens.
+        info: the PrefillInfo event the loop yields first.
+    """
+
+    t_in: ModelInputs
+    d_in: ModelInputs
+    tp: TargetPrefill
+    d_cache: Any
+    d_len: int
+    info: PrefillInfo
+
+
+def speculative_prefill(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig, reuse: TargetPrefill | None,
+                        should_stop: Callable[[], bool] | None) -> SpeculativePrefill:
+    """Target prefill (two passes, scores), pruning and the draft prefill on the kept video tokens.
+
+    Raises:
+        Stopped: ``should_stop`` turned True between two layers of a prefill.
+        ValueError: as :func:`prefill` for a ``reuse`` of other inputs.
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3.1-3.2; docs/design.md §4.1-4.7.
+    """
+    t_in = inputs.for_target()
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(pair.device) as t_pre, stop_between_layers(should_stop):
+        tp = prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
+    # 4.3-4.6 pruning (pure)
+    with Timer() as t_prune:
+        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
+    # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
+    d_in = inputs.draft_inputs or inputs
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    info = PrefillInfo(int(t_in.input_ids.shape[1]), inputs.num_video_tokens, d_len, pr, t_pre.seconds,
+                       t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
+                       subtitle_tokens(inputs, "target"), subtitle_tokens(d_in, "draft"))
+    return SpeculativePrefill(t_in, d_in, tp, d_cache, d_len, info)

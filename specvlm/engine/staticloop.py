@@ -31,8 +31,8 @@ from specvlm.engine.graphs import step_runner
 from specvlm.engine.loopparts import first_token as _first_token
 from specvlm.engine.loopparts import prefill as _prefill
 from specvlm.engine.loopparts import rope_dims as _rope_dims
+from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
-from specvlm.engine.prefill import prefill_draft
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticdraft import FusedDraft, fused_draft
 from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
@@ -41,8 +41,6 @@ from specvlm.models.stopping import stop_between_layers
 from specvlm.models.pair import ModelPair
 from specvlm.spec.deviceaccept import unpack
 from specvlm.spec.drafting import draft_substitute
-from specvlm.spec.grid import map_keep
-from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator
 from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
 
@@ -135,23 +133,10 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     Source: SpecVLM (arXiv 2508.16201) Sec. 3; docs/design.md §4.1-4.13.
     """
     dev = pair.device
-    t_in = inputs.for_target()
-    # 4.1-4.2 target prefill in two passes, attention scores from pass B
-    with Timer(dev) as t_pre, stop_between_layers(should_stop):
-        tp = _prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
-    # 4.3-4.6 pruning (pure)
-    with Timer() as t_prune:
-        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
-                   force_keep=inputs.force_keep)
-    # 4.7 draft prefill on kept video tokens, original positions
-    d_in = inputs.draft_inputs or inputs
-    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
-        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
-        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    sp = speculative_prefill(pair, inputs, config, reuse, should_stop)   # 4.1-4.7
+    t_in, d_in, tp, d_cache, d_len = sp.t_in, sp.d_in, sp.tp, sp.d_cache, sp.d_len
     L = int(t_in.input_ids.shape[1])
-    yield PrefillInfo(L, inputs.num_video_tokens, d_len, pr, t_pre.seconds, t_prune.seconds, t_dpre.seconds,
-                      inputs.token_grid, inputs.frames_per_token, _subtitle_tokens(inputs, "target"),
-                      _subtitle_tokens(d_in, "draft"))
+    yield sp.info
     rows, sub = draft_substitute(pair)
     shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling)
     D, N = shape.depth, shape.nodes

@@ -27,17 +27,16 @@ from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
 from specvlm.engine.loopparts import first_token as _first_token
 from specvlm.engine.loopparts import prefill as _prefill
 from specvlm.engine.loopparts import rope_dims as _rope_dims
+from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.measures import Timer, logit_margin, summarize
-from specvlm.engine.prefill import TargetPrefill, prefill_draft
+from specvlm.engine.prefill import TargetPrefill
 from specvlm.engine.prepare import for_pair
 from specvlm.models.stopping import stop_between_layers
 from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
 from specvlm.spec.drafting import draft_substitute, for_draft
-from specvlm.spec.grid import map_keep
-from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
@@ -144,24 +143,9 @@ def _stream_vanilla(pair, inputs, config, reuse, should_stop):
 
 def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     dev = pair.device
-    method = config.prune.method
-    t_in = inputs.for_target()  # without the subtitle transcript in subtitle mode "draft"
-    # 4.1-4.2 target prefill in two passes, attention scores from pass B
-    with Timer(dev) as t_pre, stop_between_layers(should_stop):
-        tp = _prefill(pair, t_in, method in SCORE_METHODS, reuse)
-    # 4.3-4.6 pruning (pure)
-    with Timer() as t_prune:
-        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
-                   force_keep=inputs.force_keep)
-    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
-    # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
-    d_in = inputs.draft_inputs or inputs
-    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
-        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
-        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
-    yield PrefillInfo(t_in.input_ids.shape[1], inputs.num_video_tokens, d_len, pr, t_pre.seconds,
-                      t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
-                      _subtitle_tokens(inputs, "target"), _subtitle_tokens(d_in, "draft"))
+    sp = speculative_prefill(pair, inputs, config, reuse, should_stop)   # 4.1-4.7
+    t_in, d_in, tp, d_cache = sp.t_in, sp.d_in, sp.tp, sp.d_cache
+    yield sp.info
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
     yield event
 
