@@ -1,4 +1,5 @@
-"""The CLI on tiny checkpoints saved with save_pretrained (model + processor)."""
+"""The CLI on tiny checkpoints saved with save_pretrained (model + processor), run in-process (helpers.cli);
+tests/test_bundled_model.py runs ``python -m specvlm`` as a real subprocess."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.media import run_cli, write_mp4
+from helpers.cli import cli
+from helpers.media import write_mp4
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +37,7 @@ def test_cli_json_vanilla_equals_specvlm(checkpoints, fam):
               "--prompt", "describe this video", "--num-frames", "8", "--max-new-tokens", "40", "--no-eos", "--json"]
     outs = {}
     for method in ("vanilla", "specvlm"):
-        r = run_cli(*common, "--method", method)
+        r = cli(*common, "--method", method)
         assert r.returncode == 0, r.stderr
         outs[method] = json.loads(r.stdout)
     for key in ("text", "token_ids", "method", "num_video_tokens", "num_kept", "tau", "tokens_per_target_forward",
@@ -51,31 +53,34 @@ def test_cli_json_vanilla_equals_specvlm(checkpoints, fam):
 def test_cli_errors_are_readable(checkpoints, tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("not a video")
-    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(bad), "--prompt", "hi")
+    r = cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(bad), "--prompt", "hi")
     assert r.returncode == 2
     assert "error:" in r.stderr and "notes.txt" in r.stderr
-    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+    r = cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
                 "--drop-rate", "1.5")
     assert r.returncode == 2 and "--drop-rate=1.5" in r.stderr      # named by its flag
-    r = run_cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+    r = cli("generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
                 "--min-prob", "1")
     assert r.returncode == 2 and "--min-prob=1.0 is out of range" in r.stderr
-    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
+    r = cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr
     # settings and the video path are checked before any model is loaded
-    r = run_cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path / "nope.mp4"))
+    r = cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path / "nope.mp4"))
     assert r.returncode == 2 and "nope.mp4: no such file" in r.stderr and "loading" not in r.stderr
-    r = run_cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]),
+    r = cli("-v", "generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]),
                 "--num-frames", "0")
     assert r.returncode == 2 and "--num-frames=0" in r.stderr and "loading" not in r.stderr
+    r = cli("-v", "generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
+            "--num-frames", "4", "--max-new-tokens", "1")
+    assert r.returncode == 0 and "loading target" in r.stderr     # what -v shows once a model does load
     # a file that is no video, a folder, an empty prompt, contradicting flags: refused before any model loads
-    r = run_cli("generate", "-v", "--model", str(checkpoints["qwen"]), "--video", str(bad))
+    r = cli("generate", "-v", "--model", str(checkpoints["qwen"]), "--video", str(bad))
     assert r.returncode == 2 and "notes.txt" in r.stderr and "loading" not in r.stderr.lower()
-    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path))
+    r = cli("generate", "--model", str(tmp_path / "missing"), "--video", str(tmp_path))
     assert r.returncode == 2 and "is a folder" in r.stderr
-    r = run_cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]), "--prompt", " ")
+    r = cli("generate", "--model", str(tmp_path / "missing"), "--video", str(checkpoints["video"]), "--prompt", " ")
     assert r.returncode == 2 and "--prompt is empty" in r.stderr
-    r = run_cli("generate", "--self-sd", "--draft", "x", "--video", str(checkpoints["video"]))
+    r = cli("generate", "--self-sd", "--draft", "x", "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "contradict" in r.stderr
 
 
@@ -85,8 +90,8 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
                    "2\n00:00:01,000 --> 00:00:02,000\nIt stops.\n")
     base = ["generate", "--model", str(checkpoints["qwen"]), "--video", str(checkpoints["video"]),
             "--prompt", "describe this video", "--num-frames", "8", "--max-new-tokens", "12", "--no-eos", "--json"]
-    plain = json.loads(run_cli(*base).stdout)
-    r = run_cli(*base, "--srt", str(srt), "--compare")
+    plain = json.loads(cli(*base).stdout)
+    r = cli(*base, "--srt", str(srt), "--compare")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert plain["target_subtitle_tokens"] == 0
@@ -95,42 +100,42 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     assert out["identical"] is True                        # lossless with the transcript too
     assert out["divergence"] is None and out["speedup"] > 0 and out["speedup_runs"] == [out["speedup"]]
     # target only: the draft's prompt skips the transcript
-    out = json.loads(run_cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
+    out = json.loads(cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
     assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == 0
     # a malformed file names itself; --subtitle-mode alone is refused; both frame settings are refused
     bad = tmp_path / "bad.srt"
     bad.write_bytes(b"\x00\x01\x02binary")
-    r = run_cli(*base, "--srt", str(bad))
+    r = cli(*base, "--srt", str(bad))
     assert r.returncode == 2 and "bad.srt" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli(*base, "--subtitle-mode", "draft")
+    r = cli(*base, "--subtitle-mode", "draft")
     assert r.returncode == 2 and "--srt" in r.stderr
-    r = run_cli(*base, "--fps", "2")
+    r = cli(*base, "--fps", "2")
     assert r.returncode == 2 and "not allowed with argument" in r.stderr
     # cues outside the sampled frames, or an empty file: said, not silent
     late = tmp_path / "late.srt"
     late.write_text("1\n01:00:00,000 --> 01:00:02,000\nmuch later\n")
-    r = run_cli(*base, "--srt", str(late))
+    r = cli(*base, "--srt", str(late))
     assert r.returncode == 0 and "no --srt cue overlaps the video's sampled frames (0-2.1 s; the first cue starts at 3600.0 s)" in r.stderr
     assert json.loads(r.stdout)["target_subtitle_tokens"] == 0
     empty = tmp_path / "empty.srt"
     empty.write_text("")
-    r = run_cli(*base, "--srt", str(empty))
+    r = cli(*base, "--srt", str(empty))
     assert r.returncode == 0 and "has no subtitle cues" in r.stderr
-    r = run_cli(*base, "--srt", str(tmp_path / "missing.srt"))
+    r = cli(*base, "--srt", str(tmp_path / "missing.srt"))
     assert r.returncode == 2 and "--srt: " in r.stderr and "missing.srt" in r.stderr
     # asking for more frames than the clip has (16) is said, not silent
-    r = run_cli(*[a if a != "8" else "40" for a in base])
+    r = cli(*[a if a != "8" else "40" for a in base])
     assert r.returncode == 0 and "note: the video has only 16 frame(s)" in r.stderr
     assert json.loads(r.stdout)["notes"]
     # an early stop on a static tree (fixed shape) is said, not silently ignored
-    r = run_cli(*base, "--tree", "static", "--min-prob", "0.5")
+    r = cli(*base, "--tree", "static", "--min-prob", "0.5")
     assert r.returncode == 0 and "--min-prob has no effect on a static tree" in r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-CUDA default preset (bundled pair) is what runs here")
 def test_clip_shorter_than_the_preset_default_is_not_a_stderr_note():
     # the README's first example: 16-frame clip, bundled preset default 32 frames, nothing asked
-    r = run_cli("generate", "--video", str(ROOT / "assets/videos/shapes_short.mp4"), "--max-new-tokens", "4",
+    r = cli("generate", "--video", str(ROOT / "assets/videos/shapes_short.mp4"), "--max-new-tokens", "4",
                 "--json")
     assert r.returncode == 0, r.stderr
     assert "has only" not in r.stderr                                       # not news: nothing was asked
@@ -138,7 +143,7 @@ def test_clip_shorter_than_the_preset_default_is_not_a_stderr_note():
 
 
 def test_cli_help():
-    r = run_cli("generate", "--help")
+    r = cli("generate", "--help")
     assert r.returncode == 0 and "--drop-rate" in r.stdout and "--tree" in r.stdout
 
 
@@ -147,13 +152,13 @@ def test_cli_bad_device_and_zero_budget_are_readable(checkpoints, tmp_path):
     import torch
 
     if not torch.cuda.is_available():
-        r = run_cli(*base, "--device", "cuda")
+        r = cli(*base, "--device", "cuda")
         assert r.returncode == 2 and "CUDA is not available" in r.stderr and "Traceback" not in r.stderr
-    r = run_cli(*base, "--max-new-tokens", "0")
+    r = cli(*base, "--max-new-tokens", "0")
     assert r.returncode == 2 and "--max-new-tokens=0" in r.stderr
-    r = run_cli(*base, "--num-frames", "0")
+    r = cli(*base, "--num-frames", "0")
     assert r.returncode == 2 and "--num-frames=0" in r.stderr
-    r = run_cli("generate", "--model", str(tmp_path / "nope" / "model"), "--video", str(checkpoints["video"]))
+    r = cli("generate", "--model", str(tmp_path / "nope" / "model"), "--video", str(checkpoints["video"]))
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
