@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import cli
 from helpers.media import make_clip
 
 from specvlm import bench
@@ -243,9 +244,8 @@ def test_self_sd_pair_does_not_run_self_methods_twice(tmp_path, capsys):
     assert data["results"][1]["draft_mode"] == "Self-SD" and data["results"][1]["identical"] is True
 
 
-def test_bench_help_subprocess():
-    res = subprocess.run([sys.executable, "-m", "specvlm", "bench", "--help"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+def test_bench_help():
+    res = cli("bench", "--help")
     assert res.returncode == 0, res.stderr
     for flag in ("--methods", "--sweep", "--synthetic-tokens", "--fixed-length", "--out-json", "--out-html",
                  "--preset", "--dataset"):

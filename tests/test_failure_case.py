@@ -170,10 +170,10 @@ def test_the_cli_gives_the_readme_tau_for_the_same_pair():
     """``python -m specvlm generate`` with the failure case's target drafting for itself uses the Self-SD preset's
     tree, as the page does, so it gives the τ the README states (with the transcript given to both: the mode
     whose tree the preset decides)."""
-    from helpers.media import run_cli
+    from helpers.cli import cli
 
     taus = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _readme_failure_paragraph())
-    r = run_cli("generate", "--video", str(CLIP), "--srt", str(CLIP.with_suffix(".srt")), "--subtitle-mode", "both",
-                "--model", str(SPARSE_TARGET), "--self-sd", "--prompt", captions.DESCRIBE_PROMPTS[0], "--json")
+    r = cli("generate", "--video", str(CLIP), "--srt", str(CLIP.with_suffix(".srt")), "--subtitle-mode", "both",
+            "--model", str(SPARSE_TARGET), "--self-sd", "--prompt", captions.DESCRIBE_PROMPTS[0], "--json")
     assert r.returncode == 0, r.stderr
     assert f"{json.loads(r.stdout)['tau']:.2f}" == taus[1]

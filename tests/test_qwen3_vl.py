@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from helpers.cli import cli
 from helpers.media import make_clip
 
 from specvlm.config import PRUNE_METHODS, DecodeConfig, SamplingConfig, TreeConfig
@@ -232,11 +231,8 @@ def test_cli_on_saved_folders_moe_target_dense_draft(models, tmp_path):
     frames = np.stack([np.stack([np.roll(x, 9 * t)[None, :].repeat(112, 0), x[:, None].repeat(112, 1),
                                  np.full((112, 112), 25 * t % 255, np.uint8)], -1) for t in range(16)])
     video = _write_mp4(tmp_path / "clip.mp4", frames)
-    cmd = [sys.executable, "-m", "specvlm", "generate", "--model", str(tmp_path / "moe"), "--draft",
-           str(tmp_path / "draft"), "--video", str(video), "--prompt", PROMPT, "--num-frames", "8",
-           "--max-new-tokens", "24", "--no-eos", "--json", "--compare"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
-                       env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    r = cli("generate", "--model", str(tmp_path / "moe"), "--draft", str(tmp_path / "draft"), "--video", str(video),
+            "--prompt", PROMPT, "--num-frames", "8", "--max-new-tokens", "24", "--no-eos", "--json", "--compare")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["identical"] is True

@@ -205,17 +205,28 @@ def test_app_py_refuses_bad_startup_flags(flags, words, capsys):
 
 
 def test_app_py_port_in_use_is_one_line():
+    """``serve`` ends with SystemExit(message): Python prints the one line on stderr, no traceback, and exits 1
+    (``python app.py`` itself runs as a subprocess in tests/test_app_server_log.py)."""
+    import importlib.util
     import socket
-    import subprocess
-    import sys as _sys
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        port = s.getsockname()[1]
-        r = subprocess.run([_sys.executable, "app.py", "--port", str(port)], capture_output=True, text=True,
-                           cwd=Path(__file__).resolve().parent.parent, timeout=120)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
+
+    import torch
+    spec = importlib.util.spec_from_file_location("app_main", Path(__file__).resolve().parent.parent / "app.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            with pytest.raises(SystemExit) as exc:
+                mod.serve(["--port", str(port)])
+    finally:
+        torch.set_num_threads(threads)   # serve() chose the process's threads
+    message = exc.value.code
+    assert isinstance(message, str) and "\n" not in message      # a str code: printed as one line, exit status 1
+    assert f"cannot listen on 127.0.0.1:{port}" in message and "--port" in message
 
 
 # ---- prompt and settings -----------------------------------------------------------------

@@ -289,15 +289,16 @@ def test_sampling_with_the_target_as_its_own_full_draft_accepts_every_sample(pai
 # --------------------------------------------------------------------------- CLI on saved folders
 def test_cli_on_saved_folders_of_two_geometries_is_identical_to_vanilla(big, smol_draft, tmp_path):
     """--model (2.2B layout, 81 tokens per frame) --draft (256M layout, 64): each loads its own processor."""
-    from helpers.media import run_cli, write_mp4
+    from helpers.cli import cli
+    from helpers.media import write_mp4
 
     for name, (model, proc) in {"target": big, "draft": smol_draft}.items():
         model.save_pretrained(tmp_path / name)
         proc.save_pretrained(tmp_path / name)
     video = write_mp4(tmp_path / "clip.mp4", make_clip(16, 96).frames)
-    r = run_cli("generate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--video",
-                str(video), "--prompt", PROMPT, "--num-frames", "6", "--max-new-tokens", "24", "--no-eos", "--json",
-                "--method", "specvlm", "--compare")
+    r = cli("generate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--video",
+            str(video), "--prompt", PROMPT, "--num-frames", "6", "--max-new-tokens", "24", "--no-eos", "--json",
+            "--method", "specvlm", "--compare")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["identical"] is True and len(out["token_ids"]) == 24
