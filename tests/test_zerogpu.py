@@ -323,7 +323,26 @@ def space():
 
 @pytest.fixture(scope="module")
 def plain_space():
-    return _start_space("--plain")
+    """``app.py``'s ``serve`` in this process without ``spaces`` (``python app.py`` itself runs as a subprocess in
+    tests/test_app_server_log.py): the page's Run through the server, as :func:`_start_space` reports it."""
+    import torch
+
+    from helpers.fakes import free_port, sample_video
+    from helpers.served import app_main, through_server
+
+    from specvlm.engine import threads
+
+    before = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD", "SPACES_ZERO_GPU"):
+            mp.delenv(name, raising=False)
+        demo = app_main().serve(["--port", str(free_port())])
+    try:
+        return through_server(demo.server_port, str(sample_video()))
+    finally:
+        demo.close()
+        torch.set_num_threads(before)      # serve() chose the process's threads and policy
+        threads._POLICY = None
 
 
 @pytest.mark.timeout(420)

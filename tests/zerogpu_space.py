@@ -18,8 +18,7 @@ job and of every yielded batch, the stop event, the release calls.
 A thread drives the page's handlers as Gradio calls them, then the page's Run through the server with
 ``gradio_client`` (its streamed outputs folded as the browser folds them: an update without a value
 leaves a component as it was), prints one JSON line (``RESULT {...}``) with what the test asserts and
-ends the server. ``--plain`` starts ``app.py`` the same way without ZeroGPU and makes only the Run
-through the server.
+ends the server.
 """
 from __future__ import annotations
 
@@ -125,6 +124,7 @@ def install_worker_standins() -> None:
 
 def drive(captured: dict, out: dict) -> None:
     from helpers.fakes import sample_video
+    from helpers.served import through_server
 
     from app import inspect_view
     from specvlm.analysis.records import RunRecord, load_json
@@ -215,56 +215,16 @@ def drive(captured: dict, out: dict) -> None:
     out.update(through_server(demo.server_port, video))
 
 
-def through_server(port: int, video: str, max_new: int = 24) -> dict:
-    """``/compare`` through the server with ``gradio_client``, folded as the browser folds its updates, then
-    ``/compare_json`` with the same inputs: the final panels' text and the JSON's texts."""
-    from gradio_client import Client, handle_file
-
-    from app.downloads import panel_text
-
-    client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-    labels = [r["label"] for r in client.view_api(return_format="dict", print_info=False)
-              ["named_endpoints"]["/compare"]["returns"]]
-    inputs = dict(video=handle_file(video), max_new_tokens=max_new, frames=8)
-    shown: dict[str, object] = {}
-    texts = []
-    for values in client.submit(**inputs, api_name="/compare"):
-        for label, v in zip(labels, values):
-            if isinstance(v, dict) and v.get("__type__") == "update":
-                if "value" in v:         # an update without a value leaves the component as it was
-                    shown[label] = v["value"]
-            else:
-                shown[label] = v
-        texts.append(panel_text(shown.get("Vanilla text")))
-    ref = client.predict(**inputs, api_name="/compare_json")
-    return dict(served_status=str(shown.get("Status", "")), served_vanilla=panel_text(shown.get("Vanilla text")),
-                served_spec=panel_text(shown.get("SpecVLM text")), served_streamed=texts,
-                json_status=ref["status"], json_vanilla=ref["vanilla"]["text"], json_spec=ref["speculative"]["text"])
-
-
-def drive_plain(captured: dict, out: dict) -> None:
-    """Without ZeroGPU: only the page's Run through the server."""
-    from helpers.fakes import sample_video
-
-    while "demo" not in captured or not getattr(captured["demo"], "server_port", None):
-        time.sleep(0.1)
-    out.update(through_server(captured["demo"].server_port, str(sample_video())))
-
-
-def main(plain: bool = False) -> None:
+def main() -> None:
     from helpers.fakes import free_port
 
     # its own upload folder: Gradio files identical uploads under one path, which another server's cleanup could delete
     os.environ.update(GRADIO_SERVER_PORT=str(free_port()), GRADIO_TEMP_DIR=tempfile.mkdtemp(prefix="space-uploads-"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if plain:
-        os.environ.pop("SPACES_ZERO_GPU", None)
-    else:
-        os.environ.update(SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL=start_device_api(),
-                          ZEROGPU_OFFLOAD_DIR=tempfile.mkdtemp(prefix="zerogpu-tensors-"))
+    os.environ.update(SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL=start_device_api(),
+                      ZEROGPU_OFFLOAD_DIR=tempfile.mkdtemp(prefix="zerogpu-tensors-"))
     import spaces  # noqa: F401  (before torch, as app.py does)
-    if not plain:
-        install_worker_standins()
+    install_worker_standins()
 
     import app.engine
     import app.ui
@@ -290,7 +250,7 @@ def main(plain: bool = False) -> None:
 
     def driver() -> None:
         try:
-            (drive_plain if plain else drive)(captured, out)
+            drive(captured, out)
             print("RESULT " + json.dumps(out), flush=True)
         except BaseException:
             traceback.print_exc()
@@ -315,4 +275,4 @@ def main(plain: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(plain="--plain" in sys.argv[1:])
+    main()
