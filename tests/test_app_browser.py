@@ -9,12 +9,20 @@ from __future__ import annotations
 import os
 import shutil
 
-from helpers.browser import chromium, served_page, set_slider
+import pytest
+
+from helpers.browser import chromium, launched, served_page, set_slider
 from helpers.fakes import ROOT, FakeEngine, free_port, real_engine, sample_video, stream_endings
 
 
-def test_browser_upload_run_and_render(tmp_path):
-    exe = chromium()
+@pytest.fixture(scope="module")
+def chrome():
+    """One Chromium for this module's pages."""
+    with launched(chromium()) as browser:
+        yield browser
+
+
+def test_browser_upload_run_and_render(chrome, tmp_path):
     from app.backend import Backend
     from app.ui import build_demo
     video = sample_video()
@@ -25,7 +33,7 @@ def test_browser_upload_run_and_render(tmp_path):
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     shot = ROOT / "artifacts" / "app_browser.png"
     shot.parent.mkdir(exist_ok=True)
-    with served_page(demo, port, exe) as page:
+    with served_page(demo, port, chrome) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#video input[type=file]").set_input_files(str(video))
         page.locator("#video video").wait_for(state="attached", timeout=60_000)  # preview ready
@@ -52,16 +60,15 @@ def test_browser_upload_run_and_render(tmp_path):
         shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
 
 
-def test_browser_stop_then_error():
+def test_browser_stop_then_error(chrome):
     """Stop (its own queue) ends a long decode mid-way; then a bad setting shows a readable error."""
-    exe = chromium()
     from app.backend import Backend
     from app.ui import build_demo
     eng = FakeEngine(step_s=0.01)
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    with served_page(demo, port, exe) as page:
+    with served_page(demo, port, chrome) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#video input[type=file]").set_input_files(str(sample_video()))
         page.locator("#video video").wait_for(state="attached", timeout=60_000)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 
-from helpers.browser import chromium, served_page, set_slider
+import pytest
+
+from helpers.browser import chromium, launched, served_page, set_slider
 from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 from helpers.records import cut_record
 
@@ -118,6 +120,22 @@ def _serve(engine: FakeEngine, examples: list | None = None):
     return demo, port
 
 
+@pytest.fixture(scope="module")
+def chrome():
+    """One Chromium for this module's pages."""
+    with launched(chromium()) as browser:
+        yield browser
+
+
+@pytest.fixture(scope="module")
+def instant():
+    """(demo, port): one server over the instant fake engine for the tests that run it and read the page (each
+    page is its own session)."""
+    demo, port = _serve(FakeEngine(step_s=0.0), examples=[])
+    yield demo, port
+    demo.close()
+
+
 def _run_fake(page, tokens: int = 60) -> None:
     """Upload the sample clip, set the token budget and run to Done."""
     page.locator("#run").wait_for(timeout=60_000)
@@ -166,12 +184,11 @@ def _samples(page, seconds: float) -> list[list[float]]:
     return out
 
 
-def test_the_streaming_example_keeps_its_newest_text_in_view(tmp_path):
+def test_the_streaming_example_keeps_its_newest_text_in_view(chrome):
     """Run the streaming example (fixed length): while vanilla streams, its panel stays scrolled to its end;
     scrolled up by the user it stays there while text arrives; scrolled back down it follows again."""
-    exe = chromium()
     demo, port = _serve(FakeEngine(step_s=0.04))          # 512 tokens: ~20 s of vanilla decoding
-    with served_page(demo, port, exe, viewport=(1000, 900)) as page:
+    with served_page(demo, port, chrome, viewport=(1000, 900)) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#examples").get_by_text("Watch it stream").first.click()
         page.locator("#video video").wait_for(state="attached", timeout=60_000)   # the example is loaded
@@ -204,10 +221,9 @@ def test_the_streaming_example_keeps_its_newest_text_in_view(tmp_path):
         assert note.is_visible() and "chat turns" in note.inner_text()
 
 
-def test_dark_mode_has_no_text_in_its_background_colour(tmp_path):
-    exe = chromium()
-    demo, port = _serve(FakeEngine(step_s=0.0), examples=[])
-    with served_page(demo, port, exe) as page:
+def test_dark_mode_has_no_text_in_its_background_colour(chrome, instant, tmp_path):
+    demo, port = instant
+    with served_page(demo, port, chrome, close_demo=False) as page:
         page.goto(f"http://127.0.0.1:{port}/?__theme=dark", wait_until="domcontentloaded", timeout=60_000)
         _run_fake(page)
         assert page.evaluate("() => document.body.classList.contains('dark')")
@@ -226,10 +242,9 @@ def test_dark_mode_has_no_text_in_its_background_colour(tmp_path):
             assert "(root)" in texts and "p=0.60" in texts                       # the draft tree was checked
 
 
-def test_at_800_px_titles_are_whole_and_headers_keep_their_words(tmp_path):
-    exe = chromium()
-    demo, port = _serve(FakeEngine(step_s=0.0), examples=[])
-    with served_page(demo, port, exe, viewport=(800, 1000)) as page:
+def test_at_800_px_titles_are_whole_and_headers_keep_their_words(chrome, instant, tmp_path):
+    demo, port = instant
+    with served_page(demo, port, chrome, viewport=(800, 1000), close_demo=False) as page:
         _run_fake(page)
         compare = page.evaluate(LAYOUT_JS)
         _shot(page, "app_800_compare.png")

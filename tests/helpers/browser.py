@@ -25,21 +25,35 @@ def chromium() -> str:
 
 
 @contextlib.contextmanager
-def served_page(demo, port: int, exe: str, viewport: tuple[int, int] = (1400, 1000)):
-    """A headless Chromium page opened on the launched ``demo`` at ``port``; closes the browser and the demo
-    afterwards."""
+def launched(exe: str):
+    """One headless Chromium for several pages (a module's tests share it; launching one costs seconds).
+
+    Playwright's sync API keeps an event loop running in this thread while it is open, so it is opened per test
+    module, never for the whole session (``asyncio.run`` in other tests would refuse to start)."""
     from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def served_page(demo, port: int, exe, viewport: tuple[int, int] = (1400, 1000), close_demo: bool = True):
+    """A headless Chromium page opened on the launched ``demo`` at ``port``; closes the page, the browser (when
+    ``exe`` is a launcher path; a Browser from :func:`launched` stays open) and the demo (``close_demo``)
+    afterwards."""
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                yield page
-            finally:
-                browser.close()
+        with contextlib.ExitStack() as stack:
+            browser = stack.enter_context(launched(exe)) if isinstance(exe, str) else exe
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            stack.callback(page.close)
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+            yield page
     finally:
-        demo.close()
+        if close_demo:
+            demo.close()
 
 
 def _without_realtime(exe: str) -> str:
