@@ -124,6 +124,7 @@ def device_step(seq, gen, build, **kw):
     return acc + [nxt]
 
 
+@torch.inference_mode()   # thousands of steps of small tensors: no autograd bookkeeping per op
 def empirical_tv(build, seed=1, runs=RUNS, **kw):
     gen = torch.Generator().manual_seed(seed)
     counts: dict = {}

@@ -206,6 +206,7 @@ def generate(n: int, gen: torch.Generator, step) -> tuple[int, ...]:
     return tuple(seq[1:n + 1])
 
 
+@torch.inference_mode()   # thousands of steps of small tensors: no autograd bookkeeping per op
 def empirical_tv(n_tokens: int, runs: int, step, seed: int = 1) -> tuple[float, float]:
     gen = make_generator(seed)
     counts: dict = {}
