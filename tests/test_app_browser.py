@@ -23,8 +23,8 @@ def chrome():
 
 
 def test_browser_upload_run_and_render(chrome, tmp_path):
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     video = sample_video()
     engine, _ = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")
@@ -62,8 +62,8 @@ def test_browser_upload_run_and_render(chrome, tmp_path):
 
 def test_browser_stop_then_error(chrome):
     """Stop (its own queue) ends a long decode mid-way; then a bad setting shows a readable error."""
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     eng = FakeEngine(step_s=0.01)
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()

@@ -126,7 +126,7 @@ def drive(captured: dict, out: dict) -> None:
     from helpers.fakes import sample_video
     from helpers.served import through_server
 
-    from app import inspect_view
+    from app.views import inspect_view
     from specvlm.analysis.records import RunRecord, load_json
 
     while "demo" not in captured or not getattr(captured["demo"], "server_port", None):
@@ -226,11 +226,11 @@ def main() -> None:
     import spaces  # noqa: F401  (before torch, as app.py does)
     install_worker_standins()
 
-    import app.engine
-    import app.ui
+    import app.runs.facade
+    import app.page.ui
 
     captured: dict = {"streams": []}
-    build_demo, stream = app.ui.build_demo, app.engine.SpecvlmFacade.stream
+    build_demo, stream = app.page.ui.build_demo, app.runs.facade.SpecvlmFacade.stream
 
     def capturing_build_demo(backend, *a, **k):  # in the main thread, after loading, before the launch
         captured["backend"], captured["note"] = backend, k.get("footer", "")
@@ -245,7 +245,7 @@ def main() -> None:
         captured["streams"].append(os.getpid())  # the worker process changes only its own copy of this list
         return stream(self, *a, **k)
 
-    app.ui.build_demo, app.engine.SpecvlmFacade.stream = capturing_build_demo, counting_stream
+    app.page.ui.build_demo, app.runs.facade.SpecvlmFacade.stream = capturing_build_demo, counting_stream
     out: dict = {}
 
     def driver() -> None:

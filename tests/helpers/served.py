@@ -22,7 +22,7 @@ def through_server(port: int, video: str, max_new: int = 24) -> dict:
     text, the vanilla panel's text after each update, and the JSON's status and texts."""
     from gradio_client import Client, handle_file
 
-    from app.downloads import panel_text
+    from app.views.downloads import panel_text
 
     client = Client(f"http://127.0.0.1:{port}/", verbose=False)
     labels = [r["label"] for r in client.view_api(return_format="dict", print_info=False)
