@@ -3,5 +3,7 @@
 * :mod:`helpers.fakes`: the app tests' fake engine, its prefill, ports and the sample clip.
 * :mod:`helpers.engines`: app engines over the fake token stream or a tiny random model; a backend run.
 * :mod:`helpers.media`: clips in memory, videos and images on disk, the CLI in a subprocess.
-* :mod:`helpers.browser`: Chromium pages over a launched demo.
+* :mod:`helpers.browser`: Chromium pages over a launched demo; one Chromium shared by a module's tests.
+* :mod:`helpers.cli`: ``python -m specvlm`` run in the test process (exit status, stdout, stderr).
+* :mod:`helpers.served`: ``app.py`` loaded as a module; the page's Run through a server with gradio_client.
 """
