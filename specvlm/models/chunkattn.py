@@ -63,7 +63,16 @@ def applies(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, dro
             is_causal: bool | None) -> bool:
     """Whether :func:`causal_attention` replaces transformers' single SDPA call for this unmasked query:
     inside a stop-checked block on this thread, CPU float32, no dropout, a causal module with grouped-query
-    heads, an empty cache and more than one chunk."""
+    heads, an empty cache and more than one chunk.
+
+    Args:
+        module: the attention module (its ``is_causal`` and ``num_key_value_groups``).
+        query: (B, H, n, d); key: (B, KV, L, d).
+        dropout: the attention dropout probability.
+        is_causal: the caller's causal flag (None: the module's).
+
+    Source: this module (no external reference).
+    """
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     n, L = query.shape[-2], key.shape[-2]
     return (stopping.active() and causal and dropout == 0.0 and n == L and hasattr(module, "num_key_value_groups")

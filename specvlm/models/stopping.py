@@ -2,8 +2,8 @@
 
 A prefill is one forward per model over the whole prompt (thousands of video tokens), so the
 decode loop's check before every step cannot end it: on a CPU a long video's prefill takes
-minutes, most of it in the vision encoder (the bundled model on 256 frames of a 30 s clip: ~15 s of
-a ~21 s prefill). The check (:func:`check`) reads the calling thread's current callback; it runs
+tens of seconds to minutes, most of it in the decoder layers' attention over the whole prompt
+(docs/design.md §8). The check (:func:`check`) reads the calling thread's current callback; it runs
 
 * before every block of the vision encoder (and any other ``nn.ModuleList`` outside the language
   model): a forward pre-hook installed once, when a pair is built (:func:`install_stop_checks`,
