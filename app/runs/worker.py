@@ -278,7 +278,7 @@ class DecodeWorker:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    yield ticks.news()   # per layer; [] = a heartbeat
+                    yield ticks.news()   # per part, or its seconds; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful
