@@ -26,6 +26,7 @@ from specvlm.config import SamplingConfig, TreeConfig
 from specvlm.engine.sampledsteps import (Noise, SampledShape, accept_sampled, draft_sampled, new_noise,
                                          sample_from, sampled_shape)
 from specvlm.engine.staticdraft import FusedDraft, fused_forward
+from specvlm.engine.statictarget import FusedTarget, target_forward
 from specvlm.engine.statickv import StaticKV
 from specvlm.spec.deviceaccept import greedy_accept, pack, path_tokens
 from specvlm.spec.devicestatic import StaticPlan, static_plan, static_tree
@@ -43,7 +44,8 @@ class ModelSide:
         cache: the request's static cache.
         rope_dims: R, rows of the position ids.
         dtype: the model's float dtype.
-        fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), or None = the module stack.
+        fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), the target's
+            (:mod:`specvlm.engine.statictarget`), or None = the module stack.
 
     Source: docs/design.md §4.13.
     """
@@ -53,7 +55,7 @@ class ModelSide:
     cache: StaticKV
     rope_dims: int
     dtype: torch.dtype
-    fused: FusedDraft | None = None
+    fused: FusedDraft | FusedTarget | None = None
 
 
 def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
@@ -81,7 +83,8 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
     sa = StaticAttn(bias, block_index, block_bias)
     if side.fused is not None:
         slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
-        return fused_forward(side.fused, cache, sa, tokens, positions, slots)
+        fwd = target_forward if isinstance(side.fused, FusedTarget) else fused_forward
+        return fwd(side.fused, cache, sa, tokens, positions, slots)
     emb = model.get_input_embeddings()(tokens[None])
     pos = side.adapter.lm_positions(positions[None].expand(side.rope_dims, -1))
     cache.cursor.write = write
