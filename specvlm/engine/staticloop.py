@@ -142,7 +142,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     L = int(t_in.input_ids.shape[1])
     yield sp.info
     rows, sub = draft_substitute(pair)
-    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling)
+    dtype = pair.target.get_input_embeddings().weight.dtype
+    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling, dtype)
     D, N = shape.depth, shape.nodes
     budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
     target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget,
