@@ -1,4 +1,4 @@
-"""The target's fused static forward (specvlm.engine.statictarget): bit-identical logits to the module stack."""
+"""The target's fused static forward (specvlm.engine.statictarget): the module stack's logits, bit for bit on one token."""
 from __future__ import annotations
 
 import pytest
@@ -46,9 +46,14 @@ def test_fused_target_logits_and_cache_equal_the_module_stack_bitwise(pairs, fam
             slots = side.cache.slots[:n] + side.cache.length
             tree = static_forward(side, toks, pos + 1 + depths, slots, verify_bias(parents, torch.float32)[None, None])
             outs.append((one, tree, side.cache.layers[-1].keys.clone(), side.cache.layers[0].values.clone()))
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
-    assert outs[0][1].shape == (6, plain.model.get_output_embeddings().weight.shape[0])
+    (one_p, tree_p, k_p, v_p), (one_f, tree_f, k_f, v_f) = outs
+    assert torch.equal(one_p, one_f) and torch.equal(v_p, v_f)        # the same ops: the same bits
+    # the tree block: the module stack merges prefix and block by log-sum-exp, the fused forward attends in one
+    # masked call (steps.ONE_MASK_ROWS); equal up to float rounding, same choices
+    torch.testing.assert_close(tree_f, tree_p, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k_f, k_p, rtol=1e-5, atol=1e-5)
+    assert torch.equal(tree_f.argmax(-1), tree_p.argmax(-1))
+    assert tree_p.shape == (6, plain.model.get_output_embeddings().weight.shape[0])
 
 
 def test_fused_target_only_for_float32_plain_decoders(pairs):
