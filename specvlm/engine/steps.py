@@ -103,21 +103,22 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
 
 
 ONE_MASK_ROWS = 32
-"""Folded query rows (tokens x query heads per KV head) up to which a block forward attends in one masked
-attention call over the whole buffer instead of prefix + block merged by log-sum-exp (the CPU flash
-kernel's query block; figures in docs/benchmark.md)."""
+"""Folded query rows (tokens x query heads per KV head) up to which a block forward on a CPU attends in one
+masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (the CPU flash
+kernel's query block; docs/benchmark.md, *The static engine on a CPU*)."""
 
 
 def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> StaticAttn:
     """``sa`` as one (1, 1, G*n, cap) bias over the buffer (prefix bias with the block's columns set), folded
-    per query head of a KV head (G), when G*n <= :data:`ONE_MASK_ROWS`; else ``sa`` unchanged.
+    per query head of a KV head (G), when G*n <= :data:`ONE_MASK_ROWS` on a CPU; else ``sa`` unchanged (on a
+    GPU a float mask would keep SDPA off its flash kernel: the unmasked prefix and the block merge there).
 
     Source: docs/design.md §4.13 (tree attention over a static buffer).
     """
     heads, kv = (fused.dims.heads, fused.dims.kv_heads) if isinstance(fused, FusedDraft) else (fused.heads,
                                                                                              fused.kv_heads)
     g = heads // kv
-    if g * n > ONE_MASK_ROWS:
+    if g * n > ONE_MASK_ROWS or sa.key_bias.device.type != "cpu":
         return sa
     cap = sa.key_bias.shape[-1]
     full = sa.key_bias.expand(1, 1, n, cap).index_copy(-1, sa.block_index, sa.block_bias.to(sa.key_bias.dtype))
