@@ -102,10 +102,10 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
     return model.get_output_embeddings()(out.last_hidden_state[0])
 
 
-ONE_MASK_ROWS = 32
+ONE_MASK_ROWS = 24
 """Folded query rows (tokens x query heads per KV head) up to which a block forward on a CPU attends in one
-masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (the CPU flash
-kernel's query block; docs/benchmark.md, *The static engine on a CPU*)."""
+masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (fewer ops per
+layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The static engine on a CPU*)."""
 
 
 def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> StaticAttn:
