@@ -173,7 +173,7 @@ def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
 
     n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
     even = pair is not None and pair.frames_per_token == 2
-    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=even)
+    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n), even_frames=even)
 
 
 def check_prompt_flag(prompt: str | None) -> None:

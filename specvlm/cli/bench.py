@@ -304,8 +304,9 @@ def plan_from_args(args: argparse.Namespace, progress: Callable[[str], None] | N
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs, background_load=args.background_load)
     settings.validate()
-    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
-    vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
+    from specvlm.models.presets import preset_defaults
+    n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
+    vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
     plans = plan_inputs(args, pair, vcfg)
