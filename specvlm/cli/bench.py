@@ -83,7 +83,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     r.add_argument("--no-step-costs", action="store_true",
                    help="skip the isolated decode vs verify(1..17 tokens) timing on the largest input "
-                        "(~20 s at 16k video tokens on a CPU); the verify goal then uses the runs' mean verify step")
+                        "(an extra timing pass, long on a CPU); the verify goal then uses the runs' mean verify step")
     r.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N busy worker processes (pure-Python spin) during the warm-up and timed rounds, to "
                         "measure the methods on a machine kept busy by other work; they are stopped at the end "
