@@ -12,7 +12,7 @@ import gradio as gr
 from app.inputs.access import custom_field
 from app.inputs.run_inputs import FIXED_LENGTH_NOTE
 from app.inputs.settings import (DEFAULT_PROMPT, ENGINES, FIELDS, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
-                                 TREE_SHAPES, RunSettings)
+                                 TREE_SHAPES, Limits, RunSettings)
 from app.page.page_js import VIDEO_EXTENSIONS
 from app.runs.backend import Backend
 from app.runs.timing import MAX_REPEATS, SUGGESTED_REPEATS
@@ -97,9 +97,8 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                   info="dynamic and chain trees: stop drafting deeper once the best path's cumulative "
                                        "draft probability is below this; 0 = off. Greedy output stays identical",
                                   elem_id="min-prob")
-        limits = getattr(backend, "limits", None)
-        max_frames = limits.max_frames if limits else 256
-        max_new = limits.max_new_tokens if limits else 1024
+        limits = getattr(backend, "limits", None) or Limits()
+        max_frames, max_new = limits.max_frames, limits.max_new_tokens
         with gr.Row():
             c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
                                     label="Frames", elem_id="frames")

@@ -208,8 +208,7 @@ class SpecvlmFacade:
             return record
         with torch.inference_mode(), stop_between_layers(should_stop):
             whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(cues),
-                                      draft_saw_subtitles=subtitle_mode != "target",
-                                      tokenizer=pair.processor.tokenizer)
+                                      draft_saw_subtitles=subtitle_mode != "target")
         record.why = [dataclasses.asdict(w) for w in whys]
         return record
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from specvlm.analysis.run import RunRecord
 from specvlm.engine import kv
 from specvlm.models.attention import attention_weights
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
@@ -298,17 +299,17 @@ def cue_with(word: str, cues: Sequence[Any]) -> tuple[float, float, str] | None:
 
 
 def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Sequence[int] | None,
-                       cues: Sequence[Any] = (), draft_saw_subtitles: bool = True, tokenizer: Any = None,
+                       cues: Sequence[Any] = (), draft_saw_subtitles: bool = True,
                        max_steps: int = 12, top: int = 256) -> list[StepWhy]:
     """:class:`StepWhy` for the lowest-acceptance rejection steps of a run (one extra target forward).
 
     Args:
         pair, inputs: the run's pair and prepared inputs.
-        steps: the run's StepEvents (with trees for exact rejections).
+        steps: the run's StepEvents (with trees for exact rejections); their text pieces
+            (:meth:`specvlm.analysis.run.RunRecord.token_texts`) give each step's word.
         keep: the draft's kept video-token indices (None = it saw every video token).
         cues: the subtitle cues of the run; draft_saw_subtitles: False when the transcript was
             withheld from the draft (then a step's word found in a cue is reported).
-        tokenizer: decodes the output to find each step's word (None: no subtitle check).
         max_steps: explain at most this many steps (lowest accepted length first, then earliest).
         top: keep this many most-attended video tokens per step.
 
@@ -333,12 +334,12 @@ def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Seque
         seen[:] = True
     else:
         seen[torch.as_tensor(list(keep), dtype=torch.long)] = True
-    pieces = [tokenizer.decode([t]) for t in ids] if tokenizer is not None else None
+    pieces = RunRecord(steps=list(steps)).token_texts()
     out = []
     for (step, p, tok), row, whole in zip(rej, att, full):
         k = min(top, V)
         w, idx = torch.topk(row, k)
-        word = word_at(pieces, p) if pieces is not None else ""
+        word = word_at(pieces, p)
         cue = cue_with(word, cues) if (cues and not draft_saw_subtitles and word) else None
         shares = attention_shares(whole, masks)
         out.append(StepWhy(step, p, tok, float(row[~seen].sum()), idx.tolist(),

@@ -143,10 +143,11 @@ def load_from_args(args: argparse.Namespace):
 
 def device_type(args: argparse.Namespace) -> str:
     """The torch device type the arguments run on: ``--device``'s, else ``cuda`` when available (as
-    :func:`specvlm.models.loading.load_pair` chooses), else ``cpu``."""
+    :func:`specvlm.models.loading.load_pair` chooses: :func:`~specvlm.models.loading.default_device`), else ``cpu``."""
     import torch
 
-    return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).type
+    from specvlm.models.loading import default_device
+    return torch.device(args.device or default_device()).type
 
 
 def decode_config(args: argparse.Namespace, method: str, preset, device: str | None = None) -> DecodeConfig:
@@ -173,7 +174,7 @@ def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
 
     n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
     even = pair is not None and pair.frames_per_token == 2
-    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n), even_frames=even)
+    return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n), even_frames=even)
 
 
 def check_prompt_flag(prompt: str | None) -> None:
