@@ -189,3 +189,38 @@ def test_run_record_folds_and_saves_the_added_tokens_and_r(pairs, inputs):
     old["prefill"].pop("r_used"), old["prefill"].pop("r_reason")
     back = RunRecord.from_json(old)
     assert back.num_added == 0 and back.r_used == 0.9 and back.r_reason == ""
+
+
+@pytest.mark.parametrize("mode", ["self", "std"])
+def test_reselection_is_lossless_with_deepstack_side_features(mode):
+    """Qwen3-VL: the added video tokens carry their DeepStack features into a Std-SD draft's partial prefill."""
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny_qwen3_vl import tiny_qwen3_vl
+
+    target = tiny_qwen3_vl(seed=0)
+    pair = pair_from_models(*target) if mode == "self" else \
+        pair_from_models(*target, *tiny_qwen3_vl(seed=1, hidden=32, layers=1, pad_vocab_to=64))
+    inp = prepare(pair, make_clip(), PROMPT)
+    want = generate(pair, inp, _cfg("vanilla")).token_ids
+    res = generate(pair, inp, _cfg(reselect=FIRE))
+    assert res.token_ids == want
+    _check_added(res, res.prefill.prune.keep, FIRE)
+
+
+def test_cli_flags_reach_the_config(capsys):
+    from specvlm.cli import build_parser, main
+    from specvlm.cli.args import decode_config
+
+    for command in (["generate", "--video", "clip.mp4"], ["bench"]):
+        args = build_parser().parse_args([*command, "--reselect", "--reselect-min-share", "0.3",
+                                          "--reselect-step-tokens", "4", "--reselect-total-tokens", "20",
+                                          "--adaptive-r"])
+        cfg = decode_config(args, "specvlm", None, "cuda")
+        assert cfg.reselect == ReselectConfig(enabled=True, min_share=0.3, step_tokens=4, total_tokens=20)
+        assert cfg.prune.adaptive_r and cfg.engine == "eager"
+        plain = decode_config(build_parser().parse_args(command), "specvlm", None, "cpu")
+        assert not plain.reselect.enabled and not plain.prune.adaptive_r
+    assert main(["generate", "--video", "missing.mp4", "--reselect", "--reselect-min-share", "2"]) == 2
+    assert "reselect min_share=2.0 is out of range" in capsys.readouterr().err
+    assert main(["generate", "--video", "missing.mp4", "--reselect", "--engine", "static"]) == 2
+    assert "re-selection runs on the eager engine" in capsys.readouterr().err
