@@ -79,7 +79,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="seed for sampling and for the random pruning method (SD-Rand)")
     r = ReselectConfig()
     g.add_argument("--adaptive-r", action="store_true",
-                   help=f"choose r per clip: keep the fewest most-attended video tokens holding {d.prune.r_mass:.0%} of "
+                   help=f"choose r per clip: keep the fewest most-attended video tokens holding {d.prune.r_mass * 100:.0f}%% of "
                         f"the target's Stage I attention, r bounded to [{d.prune.r_min}, {d.prune.r_max}] "
                         "(--drop-rate is then unused; off = the paper's fixed r)")
     g.add_argument("--reselect", action="store_true",
