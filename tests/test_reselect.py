@@ -224,3 +224,20 @@ def test_cli_flags_reach_the_config(capsys):
     assert "reselect min_share=2.0 is out of range" in capsys.readouterr().err
     assert main(["generate", "--video", "missing.mp4", "--reselect", "--engine", "static"]) == 2
     assert "re-selection runs on the eager engine" in capsys.readouterr().err
+
+
+def test_reselection_with_a_draft_of_another_token_grid():
+    """SmolVLM2-2.2B-layout target (9 x 9 per frame) with a 256M-layout draft (8 x 8): the added tokens are carried to
+    the draft's grid; lossless."""
+    from specvlm.models.pair import pair_from_models
+    from specvlm.testing.tiny import tiny_smolvlm
+
+    big, small = tiny_smolvlm(seed=2, image_size=384, patch=14, scale_factor=3), \
+        tiny_smolvlm(seed=1, hidden=32, layers=1, pad_vocab_to=64)
+    pair = pair_from_models(big[0], big[1], small[0], small[1])
+    inp = prepare(pair, make_clip(), PROMPT)
+    assert inp.draft_inputs is not None and inp.draft_inputs.num_video_tokens != inp.num_video_tokens
+    want = generate(pair, inp, _cfg("vanilla")).token_ids
+    res = generate(pair, inp, _cfg(reselect=FIRE))
+    assert res.token_ids == want
+    _check_added(res, res.prefill.prune.keep, FIRE)
