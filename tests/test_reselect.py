@@ -145,18 +145,18 @@ def test_sampling_with_reselection_runs_and_stays_in_budget(pairs, inputs, mode)
     assert again.token_ids == res.token_ids                               # seeded: reproducible
 
 
-def test_the_diverging_rows_share_equals_the_why_views(pairs, inputs):
+@pytest.mark.parametrize("cfg", [ReselectConfig(enabled=True, min_share=1.0), FIRE], ids=["measure-only", "adding"])
+def test_the_diverging_rows_share_equals_the_why_views(pairs, inputs, cfg):
     """The share measured from the verify pass (one row, no second forward) is the share the Inspect "why" view
-    computes with its own full forward, at every refused step (nothing added: the kept set stays the same)."""
+    computes with its own full forward, at every refused step, over the tokens the draft held at that step."""
     pair, inp = pairs[("qwen", "std")], inputs[("qwen", "std")]
-    never = ReselectConfig(enabled=True, min_share=1.0)                   # measures, never adds
-    res = generate(pair, inp, _cfg(reselect=never), record_trees=True)
+    res = generate(pair, inp, _cfg(reselect=cfg), record_trees=True)
     measured = {s.step: s.unseen_share for s in res.steps if s.unseen_share is not None}
     whys = explain_rejections(pair, inp, res.steps, res.prefill.prune.keep.tolist(), max_steps=100)
     assert len(whys) >= 3 and set(measured) == {w.step for w in whys}
     for w in whys:
         assert measured[w.step] == pytest.approx(w.share_unseen, abs=2e-4), w.step
-    assert not any(s.added for s in res.steps)
+    assert any(s.added for s in res.steps) == (cfg.min_share < 1)
 
 
 @pytest.mark.parametrize("fam", ["qwen", "llava"])
