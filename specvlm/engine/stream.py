@@ -187,6 +187,8 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
 def _reselect_state(config: DecodeConfig, sp) -> reselect.ReselectState | None:
     """The request's re-selection state (None when off), in both token grids when the draft has its own."""
     pr, t_in, d_in = sp.info.prune, sp.t_in, sp.d_in
+    if not config.reselect.enabled:
+        return None
     own = d_in.token_grid.shape != t_in.token_grid.shape or not torch.equal(d_in.token_grid, t_in.token_grid)
     d_keep = map_keep(pr.keep, t_in.token_grid, d_in.token_grid) if own else None
     return reselect.start(config.reselect, pr.keep, pr.num_video_tokens, d_keep, d_in.num_video_tokens)
