@@ -51,7 +51,8 @@ def test_every_method_has_every_field(report, tmp_path):
         assert r["decode_tokens_per_s"] > 0 and r["e2e_s"] > 0 and r["peak_memory_mb"] > 0
         assert r["peak_memory_delta_mb"] > 0   # the tiny runs allocate activations and a KV cache
         assert r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
-        assert r["identical"] is True and r["first_divergence"] is None
+        assert r["identical"] is True and r["divergence"] is None and len(r["speedup_runs"]) == 2
+        assert r["speedup"] == pytest.approx(sum(r["speedup_runs"]) / 2, abs=1e-4)   # the median of the rounds
         assert r["target_kv_tokens"] == rows["vanilla"]["target_kv_tokens"]
     for m in ("none", "specvlm", "specvlm:self"):
         r = rows[m]
@@ -119,7 +120,7 @@ def _clips(speedups: dict[str, list[float]], busy: bool, aa: list[float] | None 
         results.append(base | {"input": name, "method": "vanilla", "status": "ok", "identical": True,
                                "vanilla_aa": aa})
         results.append(base | {"input": name, "method": "specvlm", "status": "ok", "identical": True,
-                               "speedup": sorted(sp)[len(sp) // 2], "speedups": sp})
+                               "speedup": sorted(sp)[len(sp) // 2], "speedup_runs": sp})
     return {"meta": {"self_sd": False, "decode_config": {"tree": {"total_tokens": 8}},
                      "background_load": {"workers": 2} if busy else None},
             "inputs": [{"name": n, "num_video_tokens": 800, "sweep": False} for n in speedups],
@@ -161,7 +162,8 @@ def test_verdict_pass_and_fail_lines():
     assert got["verify step"] == "PASS"
     assert got["our vanilla >= 0.95x HF generate() tokens/s"] == "PASS"
     assert got["Self-SD peak memory <= vanilla peak + draft KV + 10%"] == "FAIL"
-    rows["specvlm"]["identical"], rows["specvlm"]["first_divergence"] = False, 7
+    rows["specvlm"]["identical"] = False
+    rows["specvlm"]["divergence"] = {"index": 7, "kind": "mismatch", "margin": None, "threshold": 0.5, "dtype": "bfloat16"}
     lossless = bench.verdict(_fake(rows))[0]
     assert lossless["status"] == "FAIL" and "token 7" in lossless["detail"]
     only_vanilla = bench.verdict(_fake({"vanilla": rows["vanilla"]}, tokens=1024))
@@ -334,7 +336,7 @@ def test_empty_length_list_is_an_error_not_the_default(flag, capsys):
 def _growth(series: list[tuple[int, list[float]]]) -> dict:
     import statistics
 
-    pts = [{"video_tokens": v, "speedup": statistics.median(r), "speedups": r} for v, r in series]
+    pts = [{"video_tokens": v, "speedup": statistics.median(r), "speedup_runs": r} for v, r in series]
     return goals._growth_goal({"sweep": {"specvlm": pts}})
 
 
@@ -345,7 +347,7 @@ def test_growth_is_judged_on_the_trend_of_per_round_speedups():
     g = _growth(noisy_up)
     assert g["status"] == "PASS" and "trend +0.20x per doubling" in g["detail"] and "2048->4096" in g["detail"]
     assert "one-sided permutation p = 0.00" in g["detail"]
-    flat_tree = [{"video_tokens": v, "speedup": 1.5, "speedups": [1.4, 1.5, 1.6]} for v in lengths]
+    flat_tree = [{"video_tokens": v, "speedup": 1.5, "speedups": [1.4, 1.5, 1.6]} for v in lengths]   # an older report
     pts = [{"video_tokens": v, "speedup": sorted(r)[1], "speedups": r} for v, r in noisy_up]
     g = goals._growth_goal({"sweep": {"specvlm": pts, "none": flat_tree}})
     assert g["status"] == "PASS" and "SD-Tree (no pruning) for contrast: +0.00x per doubling (p = " in g["detail"]
@@ -526,17 +528,19 @@ def test_lossless_goal_fails_only_on_a_mismatch():
     van = {"token_ids": [1, 2, 3, 4], "margins": [5.0, 0.1, 5.0, 5.0]}
     flip = {"token_ids": [1, 9, 3, 4]}                  # differs where the target's top two were 0.1 apart
     late = {"token_ids": [1, 2, 7, 4]}                  # differs where the target was sure (margin 5)
-    assert identity([(flip, van)], torch.bfloat16) == {"identical": False, "first_divergence": 1,
-                                                       "divergence_margin": 0.1, "divergence_kind": "near-tie"}
-    assert identity([(flip, van)], torch.float32)["divergence_kind"] == "mismatch"     # fp32: no tie that wide
+    near = identity([(flip, van)], torch.bfloat16, [1.5, 2.0])   # the one comparison schema (Comparison.to_json)
+    assert near == {"identical": False, "speedup": 1.75, "speedup_runs": [1.5, 2.0],
+                    "divergence": {"index": 1, "kind": "near-tie", "margin": 0.1, "threshold": 0.5, "dtype": "bfloat16"}}
+    assert identity([(flip, van)], torch.float32)["divergence"]["kind"] == "mismatch"   # fp32: no tie that wide
     worst = identity([(flip, van), (late, van), (dict(van), van)], torch.bfloat16)      # the worst round decides
-    assert worst["divergence_kind"] == "mismatch" and worst["first_divergence"] == 2 and not worst["identical"]
-    assert identity([(dict(van), van)], torch.float32)["divergence_kind"] == "identical"
+    assert worst["divergence"]["kind"] == "mismatch" and worst["divergence"]["index"] == 2 and not worst["identical"]
+    assert identity([(dict(van), van)], torch.float32)["divergence"] is None
+    assert identity([(dict(van), van)], torch.float32)["identical"] is True
 
-    rows = {"vanilla": {}, "specvlm": {"identical": False, "first_divergence": 1, "divergence_margin": 0.1,
-                                       "divergence_kind": "near-tie"}}
+    rows = {"vanilla": {}, "specvlm": {"identical": False} | {k: near[k] for k in ("divergence", "speedup_runs")}}
     lossless = bench.verdict(_fake(rows))[0]
     assert lossless["status"] == "PASS" and "near-tie at token 1 (margin 0.1, allowed)" in lossless["detail"]
+    # a row of an older report, with flat keys
     rows["none"] = {"identical": False, "first_divergence": 2, "divergence_margin": 5.0, "divergence_kind": "mismatch"}
     lossless = bench.verdict(_fake(rows))[0]
     assert lossless["status"] == "FAIL" and "none@x: mismatch at token 2 (margin 5)" in lossless["detail"]
@@ -676,3 +680,15 @@ def test_every_method_runs_on_the_benched_engine(std_pair, monkeypatch):
     for m in ("vanilla", "specvlm", "specvlm:self"):
         assert runners.run_ours(std_pair, m, inputs, cfg)["status"] == "ok"
     assert seen == [("vanilla", "static"), ("specvlm", "static"), ("specvlm", "static")]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "docs" / "bench").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_the_published_reports_still_render(path):
+    """The reports under docs/bench (some written before the comparison schema) give a table and a verdict."""
+    report = json.loads(path.read_text())
+    text = bench_report.format_report(report)
+    assert "| method |" in text and "identical to vanilla |" in text
+    kinds = [goals.divergence_kind(r) for r in report["results"] if r["method"] != "vanilla"]
+    assert kinds and set(kinds) <= {"identical", "near-tie", "mismatch", None}
+    assert {v["status"] for v in bench.verdict(report)} <= {"PASS", "FAIL", "SKIP"}

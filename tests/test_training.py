@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 import training.train_bundled as tb
 from training import build_bundled_processor as bbp
 from training import data as tdata
+from training import token_labels as tlabels
 from training import losses as tlosses
 from training import loop as tloop
 from training import model as tmodel
@@ -66,23 +67,23 @@ def test_labels_cover_all_text_but_not_video_or_padding(processor):
 def test_token_labels_match_the_drawn_pixels():
     from specvlm.bench import synth
     frames, truth = synth.generate(5, synth.SceneSpec(num_frames=8, height=112, width=168, text_prob=1.0))
-    lab = tdata.token_labels(truth, frames)
+    lab = tlabels.token_labels(truth, frames)
     what = lab["what"].reshape(4, 4, 6)
-    inv = {v: k for k, v in tdata._COLOUR_IDX.items()}
+    inv = {v: k for k, v in tlabels._COLOUR_IDX.items()}
     seen = set()
     for t, i, j in zip(*np.nonzero(what)):
         cell = frames[2 * t:2 * t + 2, 28 * i:28 * i + 28, 28 * j:28 * j + 28].reshape(-1, 3).astype(int)
         c = int(what[t, i, j])
-        if c == tdata._TEXT_CLASS:   # the text box is drawn black with white glyphs
+        if c == tlabels._TEXT_CLASS:   # the text box is drawn black with white glyphs
             assert ((cell == 0).all(-1) | (cell == 255).all(-1)).mean() > 0.15
         else:
             share = (np.abs(cell - np.array(synth.COLOURS[inv[c]])).sum(-1) == 0).mean()
             assert share > 0.15, (t, i, j, share)
         seen.add(c)
-    assert tdata._TEXT_CLASS in seen and len(seen) >= 2
+    assert tlabels._TEXT_CLASS in seen and len(seen) >= 2
     n = len(lab["what"])
     assert n == 4 * 4 * 6 and len(lab["shape"]) == n and len(lab["motion"]) == n
-    assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tdata._TEXT_CLASS))).all()
+    assert ((lab["shape"] > 0) == ((lab["what"] > 0) & (lab["what"] < tlabels._TEXT_CLASS))).all()
     cover = lab["cover"].reshape(4, 4, 6)
     assert cover.dtype == np.float32 and (cover >= 0).all() and (cover <= 1).all()
     assert (cover[what > 0] >= 0.15).all() and cover.max() > 0.5 and (cover == 0).any()
@@ -94,7 +95,7 @@ def test_step_labels_follow_each_patch_move():
         frames, truth = synth.generate(seed, synth.SceneSpec(num_frames=16, height=112, width=112,
                                                              num_objects=1, text_prob=0.0))
         o = truth.objects[0]
-        steps = tdata._local_steps(o.boxes, 8)
+        steps = tlabels._local_steps(o.boxes, 8)
         b = np.asarray(o.boxes)
         for g, lab in enumerate(steps):
             (x0, y0), (x1, y1) = b[2 * g, :2], b[2 * g + 1, :2]
@@ -102,7 +103,7 @@ def test_step_labels_follow_each_patch_move():
                 assert lab == 0
                 continue
             want = "right" if x1 > x0 else "left" if x1 < x0 else "down" if y1 > y0 else "up" if y1 < y0 else "still"
-            assert tdata.STEPS[lab - 1] == want
+            assert tlabels.STEPS[lab - 1] == want
         vis = steps[steps > 0]
         if o.motion == "static":
             assert (vis == 1).all()
@@ -110,7 +111,7 @@ def test_step_labels_follow_each_patch_move():
             assert set(vis.tolist()) <= {1, 2} and (vis == 2).any()
         elif o.motion == "up":
             assert set(vis.tolist()) <= {1, 5} and (vis == 5).any()
-        lab = tdata.token_labels(truth, frames)
+        lab = tlabels.token_labels(truth, frames)
         on = lab["obj"] == 1
         per_token = np.repeat(steps, len(on) // len(steps))           # raster order: time is the outer axis
         assert (lab["step"][on] == per_token[on]).all() and (lab["step"][~on] == 0).all()
@@ -403,14 +404,14 @@ def test_attribute_rows_name_the_right_object_and_routing_loss_moves_attention(p
         ids = batch["input_ids"][b]
         rows = idx[b][valid[b]].tolist()
         for j, o in zip(rows, obj[b][valid[b]].tolist()):
-            if o == tdata.TEXT_OBJ - 1:   # names the on-screen text: the next token is its value
-                assert tok.decode([int(ids[j + 1])]).strip() in tdata.TEXT_VALUES
+            if o == tlabels.TEXT_OBJ - 1:   # names the on-screen text: the next token is its value
+                assert tok.decode([int(ids[j + 1])]).strip() in tlabels.TEXT_VALUES
             else:
                 assert int(ids[j]) in colours | shapes | {tok(" moves")["input_ids"][0]}
         # every object clause of the caption is covered by its colour position
         n_clauses = sum(int(ids[j]) in colours and int(ids[j + 1]) in shapes for j in range(len(ids) - 1))
         assert sum(int(ids[j]) in colours for j in rows) == n_clauses
-    assert (obj[valid] == tdata.TEXT_OBJ - 1).any()      # some clip of this batch shows text
+    assert (obj[valid] == tlabels.TEXT_OBJ - 1).any()      # some clip of this batch shows text
     # object labels: the named object's tokens exist in the video for most rows
     vid = tok.convert_tokens_to_ids("<|video_pad|>")
     labels = batch["aux"]["obj"].view(idx.shape[0], -1)
@@ -455,7 +456,7 @@ def test_smoke_run_with_fact_routing(tmp_path, capsys):
 
 
 def test_eval_scores_motion_per_object_and_tabulates_confusion():
-    from training import eval_bundled as ev
+    from training import eval_bundled_report as evr, eval_clips
     from specvlm.bench import synth
     truth = None
     for seed in range(50):
@@ -468,27 +469,27 @@ def test_eval_scores_motion_per_object_and_tabulates_confusion():
     # the second object named with a wrong motion, the first exactly right
     pred = (f"two objects. {a.colour} {a.shape} {captions.motion_phrase(a.motion)}. "
             f"{b.colour} {b.shape} {captions.motion_phrase(wrong)}. no text. plain background.")
-    sc = ev.score_caption(pred, truth)
+    sc = eval_clips.score_caption(pred, truth)
     assert sc["motion"] == [1, 2]
     assert sorted(map(tuple, sc["motion_pairs"])) == sorted([(a.motion, a.motion), (b.motion, wrong)])
-    missing = ev.score_caption(f"one object. {a.colour} {a.shape} {captions.motion_phrase(a.motion)}.", truth)
+    missing = eval_clips.score_caption(f"one object. {a.colour} {a.shape} {captions.motion_phrase(a.motion)}.", truth)
     assert [b.motion, None] in missing["motion_pairs"]
-    conf = ev.motion_confusion([{"correct": sc}, {"correct": missing}, {"correct": {}}])
+    conf = evr.motion_confusion([{"correct": sc}, {"correct": missing}, {"correct": {}}])
     assert conf[a.motion][a.motion] == 2 and conf[b.motion] == {wrong: 1, "missing": 1}
 
 
 def test_eval_tree_options():
-    from training import eval_bundled as ev
+    from training import eval_bundled as ev, eval_bundled_report as evr
     from specvlm.config import TreeConfig
     args = ev.parse_args(["--tree", "chain", "--depth", "16", "--sets", "long"])
-    assert args.tree_config == TreeConfig(shape="chain", depth=16) and ev._tree_text(args) == "chain, depth 16"
+    assert args.tree_config == TreeConfig(shape="chain", depth=16) and evr._tree_text(args) == "chain, depth 16"
     assert ev.parse_args([]).tree_config == TreeConfig()
     with pytest.raises(SystemExit):
         ev.parse_args(["--depth", "0"])
 
 
 def test_tau_differences_paired_bootstrap():
-    from training import eval_bundled as ev
+    from training import eval_bundled_report as ev
     rng = np.random.default_rng(0)
     recs = []
     for _ in range(60):

@@ -42,7 +42,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import re
 import sys
 import time
@@ -53,13 +52,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
-from training import eval_bundled as eb  # noqa: E402
 from training import scenes  # noqa: E402
 from specvlm import assets  # noqa: E402
 from specvlm.analysis import why  # noqa: E402
 from specvlm.bench import captions
 from specvlm.bench import synth  # noqa: E402
 from specvlm.config import TreeConfig  # noqa: E402
+from training import eval_clips as clips  # noqa: E402
+from training.eval_runs import (RecordLog, SharedPrefill, add_clip_args, check_clip_args, decode_config,  # noqa: E402
+                                load_worker_pair, machine_text, run_jobs)
 
 METHODS = ("specvlm", "random", "window-middle", "frame")
 ATTRS = ("colour", "shape", "motion", "count", "text", "fact")
@@ -72,12 +73,12 @@ WITHHELD = "specvlm@withheld"
 def make_clip(kind: str, index: int, args) -> tuple[np.ndarray, synth.SceneTruth]:
     """Held-out clip ``index`` of set ``kind``: (frames uint8 (T, H, W, 3), truth with cues and fact)."""
     if kind == "long":
-        seed = args.seed_base + eb.LONG_SEED_OFFSET + index
+        seed = args.seed_base + clips.LONG_SEED_OFFSET + index
         spec = scenes.SparseSpec(num_frames=args.long_frames, height=args.long_side, width=args.long_side,
                                  fps=args.long_fps)
         frames, truth = scenes.sparse_scene(seed, spec)
         return frames, scenes.with_subtitles(truth, seed, scenes.SubtitleSpec(fact_prob=1.0))
-    seed, spec = eb.clip_spec("short", index, args)
+    seed, spec = clips.clip_spec("short", index, args)
     frames, truth = synth.generate(seed, spec)
     if np.random.default_rng([seed, 5]).random() < 0.5:
         truth = scenes.with_subtitles(truth, seed)
@@ -85,9 +86,9 @@ def make_clip(kind: str, index: int, args) -> tuple[np.ndarray, synth.SceneTruth
 
 
 def score(pred: str, truth: synth.SceneTruth) -> dict:
-    """:func:`training.eval_bundled.score_caption` plus ``fact``: 1 when the subtitle fact is reported
+    """:func:`training.eval_clips.score_caption` plus ``fact``: 1 when the subtitle fact is reported
     right (or, without one, none is reported)."""
-    out = eb.score_caption(pred, truth)
+    out = clips.score_caption(pred, truth)
     want = truth.fact.sentence[:-1].lower() if truth.fact is not None else None
     out["fact"] = int(captions.parse_caption(pred)["fact"] == want)
     return out
@@ -116,7 +117,7 @@ _W: dict = {}
 
 def init_worker(args) -> None:
     """Load the pair once per process."""
-    _W["pair"] = eb.load_worker_pair(args, args.draft)
+    _W["pair"] = load_worker_pair(args, args.draft)
     _W["args"] = args
 
 
@@ -133,19 +134,19 @@ def eval_clip(job: tuple[str, int]) -> dict:
     clip = frames_to_clip(frames, truth.fps)
     cues = list(truth.cues) or None
 
-    cfg = functools.partial(eb.decode_config, args)
+    cfg = functools.partial(decode_config, args)
     given = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="both")
-    shared = eb.SharedPrefill(given)
+    shared = SharedPrefill(given)
     van = generate(pair, given, cfg("vanilla"), prefill=shared.get(pair, "vanilla"))
     rec = {"set": kind, "index": index, "seed": truth.seed, "frames": truth.num_frames,
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
            "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
-    targets = _sparse_tokens(truth, given, eb.cell_pixels(pair.target))
+    targets = _sparse_tokens(truth, given, clips.cell_pixels(pair.target))
     runs = [(m, given, shared) for m in args.methods]
     if truth.fact is not None:
         withheld = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="target")
-        runs.append((WITHHELD, withheld, eb.SharedPrefill(withheld)))
+        runs.append((WITHHELD, withheld, SharedPrefill(withheld)))
     rej = {}
     for key, inputs, sh in runs:
         method = key.split("@")[0]
@@ -169,7 +170,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
 
 def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
     """Video-token indices under the flash (``flash``) and under the on-screen text (``text``); ``cell_px``:
-    :func:`training.eval_bundled.cell_pixels`."""
+    :func:`training.eval_clips.cell_pixels`."""
     import dataclasses
 
     out = {}
@@ -177,7 +178,7 @@ def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, s
     for name, t in (("flash", dataclasses.replace(truth, objects=flash, text=None)),
                     ("text", dataclasses.replace(truth, objects=(), text=truth.text))):
         if t.objects or t.text is not None:
-            cov = eb.token_coverage(t, inputs.token_grid.numpy(), inputs.frames_per_token, cell_px)
+            cov = clips.token_coverage(t, inputs.token_grid.numpy(), inputs.frames_per_token, cell_px)
             out[name] = set(np.nonzero(cov > 0)[0].tolist())
     return out
 
@@ -316,35 +317,13 @@ def parse_args(argv=None):
     ap.add_argument("--target", default=str(assets.path("model_sparse", "target")), help="target model folder")
     ap.add_argument("--draft", default=str(assets.path("model_sparse", "draft")),
                     help="draft model folder (the target's own folder: Self-SD)")
-    ap.add_argument("--num-videos", type=int, default=300, help="held-out clips per set (default %(default)s)")
-    ap.add_argument("--sets", default="long,short", help="comma list of long,short (default %(default)s)")
-    ap.add_argument("--short-frames", type=int, default=16)
-    ap.add_argument("--long-frames", type=int, default=128)
-    ap.add_argument("--long-side", type=int, default=168, help="long clips are SIDExSIDE px (168 -> 2,304 tokens)")
-    ap.add_argument("--long-fps", type=float, default=8.0)
+    add_clip_args(ap, num_videos=300, sets="long,short", max_new_tokens=72, seed_base=1_700_000_000)
     ap.add_argument("--methods", default=",".join(METHODS), help="pruning methods (default %(default)s)")
-    ap.add_argument("--prompt", default=captions.DESCRIBE_PROMPTS[0])
-    ap.add_argument("--max-new-tokens", type=int, default=72)
-    ap.add_argument("--drop-rate", type=float, default=0.9, help="r")
-    ap.add_argument("--top-p", type=float, default=0.4, help="λ")
-    ap.add_argument("--tree", choices=("dynamic", "static", "chain"), default=TreeConfig.shape)
-    ap.add_argument("--depth", type=int, default=TreeConfig.depth)
-    ap.add_argument("--seed-base", type=int, default=1_700_000_000, help="first held-out scene seed (>= 10**8)")
-    ap.add_argument("--seed", type=int, default=0, help="torch seed and the `random` method's seed")
-    ap.add_argument("--workers", type=int, default=1, help="processes (each loads the models)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--out", default=None, help="JSON output (summary + per-clip records); markdown next to it")
-    ap.add_argument("--resume", action="store_true",
-                    help="reuse the clips finished in OUT.partial.jsonl (written as records complete)")
     args = ap.parse_args(argv)
-    args.sets = [s for s in args.sets.split(",") if s]
-    args.methods = [m for m in args.methods.split(",") if m]
+    check_clip_args(ap, args)
     if "specvlm" not in args.methods:
         ap.error("--methods must include specvlm")
-    if any(s not in ("short", "long") for s in args.sets):
-        ap.error("--sets takes long and/or short")
-    if args.seed_base < eb.TRAIN_SEED_LIMIT:
-        ap.error(f"--seed-base must be >= {eb.TRAIN_SEED_LIMIT} (training seeds are below it)")
     args.tree_config = TreeConfig(shape=args.tree, depth=args.depth)
     return args
 
@@ -355,47 +334,24 @@ def main(argv=None) -> int:
         if not Path(path, "config.json").exists():
             print(f"error: no {what} model in {path}", file=sys.stderr)
             return 2
-    jobs = sorted(((k, i) for k in args.sets for i in range(args.num_videos)), key=lambda j: (j[1], j[0]))
     t0 = time.time()
-    partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
-    settings = json.dumps({k: v for k, v in vars(args).items()
-                           if k not in ("out", "resume", "workers", "num_videos", "tree_config")}, sort_keys=True)
-    records: list[dict] = []
-    if partial is not None and args.resume and partial.exists():
-        lines = partial.read_text().splitlines()
-        if lines and lines[0] == settings:
-            records = [r for r in map(json.loads, lines[1:]) if (r["set"], r["index"]) in set(jobs)]
-        print(f"resuming: {len(records)} clips already done in {partial}", file=sys.stderr)
-    done = {(r["set"], r["index"]) for r in records}
-    jobs = [j for j in jobs if j not in done]
-    if partial is not None:
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(settings + "\n" + "".join(json.dumps(r) + "\n" for r in records))
+    log = RecordLog(args.out, {k: v for k, v in vars(args).items()
+                               if k not in ("out", "resume", "workers", "num_videos", "tree_config")}, args.resume)
+    records, jobs = log.start([(k, i) for k in args.sets for i in range(args.num_videos)])
 
     def keep(rec: dict) -> None:
         records.append(rec)
-        if partial is not None:
-            with partial.open("a") as f:
-                f.write(json.dumps(rec) + "\n")
+        log.add(rec)
         if len(records) % 10 == 0:
             print(f"{len(records)} clips done, {(time.time() - t0) / 60:.1f} min", file=sys.stderr, flush=True)
 
-    if args.workers <= 1:
-        init_worker(args)
-        for j in jobs:
-            keep(eval_clip(j))
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("spawn").Pool(args.workers, initializer=init_worker, initargs=(args,)) as pool:
-            for rec in pool.imap_unordered(eval_clip, jobs, chunksize=1):
-                keep(rec)
+    run_jobs(args, jobs, init_worker, eval_clip, keep)
     records.sort(key=lambda r: (args.sets.index(r["set"]), r["index"]))
     summary = summarise(records, args)
     goal = goals(summary)
     meta = {"num_videos": args.num_videos, "seconds": time.time() - t0, "workers": max(1, args.workers),
             "sd": "Self-SD" if Path(args.draft).resolve() == Path(args.target).resolve() else "Std-SD",
-            "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+            "machine": machine_text(),
             "command": "python -m training.eval_sparse " + " ".join(argv if argv is not None else sys.argv[1:])}
     md = markdown(summary, goal, meta)
     print(md)
@@ -406,7 +362,7 @@ def main(argv=None) -> int:
         out.write_text(json.dumps({"config": cfg, "meta": meta, "summary": summary, "goals": goal,
                                    "records": records}, indent=1, default=float))
         out.with_suffix(".md").write_text(md)
-        partial.unlink(missing_ok=True)
+        log.finish()
     return 0
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.data import AUX_HEADS, IGNORE, after_video, model_inputs
+from training.data import IGNORE, after_video, model_inputs
+from training.token_labels import AUX_HEADS
 
 def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weighted_ids: list[int],
                      weight: float, fact_mask: torch.Tensor | None = None, fact_weight: float = 1.0) -> torch.Tensor:
@@ -34,7 +35,7 @@ class VisionProbe(torch.nn.Module):
     """Linear probes on the video features (training aid only; never saved with the model).
 
     Dense per-token supervision (what covers the token: colour or text, its shape and local motion step;
-    labels from :func:`token_labels`) makes the vision tower encode what is drawn where, so the
+    labels from :func:`training.token_labels.token_labels`) makes the vision tower encode what is drawn where, so the
     language model has something to read, and keeps the feature scale bounded
     (``norm_penalty``: squared excess of the per-token RMS over ``max_rms``).
     """

@@ -29,7 +29,7 @@ from app.views.stage_note import stage1_note
 from app.views.why_view import WHY_LEGEND, visible_token, why_html, why_maps
 from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
-from specvlm.spec.grid import grid_shape
+from specvlm.spec.grid import grid_shape, token_frames
 from specvlm.types import PrefillInfo
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) ->
     frames = record.frames()
     if frames is None:
         g = info.token_grid
-        t = (int(g[:, 0].max()) + 1) * max(1, info.frames_per_token)
+        t = int(token_frames(g, info.frames_per_token)[1].max()) + 1
         rows, cols = grid_shape(g)
         frames = np.full((t, 12 * rows, 12 * cols, 3), 128, np.uint8)
     p = info.prune

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from PIL import Image
 
 from app.views.chart_style import themed
-from specvlm.spec.grid import grid_cells, grid_shape
+from specvlm.spec.grid import grid_cells, grid_shape, token_frames
 
 
 # --- colours ------------------------------------------------------------------------------
@@ -212,8 +212,8 @@ def heatmap_gallery(
 ) -> list[tuple[np.ndarray, str]]:
     """One overlay image per token frame group, for a gallery.
 
-    Token frame group g covers frames ``g*frames_per_token ... (g+1)*frames_per_token - 1``
-    (for Qwen2.5-VL one token spans two frames); the first frame of the group is shown.
+    A token frame group covers the frames :func:`specvlm.spec.grid.token_frames` gives (for Qwen2.5-VL one
+    token spans two frames); the first frame of the group is shown.
 
     Args:
         frames: uint8 (T, H, W, 3), the sampled frames.
@@ -252,12 +252,12 @@ def heatmap_gallery(
     groups = np.unique(grid[valid, 0])
     if len(groups) > max_images:
         groups = groups[np.linspace(0, len(groups) - 1, max_images).astype(int)]
-    fpt = max(1, int(frames_per_token))
+    first, last = (t.numpy() for t in token_frames(grid, frames_per_token))
     out = []
     for g in groups:
         sel = (grid[:, 0] == g) & valid
-        t0 = min(int(g) * fpt, len(frames) - 1)
-        t1 = min(t0 + fpt - 1, len(frames) - 1)
+        i = int(np.argmax(sel))   # the group's first token: its frames are the group's
+        t0, t1 = (min(int(t[i]), len(frames) - 1) for t in (first, last))
         frame = _resize(frames[t0], max_side)
         rows, cols = grid[sel, 1], grid[sel, 2]
         if mode == "stages":

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from app.views import plots
-from specvlm.spec.grid import grid_shape
+from specvlm.spec.grid import grid_shape, token_frames
 
 SEEN_RGB = (34, 197, 94)
 """Outline of the cells the draft saw (its kept set)."""
@@ -204,12 +204,12 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
     mass = np.array([att[grid[:, 0] == g].sum() for g in groups])
     pick = np.sort(groups[np.argsort(-mass, kind="stable")[:max_images]])
     vmax = float(att.max()) or 1.0
-    fpt = max(1, info.frames_per_token)
+    first = token_frames(grid, info.frames_per_token)[0].numpy()
     gh, gw = grid_shape(grid)
     out = []
     for g in pick:
         sel = grid[:, 0] == g
-        t0 = min(int(g) * fpt, len(frames) - 1)
+        t0 = min(int(first[np.argmax(sel)]), len(frames) - 1)   # the group's first frame
         img = plots.score_overlay(frames[t0], grid[sel, 1], grid[sel, 2], att[sel] / vmax, (gh, gw))
         img = _outline(img, grid[sel & seen, 1], grid[sel & seen, 2], (gh, gw))
         added = sel & np.isin(np.arange(V), now)

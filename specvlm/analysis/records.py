@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from specvlm.analysis.run import (RECORD_FORMAT, RECORD_VERSION, RecordError, RunRecord, prefill_from_dict,
                                   prefill_to_dict)
+from specvlm.spec.grid import token_frames
 from specvlm.types import PrefillInfo, StepEvent
 
 __all__ = ["RECORD_FORMAT", "RECORD_VERSION", "RecordError", "RunRecord", "StepTree", "TreeNodeView", "from_dict",
@@ -30,12 +32,13 @@ __all__ = ["RECORD_FORMAT", "RECORD_VERSION", "RecordError", "RunRecord", "StepT
            "save_json", "step_tree", "to_dict"]
 
 
-def _thumbnails(frames: np.ndarray, frames_per_token: int, max_side: int) -> list[str]:
+def _thumbnails(frames: np.ndarray, token_grid: Any, frames_per_token: int, max_side: int) -> list[str]:
+    """Base64 PNGs of the first frame of each token frame group (:func:`specvlm.spec.grid.token_frames`)."""
     from PIL import Image
 
     out = []
-    for t in range(0, len(frames), max(1, frames_per_token)):
-        img = Image.fromarray(np.asarray(frames[t], dtype=np.uint8))
+    for t in torch.unique(token_frames(token_grid, frames_per_token)[0]).tolist():
+        img = Image.fromarray(np.asarray(frames[min(t, len(frames) - 1)], dtype=np.uint8))
         scale = max_side / max(img.size)
         if scale < 1:
             img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
@@ -56,7 +59,8 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
         config: the DecodeConfig (stored as a dict), or a dict, or None.
         prompt: the user prompt.
         tokenizer: stores each output/tree token's text, so replays need no tokenizer.
-        clip: the VideoClip; stores timestamps and small thumbnails (first frame per token group).
+        clip: the VideoClip; stores timestamps and small thumbnails (first frame per token frame group, when the
+            prefill has a token grid).
         meta: free-form JSON-ready extras.
         thumbnail_side: thumbnails' longer side (px); 0 = no thumbnails.
 
@@ -78,8 +82,9 @@ def record_from_events(events: Iterable[PrefillInfo | StepEvent], config: Any = 
         rec.token_text = {int(t): tokenizer.decode([int(t)]) for t in sorted(ids)}
     if clip is not None:
         rec.timestamps = [float(t) for t in np.asarray(clip.timestamps).reshape(-1)]
-        if thumbnail_side > 0:
-            rec.thumbnails = _thumbnails(np.asarray(clip.frames), info.frames_per_token, thumbnail_side)
+        if thumbnail_side > 0 and info.token_grid is not None:
+            rec.thumbnails = _thumbnails(np.asarray(clip.frames), info.token_grid, info.frames_per_token,
+                                         thumbnail_side)
     return rec
 
 

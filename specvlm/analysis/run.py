@@ -26,6 +26,7 @@ import torch
 
 from specvlm.analysis.metrics import (Divergence, RunSummary, compare_outputs, median_speedup, speedup,
                                       summarize)
+from specvlm.spec.grid import token_frames
 from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
 
 RECORD_FORMAT = "specvlm-run"
@@ -235,14 +236,17 @@ class RunRecord:
         raise RecordError(f"step {step} is not in this run (steps 0..{len(self.steps) - 1}).")
 
     def frames(self) -> np.ndarray | None:
-        """uint8 (T, h, w, 3) frames from the thumbnails (each repeated ``frames_per_token`` times)."""
-        if not self.thumbnails:
+        """uint8 (T, h, w, 3) frames from the thumbnails: each group's thumbnail repeated over the frames the group
+        spans (:func:`specvlm.spec.grid.token_frames`); None without thumbnails or a token grid."""
+        p = self.prefill
+        if not self.thumbnails or p is None or p.token_grid is None:
             return None
         from PIL import Image
 
         imgs = [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in self.thumbnails]
-        fpt = self.prefill.frames_per_token if self.prefill is not None else 1
-        return np.repeat(np.stack(imgs), max(1, fpt), axis=0)
+        spans = torch.unique(torch.stack(token_frames(p.token_grid, p.frames_per_token), dim=1), dim=0)  # (G, 2)
+        lengths = (spans[:, 1] - spans[:, 0] + 1)[:len(imgs)].numpy()
+        return np.repeat(np.stack(imgs[:len(lengths)]), lengths, axis=0)
 
     # ---- JSON ----------------------------------------------------------------------------------
     def run_json(self) -> dict[str, Any]:

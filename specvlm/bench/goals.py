@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specvlm.bench.records import by_size
+from specvlm.bench.records import by_size, row_divergence, row_speedup_runs
 from specvlm.bench.settings import PEERS
 
 GOAL_VIDEO_TOKENS = 16384
@@ -125,13 +125,13 @@ def _clip_goals(report: dict) -> list[dict]:
     per = ", ".join(f"{r['input']} {r['speedup']:.2f}x" for r in rows)
     out = [_check(f"median SpecVLM speedup over {len(rows)} clips >= {goal:.1f}x {where}", med >= goal,
                   f"median {med:.2f}x ({per})")]
-    worst = min(min(r["speedups"] or [r["speedup"]]) for r in rows)
+    worst = min(min(row_speedup_runs(r) or [r["speedup"]]) for r in rows)
     floor = [x for n in clips for x in ((_row(report, n, "vanilla") or {}).get("vanilla_aa") or [])]
     noise = (f"; vanilla against a second vanilla run in the same rounds: worst {min(floor):.2f}x, "
              f"best {max(floor):.2f}x" if floor else "")
     out.append(_check(f"no single round of SpecVLM below {WORST_ROUND_GOAL:.1f}x vanilla {where}",
-                      worst >= WORST_ROUND_GOAL, f"worst round {worst:.2f}x over {sum(len(r['speedups'] or [1]) for r in rows)} "
-                      f"rounds{noise}"))
+                      worst >= WORST_ROUND_GOAL,
+                      f"worst round {worst:.2f}x over {sum(len(row_speedup_runs(r) or [1]) for r in rows)} rounds{noise}"))
     return out
 
 
@@ -166,11 +166,12 @@ def _lossless(report: dict) -> dict:
                       f"sampling (temperature {temp:g}): speculative sampling is lossless in distribution, not "
                       "token by token, so identity is not checked; use --temperature 0 (greedy) for the check")
     kinds = {id(r): divergence_kind(r) for r in spec}
-    bad = [f"{r['method']}@{r['input']}: mismatch at token {r['first_divergence']}"
-           + (f" (margin {r['divergence_margin']:.3g})" if r.get("divergence_margin") is not None else "")
+    divs = {id(r): row_divergence(r) or {} for r in spec}
+    bad = [f"{r['method']}@{r['input']}: mismatch at token {divs[id(r)].get('index')}"
+           + (f" (margin {divs[id(r)]['margin']:.3g})" if divs[id(r)].get("margin") is not None else "")
            for r in spec if kinds[id(r)] == "mismatch"]
-    ties = [f"{r['method']}@{r['input']}: near-tie at token {r['first_divergence']} (margin "
-            f"{r['divergence_margin']:.3g}, allowed)" for r in spec if kinds[id(r)] == "near-tie"]
+    ties = [f"{r['method']}@{r['input']}: near-tie at token {divs[id(r)].get('index')} (margin "
+            f"{divs[id(r)]['margin']:.3g}, allowed)" for r in spec if kinds[id(r)] == "near-tie"]
     same = sum(kinds[id(r)] == "identical" for r in spec)
     detail = "; ".join(bad + ties + [f"{same} of {len(spec)} method x input combinations identical"])
     if ties:
@@ -179,15 +180,13 @@ def _lossless(report: dict) -> dict:
 
 
 def divergence_kind(row: dict) -> str | None:
-    """``identical``, ``near-tie`` or ``mismatch`` for a result row (None when identity is unknown).
-
-    Rows without ``divergence_kind`` (reports written before it existed) count a difference as a mismatch.
-    """
-    if row.get("divergence_kind"):
-        return row["divergence_kind"]
+    """``identical``, ``near-tie`` or ``mismatch`` for a result row (None when identity is unknown); a difference
+    of unknown kind (:func:`specvlm.bench.records.row_divergence`) counts as a mismatch."""
     if row.get("identical") is None:
         return None
-    return "identical" if row["identical"] else "mismatch"
+    if row["identical"]:
+        return "identical"
+    return (row_divergence(row) or {}).get("kind") or "mismatch"
 
 
 def _verify_goal(report: dict, name: str, at: str) -> dict:
@@ -275,7 +274,7 @@ def _growth_goal(report: dict) -> dict:
         return _check(goal, None, "needs --sweep with >= 2 lengths")
     medians = ", ".join(f"{p['video_tokens']}: {p['speedup']:.2f}x" for p in pts)
     ends = pts[-1]["speedup"] > pts[0]["speedup"]
-    rounds = [p.get("speedups") or [] for p in pts]
+    rounds = [row_speedup_runs(p) for p in pts]
     if min(len(r) for r in rounds) < GROWTH_MIN_ROUNDS:
         ok = ends and all(b["speedup"] >= 0.95 * a["speedup"] for a, b in zip(pts, pts[1:]))
         return _check(goal, ok, f"{medians} (no drop > 5% between neighbours; with >= {GROWTH_MIN_ROUNDS} "
@@ -289,9 +288,9 @@ def _growth_goal(report: dict) -> dict:
               f"{sum(len(r) for r in rounds)} per-round speedups, one-sided permutation p = {pval:.3f}; PASS needs "
               f"p < {GROWTH_ALPHA} and the longest input faster than the shortest)"
               + (f"; neighbour drops > 5% in the medians: {', '.join(drops)}" if drops else ""))
-    tree = [p for p in report["sweep"].get("none") or [] if p.get("speedups")]
+    tree = [p for p in report["sweep"].get("none") or [] if row_speedup_runs(p)]
     if len({p["video_tokens"] for p in tree}) >= 2 and series is report["sweep"].get("specvlm"):
-        t_est, t_p = speedup_trend([(p["video_tokens"], p["speedups"]) for p in tree])  # the draft sees every video token
+        t_est, t_p = speedup_trend([(p["video_tokens"], row_speedup_runs(p)) for p in tree])  # the draft sees every video token
         detail += f"; SD-Tree (no pruning) for contrast: {t_est:+.2f}x per doubling (p = {t_p:.3f})"
     return _check(goal, ends and pval < GROWTH_ALPHA, detail)
 

@@ -39,11 +39,12 @@ from specvlm.bench.hf_peers import HF_ATTENTION, HF_TIMING
 from specvlm.bench.hostreads import count_host_reads
 from specvlm.bench.load import BackgroundLoad
 from specvlm.bench.machine import machine_info
-from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_run
+from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_run, row_speedup_runs
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.bench.memory import rss_mb
-from specvlm.analysis.metrics import compare_outputs, median_speedup, speedup
+from specvlm.analysis.metrics import compare_outputs, speedup
+from specvlm.analysis.run import Comparison
 
 def bench_input(pair: Any, inp: BenchInput, settings: BenchSettings,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
@@ -109,24 +110,25 @@ def _median(vals: Sequence[Any]) -> float | None:
 _SEVERITY = {"identical": 0, "near-tie": 1, "mismatch": 2}
 
 
-def identity(pairs: Sequence[tuple[dict, dict]], dtype: torch.dtype) -> dict:
-    """Identity of a method's runs against vanilla's runs of the same rounds, the worst round deciding.
+def identity(pairs: Sequence[tuple[dict, dict]], dtype: torch.dtype, speedup_runs: Sequence[float] = ()) -> dict:
+    """A method's runs against vanilla's runs of the same rounds, the worst round deciding identity, in the one
+    comparison schema (:meth:`specvlm.analysis.run.Comparison.to_json`).
 
     Args:
         pairs: (method run, vanilla run) records of the same rounds (vanilla's carry ``margins``:
             the target's top-1 minus top-2 logit margin per generated token).
         dtype: the target's dtype (sets the near-tie threshold, :func:`specvlm.analysis.metrics.compare_outputs`).
+        speedup_runs: the per-round decode speedups (:func:`run_speedup`).
 
     Returns:
-        {identical (bool), first_divergence (token index or None), divergence_margin (logit units or
-        None), divergence_kind (``identical`` / ``near-tie`` / ``mismatch``, None without rounds)}.
+        {identical, divergence (None when identical, else index, kind, margin, threshold, dtype), speedup (their
+        median), speedup_runs}; without rounds identical is False and divergence None.
     """
     divs = [compare_outputs(v["token_ids"], r["token_ids"], v.get("margins") or [], dtype) for r, v in pairs]
     if not divs:
-        return {"identical": False, "first_divergence": None, "divergence_margin": None, "divergence_kind": None}
+        return {"identical": False, "divergence": None, "speedup": None, "speedup_runs": []}
     worst = max(divs, key=lambda d: _SEVERITY[d.kind])
-    return {"identical": all(d.identical for d in divs), "first_divergence": worst.index,
-            "divergence_margin": worst.margin, "divergence_kind": worst.kind}
+    return Comparison(worst, dtype=str(dtype).removeprefix("torch."), speedup_runs=tuple(speedup_runs)).to_json()
 
 
 def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pair: Any,
@@ -153,7 +155,7 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
     failed = [r for r in runs if r["status"] != "ok"]
     if not ok:
         return rec | {"status": "error", "error": failed[0]["error"], "note": failed[0]["note"]}
-    skip = {"status", "error", "note", "identical", "first_divergence"}
+    skip = {"status", "error", "note", "identical"}
     for k in RUN_FIELDS:
         if k not in skip:
             rec[k] = _median([r[k] for r in ok])
@@ -164,11 +166,10 @@ def summarize(name: str, method: str, runs: list[dict], vanilla: list[dict], pai
     rec.update(status="ok", note=ok[0]["note"], text=ok[0].get("text"), token_ids=list(ok[0].get("token_ids") or []),
                error=f"{len(failed)} of {len(runs)} rounds failed: {failed[0]['error']}" if failed else None)
     pairs = [(r, v) for r, v in zip(runs, vanilla) if r["status"] == "ok" and v["status"] == "ok"]
-    rec.update(identity(pairs, pair.target.get_input_embeddings().weight.dtype))
     ratios = [s for s in (run_speedup(v, r) for r, v in pairs) if s is not None]
+    rec.update(identity(pairs, pair.target.get_input_embeddings().weight.dtype, ratios))
     if ratios:
-        rec.update(speedup=median_speedup(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
-                   speedups=ratios)
+        rec.update(speedup_min=min(rec["speedup_runs"]), speedup_max=max(rec["speedup_runs"]))
     rec["threads_per_round"] = [r.get("torch_threads") for r in runs]
     v_step = _median([v["verify_ms_per_step"] for v in vanilla if v["status"] == "ok"])
     if v_step and rec["verify_ms_per_step"] is not None:
@@ -318,15 +319,15 @@ def measure_step_costs(pair: Any, meta_inputs: Sequence[dict], rounds: int = 5) 
 
 
 def sweep_series(report: dict) -> dict[str, list[dict]]:
-    """Per method: [{video_tokens, speedup, speedup_min, speedup_max, speedups, tau}] over sweep inputs, by length
-    (``speedups``: the per-round ratios)."""
+    """Per method: [{video_tokens, speedup, speedup_min, speedup_max, speedup_runs, tau}] over sweep inputs, by
+    length (``speedup_runs``: the per-round ratios)."""
     names = {i["name"]: i["num_video_tokens"] for i in report["inputs"] if i["sweep"]}
     out: dict[str, list[dict]] = {}
     for r in report["results"]:
         if r["input"] in names and r["status"] == "ok":
             out.setdefault(r["method"], []).append({
                 "video_tokens": names[r["input"]], "speedup": r["speedup"], "speedup_min": r["speedup_min"],
-                "speedup_max": r["speedup_max"], "speedups": r.get("speedups"), "tau": r["tau"],
+                "speedup_max": r["speedup_max"], "speedup_runs": row_speedup_runs(r), "tau": r["tau"],
                 "decode_tokens_per_s": r["decode_tokens_per_s"]})
     for series in out.values():
         series.sort(key=lambda p: p["video_tokens"] or 0)

@@ -14,7 +14,7 @@ from specvlm.bench.memory import MemoryProbe
 RUN_FIELDS = ("status", "error", "note", "num_generated", "decode_s", "decode_tokens_per_s", "e2e_s", "prefill_s",
               "tau", "tokens_per_target_forward", "target_forwards", "draft_ms_per_step", "verify_ms_per_step",
               "num_video_tokens", "num_kept", "target_kv_tokens", "draft_kv_tokens", "target_kv_mb", "draft_kv_mb",
-              "peak_memory_mb", "peak_memory_delta_mb", "identical", "first_divergence")
+              "peak_memory_mb", "peak_memory_delta_mb", "identical")
 INT_FIELDS = {"num_generated", "target_forwards", "num_video_tokens", "num_kept", "target_kv_tokens",
               "draft_kv_tokens"}
 READ_FIELDS = ("host_reads_per_step", "host_reads_by_kind", "host_read_steps")
@@ -22,9 +22,11 @@ READ_FIELDS = ("host_reads_per_step", "host_reads_by_kind", "host_read_steps")
 not counted, the run failed or had no decode step), the same per kind (``{kind: reads per step}``), and the
 decode steps counted."""
 METHOD_FIELDS = ("input", "method", "label", "draft_mode", "repeats") + RUN_FIELDS + (
-    "speedup", "speedup_min", "speedup_max", "speedups", "threads_per_round", "vanilla_aa", "verify_vs_decode_step",
-    "divergence_margin", "divergence_kind", "text", "token_ids") + READ_FIELDS
-"""Keys of every per-method record in the JSON report (None where not applicable). ``text`` and
+    "divergence", "speedup", "speedup_runs", "speedup_min", "speedup_max", "threads_per_round", "vanilla_aa",
+    "verify_vs_decode_step", "text", "token_ids") + READ_FIELDS
+"""Keys of every per-method record in the JSON report (None where not applicable). ``identical``,
+``divergence``, ``speedup`` and ``speedup_runs`` are the comparison with vanilla in the one comparison schema
+(:meth:`specvlm.analysis.run.Comparison.to_json`; ``speedup_runs``: the per-round speedups). ``text`` and
 ``token_ids``: the first measured round's output. ``vanilla_aa``
 (vanilla's record, with ``--background-load``): per round, a second vanilla run's tokens/s over
 the first's, the run-to-run noise that any single-round speedup carries on that machine."""
@@ -67,3 +69,20 @@ def memory_fields(mem: MemoryProbe | None) -> dict:
 def by_size(curve: dict) -> dict[int, float]:
     """A step-cost curve keyed by verify size: int keys (the JSON stores them as strings)."""
     return {int(k): v for k, v in curve.items()}
+
+
+def row_divergence(row: dict) -> dict | None:
+    """A result row's divergence from vanilla in the comparison schema (``index``, ``kind``, ``margin``, ...), or
+    None when identical or unknown; reports written with flat keys (``first_divergence``, ``divergence_margin``,
+    ``divergence_kind``) are read too, a difference without a kind counting as a mismatch."""
+    if row.get("divergence") is not None:
+        return row["divergence"]
+    if row.get("identical") is None or row["identical"]:
+        return None
+    return {"index": row.get("first_divergence"), "kind": row.get("divergence_kind") or "mismatch",
+            "margin": row.get("divergence_margin")}
+
+
+def row_speedup_runs(row: dict) -> list[float]:
+    """A result row's (or sweep point's) per-round speedups; reports that named them ``speedups`` are read too."""
+    return list(row.get("speedup_runs") or row.get("speedups") or [])

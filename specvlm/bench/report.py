@@ -12,7 +12,7 @@ from typing import Any
 
 from specvlm.bench.charts import figures, sweep_svg
 from specvlm.bench.goals import sampling_temperature
-from specvlm.bench.records import by_size
+from specvlm.bench.records import by_size, row_divergence
 from specvlm.bench.settings import PEERS
 
 STEP_COST_NOISE_RATIO = 0.8
@@ -77,9 +77,10 @@ def _identity_cell(r: dict, sampling: bool = False) -> str:
         return "-"
     if r["identical"]:
         return "yes"
-    if r.get("divergence_kind") == "near-tie":
-        return f"near-tie (token {r['first_divergence']}, margin {r['divergence_margin']:.3g})"
-    return f"NO (token {r['first_divergence']})"
+    div = row_divergence(r) or {}
+    if div.get("kind") == "near-tie":
+        return f"near-tie (token {div['index']}, margin {div['margin']:.3g})"
+    return f"NO (token {div.get('index')})"
 
 
 def markdown_table(report: dict, name: str) -> str:
