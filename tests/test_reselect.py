@@ -12,6 +12,10 @@ from specvlm.analysis.run import RunRecord
 from specvlm.analysis.why import explain_rejections
 from specvlm.config import ConfigError, DecodeConfig, PruneConfig, ReselectConfig, TreeConfig, config_from_settings
 from specvlm.engine import draft as draft_mod
+from specvlm.engine import kv, reselect
+from specvlm.engine.draft import DraftRunner
+from specvlm.engine.fastdraft import FastDraftRunner
+from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate, stream
 from specvlm.spec.adaptive import adaptive_drop_rate, reselect_tokens
@@ -241,3 +245,30 @@ def test_reselection_with_a_draft_of_another_token_grid():
     res = generate(pair, inp, _cfg(reselect=FIRE))
     assert res.token_ids == want
     _check_added(res, res.prefill.prune.keep, FIRE)
+
+
+@pytest.mark.parametrize("mode", ["self", "std"])
+def test_both_draft_runners_add_the_same_tokens(pairs, inputs, mode):
+    """The fused runner's additions (its own RoPE from the M-RoPE positions, or the copied keys) give the same draft
+    as the module-stack runner's (transformers' cache and rotary embedding)."""
+    with torch.inference_mode():
+        _runners_agree(pairs[("qwen", mode)], inputs[("qwen", mode)])
+
+
+def _runners_agree(pair, inp):
+    sp = speculative_prefill(pair, inp, _cfg(reselect=FIRE), None, None)
+    lacking = torch.nonzero(~torch.isin(torch.arange(inp.num_video_tokens), sp.info.prune.keep)).flatten()
+    add = lacking[torch.randperm(lacking.numel(), generator=torch.Generator().manual_seed(0))[:5]]
+    R = sp.d_in.positions.shape[0]
+    out = []
+    for cls in (FastDraftRunner, DraftRunner):
+        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), R)
+        if pair.self_sd:
+            reselect.copy_target_kv(runner, sp.tp.cache, sp.t_in.video_index[add])
+        else:
+            reselect.prefill_video(runner, pair, sp.d_in, sp.tp.draft_video, add)
+        out.append(runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position))
+    plain = FastDraftRunner(pair, kv.clone_cache(pair.draft, sp.d_cache), R).feed_pending(
+        [int(sp.tp.first_token)], sp.t_in.next_position)
+    assert torch.allclose(out[0], out[1], atol=1e-4)
+    assert not torch.allclose(out[0], plain, atol=1e-4)                  # the added tokens changed the draft
