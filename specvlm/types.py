@@ -110,7 +110,8 @@ class StepEvent:
             ``token_ids`` came from the target.
         from_draft: per entry of ``token_ids``, True if it was an accepted draft token.
         text: decoded text delta for ``token_ids``.
-        draft_ms: time drafting the tree (ms), 0 for vanilla.
+        draft_ms: time drafting the tree (ms), 0 for vanilla; with re-selection on, plus its cost at this step
+            (scoring the diverging row, adding tokens to the draft).
         verify_ms: time of the target forward (ms).
         tree_size: drafted nodes verified at this step (0 for vanilla).
         elapsed_s: decode wall time since the first decode step began (s), excludes prefill.
