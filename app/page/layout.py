@@ -176,9 +176,11 @@ def output_section() -> dict[str, Any]:
                             size="sm", elem_id="repeat-timing")
     c["compare_download"] = gr.DownloadButton("Download both texts and the summary (.md)", visible=False,
                                               size="sm", elem_id="compare-download")
-    with gr.Row():
-        c["accept_plot"] = gr.Plot(label="Accepted length per step", show_label=False, elem_id="accept-plot")
-        c["time_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="time-plot")
+    with gr.Row():   # empty charts from the start: the page loads its chart library before a Run, not during one
+        c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length per step", show_label=False,
+                                   elem_id="accept-plot")
+        c["time_plot"] = gr.Plot(plots.tokens_over_time_figure({}), label="Tokens over time", show_label=False,
+                                 elem_id="time-plot")
     gr.Markdown("### Which video tokens the draft sees")
     c["hm_mode"] = gr.Radio(list(HEATMAP_MODES), value="Pruning stages", label="Heatmap", elem_id="heatmap-mode")
     c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), label="Heatmap legend",

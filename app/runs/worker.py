@@ -229,9 +229,15 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``clip`` None: a timing repeat, which yields heartbeats only.
         """
         events: list[Any] = []
-        ticks = LayerTicks(name, expected_polls(self.engine, pair, dec.method))   # progress per prefill layer
-        batches = pump(lambda stop: ticks.counted(self.engine.stream(pair, inputs(), dec, ticks.watch(stop))),
-                       f"{WORKER_PREFIX}{name}", self.update_interval_s)
+        ticks = LayerTicks(name)   # progress per prefill part (a vision block, a layer, a chunk of attention)
+
+        def work(stop: Callable[[], bool]) -> Iterator[Any]:
+            prepared = inputs()
+            ticks.total = expected_polls(self.engine, pair, dec.method, prepared,
+                                         getattr(getattr(dec, "prune", None), "drop_rate", None))
+            return ticks.counted(self.engine.stream(pair, prepared, dec, ticks.watch(stop)))
+
+        batches = pump(work, f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
                 events.extend(items)
@@ -263,7 +269,7 @@ class DecodeWorker:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
-        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "vanilla"))   # a vanilla prefill's layers
+        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "explain", inputs))   # as a vanilla prefill
         batches = pump(lambda stop: [self.engine.explain(rec, pair, inputs, cues=list(job.subtitles),
                                                          subtitle_mode=job.subtitle_mode,
                                                          should_stop=ticks.watch(stop))],
@@ -273,7 +279,7 @@ class DecodeWorker:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    yield ticks.news()   # per layer; [] = a heartbeat
+                    yield ticks.news()   # per part, or its seconds; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful

@@ -28,7 +28,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from specvlm.models import stopping
+from specvlm.models import chunkattn, stopping
 from specvlm.models.staticattn import attend_lse, merge_lse, static_attention
 
 ATTN_IMPL = "specvlm_gqa"
@@ -188,8 +188,9 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
 
     Returns:
         (attn_output (B, n, H, d), None). One unmasked query (a decode step): folded too
-        (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
-        transformers' SDPA path.
+        (:func:`_decode_attention`). A whole long prompt inside a stop-checked prefill on the CPU: the
+        same numbers in query chunks (:mod:`specvlm.models.chunkattn`). Other unmasked queries (prefill)
+        or long masked ones: transformers' SDPA path.
     """
     static = kwargs.get(STATIC_KWARG)
     if static is not None:   # a static step (specvlm.engine.steps): buffer prefix + block, merged by LSE
@@ -208,6 +209,8 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
     kvh, L = key.shape[1], key.shape[-2]
     if attention_mask is None and n == 1 and kvh < h:
         return _decode_attention(query, key, value, scaling)
+    if attention_mask is None and chunkattn.applies(module, query, key, dropout, is_causal):
+        return chunkattn.causal_attention(query, key, value, scaling), None   # stop checks between chunks
     if attention_mask is None or n > MAX_GROUPED_QUERY or kvh == h or attention_mask.dim() != 4 \
             or attention_mask.shape[1] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,

@@ -25,19 +25,26 @@ def chromium() -> str:
 
 
 @contextlib.contextmanager
+def browser_page(url: str, exe: str, viewport: tuple[int, int] = (1400, 1000)):
+    """A headless Chromium page opened on ``url``; closes the browser afterwards."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            page.goto(url, wait_until="domcontentloaded", timeout=60_000)
+            yield page
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
 def served_page(demo, port: int, exe: str, viewport: tuple[int, int] = (1400, 1000)):
     """A headless Chromium page opened on the launched ``demo`` at ``port``; closes the browser and the demo
     afterwards."""
-    from playwright.sync_api import sync_playwright
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-                page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
-                yield page
-            finally:
-                browser.close()
+        with browser_page(f"http://127.0.0.1:{port}/", exe, viewport) as page:
+            yield page
     finally:
         demo.close()
 
@@ -77,6 +84,18 @@ STATUS_LOG_JS = """() => {
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 """Records every distinct status line the page shows, in order."""
+
+
+STATUS_TIMES_JS = """() => {
+  window.__statusTimes = [];
+  new MutationObserver(() => {
+    const s = document.querySelector('#status .prose') || document.getElementById('status');
+    const t = s ? s.innerText.trim() : '';
+    const log = window.__statusTimes;
+    if (t && (!log.length || log[log.length - 1][1] !== t)) log.push([performance.now() / 1000, t]);
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+"""Records every distinct status line the page shows with the page's clock (seconds) when it appeared."""
 
 
 def wait_until(cond, timeout_s: float = 30.0) -> None:
