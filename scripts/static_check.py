@@ -24,6 +24,7 @@ import torch
 from specvlm import assets
 from specvlm.config import BUNDLED_STD_TREE, DecodeConfig, VideoConfig
 from specvlm.engine.hostreads import HostReadCounter
+from specvlm.engine.measures import tokens_per_second
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate
 from specvlm.models.loading import load_pair
@@ -64,7 +65,7 @@ def check_clip(pair, name: str, rounds: int, max_new: int) -> dict:
     for (method, engine), res in runs.items():
         dec = statistics.median(r.decode_s for r in res)
         cfg = DecodeConfig(method=method, max_new_tokens=max_new, tree=BUNDLED_STD_TREE, engine=engine)
-        rows[f"{method}/{engine}"] = {"decode_s": dec, "tokens_per_s": (len(ids[(method, engine)]) - 1) / dec,
+        rows[f"{method}/{engine}"] = {"decode_s": dec, "tokens_per_s": tokens_per_second(len(ids[(method, engine)]), dec),
                                       "reads_per_step": _reads(pair, inputs, cfg)}
     return {"clip": name, "tokens": len(ids[("vanilla", "eager")]),
             "identical": len({tuple(v) for v in ids.values()}) == 1, "rows": rows}

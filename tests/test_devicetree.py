@@ -214,6 +214,31 @@ def test_greedy_accept_skips_invalid_and_too_deep_nodes():
     assert path.tolist() == [0, 1] and int(n_acc) == 2 and int(bonus) == 7
 
 
+def test_chain_accept_equals_greedy_accept_on_chains():
+    g = torch.Generator().manual_seed(0)
+    lengths = set()
+    for d in (1, 2, 5, 8):
+        parents = torch.arange(-1, d - 1)
+        for _ in range(60):
+            tokens = torch.randint(0, 2, (d,), generator=g)
+            tokens[torch.rand(d, generator=g) < 0.1] = -1                 # invalid nodes are never accepted
+            target = torch.randint(0, 2, (d + 1,), generator=g)
+            want = da.greedy_accept(tokens, parents, target, d)
+            got = da.chain_accept(tokens, target)
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+            lengths.add(int(got[1]))
+    assert {0, 1, 2, 3} <= lengths
+
+
+def test_tree_topology_parts_equal_the_separate_functions():
+    for seed in range(20):
+        parents = random_parents(1 + seed % 12, seed)
+        topo = dt.tree_topology(parents, torch.float32)
+        assert torch.equal(topo.anc, dt.ancestor_matrix(parents))
+        assert topo.depths.tolist() == [0] + dt.node_depths(parents).tolist()
+        assert torch.equal(topo.bias[0, 0], dt.verify_bias(parents, torch.float32))
+
+
 def test_pack_unpack_round_trip():
     tokens = torch.tensor([5, 6, 8, 7])
     parents = torch.tensor([-1, 0, -1, 1])

@@ -67,13 +67,13 @@ def test_the_why_names_the_withheld_cue(case):
     pair, cues, truth, vanilla, runs = case
     inputs, r = runs["target"]
     whys = explain_rejections(pair, inputs, r.steps, r.prefill.prune.keep.tolist(), cues=cues,
-                              draft_saw_subtitles=False, tokenizer=pair.processor.tokenizer)
+                              draft_saw_subtitles=False)
     assert any(w.cue is not None and w.cue[2] == truth.fact.cue_text for w in whys)
     fact = [w for w in whys if w.cue is not None]
     assert fact and all(w.explanation == "withheld_transcript" and w.shares["transcript"] > 0.5 for w in fact)
     inputs, r = runs["both"]                                   # the draft read the transcript: never the reason
     given = explain_rejections(pair, inputs, r.steps, r.prefill.prune.keep.tolist(), cues=cues,
-                               draft_saw_subtitles=True, tokenizer=pair.processor.tokenizer)
+                               draft_saw_subtitles=True)
     assert given and all(w.explanation != "withheld_transcript" and w.cue is None for w in given)
 
 

@@ -50,7 +50,7 @@ def test_allocation_peak_without_allocation_events_is_none():
     class Stub:
         profiler = None
     assert allocation_peak_mb(Stub()) is None
-    assert rss_mb() is None or rss_mb() > 0
+    assert rss_mb() > 0   # /proc/self/statm is readable on the Linux machines the tests run on
 
 
 def test_base_sets_the_stated_peak_on_the_cpu():

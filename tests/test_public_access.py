@@ -18,12 +18,10 @@ import pytest
 
 from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 
-pytest.importorskip("gradio_client")
-
-from app.inputs.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom  # noqa: E402
-from app.inputs.settings import RunRequest, RunSettings, UserError  # noqa: E402
-from app.runs.backend import Backend  # noqa: E402
-from app.runs.facade import SpecvlmFacade  # noqa: E402
+from app.inputs.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom
+from app.inputs.settings import RunRequest, RunSettings, UserError
+from app.runs.backend import Backend
+from app.runs.facade import SpecvlmFacade
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -108,8 +108,7 @@ def test_the_explanation_is_the_largest_part_and_only_one_the_draft_missed():
 def test_explain_rejections_reports_the_unseen_share_and_withheld_cues(run):
     pair, inputs, res = run
     keep = res.prefill.prune.keep
-    out = why.explain_rejections(pair, inputs, res.steps, keep.tolist(), tokenizer=pair.processor.tokenizer,
-                                 max_steps=3, top=5)
+    out = why.explain_rejections(pair, inputs, res.steps, keep.tolist(), max_steps=3, top=5)
     rej = why.rejections(res.steps)
     assert 0 < len(out) <= 3 and {w.position for w in out} <= {p for _, p, _ in rej}
     att = why.video_attention_at(pair, inputs, res.token_ids, [w.position for w in out])
@@ -128,8 +127,7 @@ def test_explain_rejections_reports_the_unseen_share_and_withheld_cues(run):
     word = out[0].word
     assert len(word) >= 2 and word.lower() not in why.STOPWORDS, word   # the first rejection: a traceable word
     cue = Cue(0.0, 1.0, f"say {word}")                                  # a cue holding the word
-    withheld, seen = (why.explain_rejections(pair, inputs, res.steps, keep.tolist(), cues=[cue], draft_saw_subtitles=saw,
-                                             tokenizer=pair.processor.tokenizer, max_steps=3) for saw in (False, True))
+    withheld, seen = (why.explain_rejections(pair, inputs, res.steps, keep.tolist(), cues=[cue], draft_saw_subtitles=saw, max_steps=3) for saw in (False, True))
     assert withheld[0].cue == (0.0, 1.0, f"say {word}") and seen[0].cue is None
     with pytest.raises(why.WhyError):
         why.video_attention_at(pair, inputs, res.token_ids, [0])

@@ -3,7 +3,7 @@ to watch and stop, and a failure case.
 
 Each row fills :data:`EXAMPLE_COLUMNS`. The first row is the streaming example: a bundled clip
 with **Fixed length** on and :data:`STREAMING_TOKENS` new tokens, because the bundled model stops
-after about 20 tokens (a decode of ~0.2 s on a CPU, over before anyone sees it stream).
+after about 20 tokens (a decode over before anyone sees it stream).
 
 The failure case (:data:`FAILURE_CLIP`) is a long clip whose subtitles state a fact the description
 reports; its row picks the bundled sparse target drafting for itself (Self-SD) and sends the subtitles to the

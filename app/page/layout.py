@@ -12,7 +12,7 @@ import gradio as gr
 from app.inputs.access import custom_field
 from app.inputs.run_inputs import FIXED_LENGTH_NOTE
 from app.inputs.settings import (DEFAULT_PROMPT, ENGINES, FIELDS, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
-                                 TREE_SHAPES, RunSettings)
+                                 TREE_SHAPES, Limits, RunSettings)
 from app.page.page_js import VIDEO_EXTENSIONS
 from app.runs.backend import Backend
 from app.runs.timing import MAX_REPEATS, SUGGESTED_REPEATS
@@ -97,9 +97,8 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                   info="dynamic and chain trees: stop drafting deeper once the best path's cumulative "
                                        "draft probability is below this; 0 = off. Greedy output stays identical",
                                   elem_id="min-prob")
-        limits = getattr(backend, "limits", None)
-        max_frames = limits.max_frames if limits else 256
-        max_new = limits.max_new_tokens if limits else 1024
+        limits = getattr(backend, "limits", None) or Limits()
+        max_frames, max_new = limits.max_frames, limits.max_new_tokens
         with gr.Row():
             c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
                                     label="Frames", elem_id="frames")
@@ -116,6 +115,23 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                           elem_id="timing-pairs")
         c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine", info=(
             "both runs, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python"))
+        with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
+            c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens at refused steps",
+                                        info="when the target refuses the draft while looking at video tokens the "
+                                             "draft lacks, add the most attended of them to the draft; output "
+                                             "unchanged; eager engine", elem_id="reselect")
+            c["adaptive_r"] = gr.Checkbox(value=d.adaptive_r, label="Adaptive r",
+                                          info="r per clip: keep the video tokens holding most of the target's "
+                                               "attention (drop rate r is then unused)", elem_id="adaptive-r")
+        with gr.Row():
+            c["reselect_min_share"] = gr.Slider(0.0, 1.0, value=d.reselect_min_share, step=0.05,
+                                                label="Re-select above this unseen share",
+                                                info="of the target's video attention at the refused position",
+                                                elem_id="reselect-min-share")
+            c["reselect_step_tokens"] = gr.Slider(1, 256, value=d.reselect_step_tokens, step=1, precision=0,
+                                                  label="Tokens added per step", elem_id="reselect-step-tokens")
+            c["reselect_total_tokens"] = gr.Slider(1, 4096, value=d.reselect_total_tokens, step=1, precision=0,
+                                                   label="Tokens added per run", elem_id="reselect-total-tokens")
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")
@@ -159,9 +175,11 @@ def output_section() -> dict[str, Any]:
                             size="sm", elem_id="repeat-timing")
     c["compare_download"] = gr.DownloadButton("Download both texts and the summary (.md)", visible=False,
                                               size="sm", elem_id="compare-download")
-    with gr.Row():
-        c["accept_plot"] = gr.Plot(label="Accepted length per step", show_label=False, elem_id="accept-plot")
-        c["time_plot"] = gr.Plot(label="Tokens over time", show_label=False, elem_id="time-plot")
+    with gr.Row():   # empty charts from the start: the page loads its chart library before a Run, not during one
+        c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length per step", show_label=False,
+                                   elem_id="accept-plot")
+        c["time_plot"] = gr.Plot(plots.tokens_over_time_figure({}), label="Tokens over time", show_label=False,
+                                 elem_id="time-plot")
     gr.Markdown("### Which video tokens the draft sees")
     c["hm_mode"] = gr.Radio(list(HEATMAP_MODES), value="Pruning stages", label="Heatmap", elem_id="heatmap-mode")
     c["heatmap_legend"] = gr.HTML(plots.heatmap_legend_html("stages"), label="Heatmap legend",

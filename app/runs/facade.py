@@ -163,12 +163,26 @@ class SpecvlmFacade:
         from specvlm.engine.stream import stream
         return stream(pair, inputs, config, should_stop=should_stop, record_trees=config.method != "vanilla")
 
-    def prefill_layers(self, pair: Any, method: str) -> int | None:
-        """How often one prefill of ``method`` polls ``should_stop`` (once per vision block and decoder layer,
-        :func:`app.runs.progress.prefill_layers`); the page's progress counts these polls."""
+    def prefill_layers(self, pair: Any, method: str, inputs: Any = None, drop_rate: float | None = None) -> int | None:
+        """How often one prefill of ``method`` (or ``explain``, the explanation pass) polls ``should_stop``: once
+        per vision block, per decoder layer and, over ``inputs``' long prompt on the CPU, per chunk of a layer's
+        attention (:func:`app.runs.progress.prefill_layers`); the page's progress counts these polls. Without
+        ``inputs``, one per layer; ``drop_rate`` (the draft's share of dropped video tokens) sizes the draft's
+        prompt (None: the whole prompt)."""
         from app.runs.progress import prefill_layers
+        from specvlm.engine.prefill import pass_a_length
+        from specvlm.models.chunkattn import model_checks_per_layer
         from specvlm.models.stopping import checked_layers
-        return prefill_layers(pair, method, checked_layers)
+        from specvlm.spec.pruning import kept_count
+        target = draft = 1
+        if inputs is not None:
+            whole = int(inputs.input_ids.shape[1])
+            target = model_checks_per_layer(pair.target, whole if method == "explain" else pass_a_length(inputs))
+            if method not in ("vanilla", "explain"):
+                V = int(inputs.num_video_tokens)
+                kept = V if drop_rate is None or method == "none" else kept_count(V, drop_rate)
+                draft = model_checks_per_layer(pair.draft, whole - V + kept)
+        return prefill_layers(pair, method, checked_layers, target, draft)
 
     def make_record(self, events: list[Any], config: Any, prompt: str, pair: Any, clip: Any) -> RunRecord:
         """The :class:`specvlm.analysis.run.RunRecord` of a finished speculative run with token texts and
@@ -194,8 +208,7 @@ class SpecvlmFacade:
             return record
         with torch.inference_mode(), stop_between_layers(should_stop):
             whys = explain_rejections(pair, inputs, record.steps, record.prefill.prune.keep.tolist(), cues=list(cues),
-                                      draft_saw_subtitles=subtitle_mode != "target",
-                                      tokenizer=pair.processor.tokenizer)
+                                      draft_saw_subtitles=subtitle_mode != "target")
         record.why = [dataclasses.asdict(w) for w in whys]
         return record
 

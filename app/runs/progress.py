@@ -3,20 +3,26 @@
 Each of these is one blocking engine call that can take many seconds on a long video (a 256-frame clip:
 tens of seconds of prefill on a CPU), so the page needs progress from inside it. The engine already polls
 the Run's ``should_stop`` callback at fixed points: between frames while reading the video
-(:func:`specvlm.video.load_video`), on entry to a prefill and before every vision block and every decoder
-layer (:mod:`specvlm.models.stopping`), before every decode step. :class:`LayerTicks` is that callback with
-a counter: every poll is one unit of work done, so the worker reports one :class:`LayerProgress` message per
-poll (per frame batch, per layer) from the thread that waits on the work, and the page's progress moves
-once per layer however long the whole call takes. Nothing in the engine changes for it: the callback is
-passed down as before.
+(:func:`specvlm.video.load_video`), on entry to a prefill, before every vision block, at the start of every
+decoder layer's attention and, on a long prompt, between the query chunks of that attention
+(:mod:`specvlm.models.stopping`, :mod:`specvlm.models.chunkattn`), before every decode step. :class:`LayerTicks`
+is that callback with a counter: every poll is one part of the work done, so the worker reports one
+:class:`LayerProgress` message per poll from the thread that waits on the work. Between polls it repeats the
+last count at least every :data:`TICK_S` with the seconds the call has run, so the status line moves while
+one long part runs: the seconds show time, the parts show work. Nothing in the engine changes for it: the
+callback is passed down as before.
 
 Source: docs/design.md §8 (long generators, a Stop that reaches the work); §2 (the prefill's passes).
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+TICK_S = 1.0
+"""Longest time between two progress messages of a running call (a repeat of the count with its seconds)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +32,9 @@ class LayerProgress:
     Attributes:
         phase: ``frames`` (reading the video), ``vanilla`` / ``spec`` (that run's prefill) or ``explain``
             (the explanation pass after both runs).
-        done: polls so far in this call (1 = the call started).
+        done: polls so far in this call (1 = the call started; 0 = not yet polled, e.g. preparing the inputs).
         total: the polls the whole call is expected to make (:func:`prefill_layers`), or None when unknown.
+        elapsed_s: seconds since the call began (the worker's clock).
 
     Source: this module (no external reference).
     """
@@ -35,6 +42,7 @@ class LayerProgress:
     phase: str
     done: int
     total: int | None = None
+    elapsed_s: float = 0.0
 
 
 class LayerTicks:
@@ -42,17 +50,22 @@ class LayerTicks:
 
     Args:
         phase: the :attr:`LayerProgress.phase` its messages carry.
-        total: the expected number of polls, or None.
+        total: the expected number of polls, or None (may be set later, e.g. once the inputs exist).
+        tick_s: longest time between two messages while the call runs (:data:`TICK_S`).
+        clock: seconds, monotonic (``time.monotonic``); the call's start is read when the object is made.
 
     Source: specvlm/models/stopping.py (the engine's polls between layers).
     """
 
-    def __init__(self, phase: str, total: int | None = None) -> None:
+    def __init__(self, phase: str, total: int | None = None, tick_s: float = TICK_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.phase, self.total = phase, total
         self.count = 0
         self._reported = 0
         self._final: int | None = None
         self._should_stop: Callable[[], bool] = lambda: False
+        self._tick_s, self._clock = tick_s, clock
+        self._start = self._sent = clock()
 
     def watch(self, should_stop: Callable[[], bool]) -> "LayerTicks":
         """Answer polls with ``should_stop()`` (the Run's stop flag); returns self, the callback to pass down."""
@@ -72,37 +85,50 @@ class LayerTicks:
             yield ev
 
     def news(self) -> list[LayerProgress]:
-        """One :class:`LayerProgress` per poll since the last call (called by the thread that waits on the work)."""
+        """One :class:`LayerProgress` per poll since the last call, or, when none came for ``tick_s`` while the
+        call runs (before its first event), the last count again with the seconds since the call began (called
+        by the thread that waits on the work)."""
+        t = self._clock()
+        elapsed = t - self._start
         now = self.count if self._final is None else min(self.count, self._final)
-        out = [LayerProgress(self.phase, k, self.total) for k in range(self._reported + 1, now + 1)]
+        out = [LayerProgress(self.phase, k, self.total, elapsed) for k in range(self._reported + 1, now + 1)]
+        if not out and self._final is None and t - self._sent >= self._tick_s:
+            out = [LayerProgress(self.phase, self._reported, self.total, elapsed)]
+        if out:
+            self._sent = t
         self._reported = max(self._reported, now)
         return out
 
 
-def expected_polls(engine: Any, pair: Any, method: str) -> int | None:
-    """``engine.prefill_layers(pair, method)`` (:meth:`app.runs.facade.SpecvlmFacade.prefill_layers`), or None when the
-    engine has no such method or it fails: progress is a display aid and never fails a run.
+def expected_polls(engine: Any, pair: Any, method: str, inputs: Any = None, drop_rate: float | None = None
+                   ) -> int | None:
+    """``engine.prefill_layers(pair, method, inputs, drop_rate)`` (:meth:`app.runs.facade.SpecvlmFacade.prefill_layers`),
+    or None when the engine has no such method or it fails: progress is a display aid and never fails a run.
 
     Source: this module (no external reference).
     """
     count = getattr(engine, "prefill_layers", None)
     try:
-        return count(pair, method) if count is not None else None
+        return count(pair, method, inputs, drop_rate) if count is not None else None
     except Exception:
         return None
 
 
-def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int | None:
+def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int], target_checks: int = 1,
+                   draft_checks: int = 1) -> int | None:
     """Polls of ``should_stop`` in one prefill (vanilla: the target's; speculative: the target's and the
-    draft's): on entry, before each vision block, and before each decoder layer in pass A and pass B
-    (docs/design.md §4.1); a draft prefill adds its entry, its layers and, for a draft with its own vision
-    tower, its vision blocks. The explanation pass makes as many polls as a vanilla prefill.
+    draft's): on entry, before each vision block, ``target_checks`` per decoder layer in pass A and one per
+    layer in pass B (docs/design.md §4.1); a draft prefill adds its entry, ``draft_checks`` per layer and, for a
+    draft with its own vision tower, its vision blocks. The explanation pass (``explain``: the whole prompt,
+    then the output) makes as many as a vanilla prefill.
 
     Args:
         pair: a :class:`specvlm.models.pair.ModelPair`.
-        method: ``vanilla`` or a speculative method.
+        method: ``vanilla``, ``explain`` or a speculative method.
         checked: model -> number of its layers that poll the stop check before they run
             (:func:`specvlm.models.stopping.checked_layers`).
+        target_checks, draft_checks: polls per decoder layer over the target's pass A (the explanation's whole
+            prompt) and the draft's prompt (:func:`specvlm.models.chunkattn.model_checks_per_layer`).
 
     Returns:
         the count, or None when the models' layer counts cannot be read.
@@ -112,10 +138,10 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
     """
     try:
         target_layers = int(pair.target.config.get_text_config().num_hidden_layers)
-        n = 1 + checked(pair.target) + 2 * target_layers
-        if method != "vanilla":
+        n = 1 + checked(pair.target) + (target_checks + 1) * target_layers
+        if method not in ("vanilla", "explain"):
             draft = pair.draft
-            n += 1 + int(draft.config.get_text_config().num_hidden_layers)
+            n += 1 + draft_checks * int(draft.config.get_text_config().num_hidden_layers)
             if not getattr(pair, "self_sd", True):
                 n += checked(draft)
         return n
@@ -139,23 +165,25 @@ def layer_status(msg: LayerProgress, phases: dict[str, tuple[float, str]], spec_
 
     A run's prefill moves the bar through the first half of its phase's span (the second half is its
     decoding, :func:`decode_status`); the explanation pass through all of its span. Without a total the
-    fraction still grows with every poll.
+    fraction still grows with every poll. From one second on, the texts end with the call's whole seconds.
 
     Source: this module (no external reference).
     """
     label = {"frames": "Decoding video frames", "vanilla": "Prefill (vanilla)",
              "spec": f"Prefill + pruning ({spec_name})", "explain": "Explaining the failing steps"}.get(msg.phase,
                                                                                                      msg.phase)
-    unit = "frame batch" if msg.phase == "frames" else "layer"
+    unit = "frame batch" if msg.phase == "frames" else "part"
     of = f" of {msg.total}" if msg.total and msg.done <= msg.total else ""
-    desc = f"{label}: {unit} {msg.done}{of}"
+    secs = f" · {int(msg.elapsed_s)} s" if msg.elapsed_s >= 1 else ""
+    where = f"{unit} {msg.done}{of}" if msg.done else "starting"
+    desc = f"{label}: {where}{secs}"
     lo, hi = phase_span(msg.phase, phases)
     part = min(msg.done / msg.total, 1.0) if msg.total else 1.0 - 1.0 / (1.0 + msg.done)
     frac = lo + (hi - lo) * (part if msg.phase == "explain" else part / 2)
     if msg.phase == "explain":
         status = f"{desc}… (Stop skips it)"
     elif msg.phase == "vanilla":   # the wording the status has had since the clip was read, with the layer
-        status = f"Prefill (vanilla)… {num_frames} frames: {unit} {msg.done}{of}. {notes}".rstrip()
+        status = f"Prefill (vanilla)… {num_frames} frames: {where}{secs}. {notes}".rstrip()
     else:
         status = f"{desc}… {notes}".rstrip()
     return frac, desc, status

@@ -229,9 +229,15 @@ class DecodeWorker:
         no CPU/GPU afterwards. ``clip`` None: a timing repeat, which yields heartbeats only.
         """
         events: list[Any] = []
-        ticks = LayerTicks(name, expected_polls(self.engine, pair, dec.method))   # progress per prefill layer
-        batches = pump(lambda stop: ticks.counted(self.engine.stream(pair, inputs(), dec, ticks.watch(stop))),
-                       f"{WORKER_PREFIX}{name}", self.update_interval_s)
+        ticks = LayerTicks(name)   # progress per prefill part (a vision block, a layer, a chunk of attention)
+
+        def work(stop: Callable[[], bool]) -> Iterator[Any]:
+            prepared = inputs()
+            ticks.total = expected_polls(self.engine, pair, dec.method, prepared,
+                                         getattr(getattr(dec, "prune", None), "drop_rate", None))
+            return ticks.counted(self.engine.stream(pair, prepared, dec, ticks.watch(stop)))
+
+        batches = pump(work, f"{WORKER_PREFIX}{name}", self.update_interval_s)
         with contextlib.closing(batches):  # a close (Stop) ends the decode thread before it returns
             for items, finished in batches:
                 events.extend(items)
@@ -241,6 +247,7 @@ class DecodeWorker:
                 top_p = getattr(getattr(dec, "prune", None), "top_p", None)
                 maps = [Heatmaps(heatmaps(clip, ev, top_p)) for ev in items
                         if isinstance(ev, PrefillInfo) and ev.prune is not None]
+                maps += _added_maps(clip, events, top_p) if finished else []   # re-selection's tokens, at the end
                 runs = [RunEvents(name, tuple(_plain(ev) for ev in items), finished)] if items or finished else []
                 yield ticks.news() + maps + runs
         return events
@@ -262,7 +269,7 @@ class DecodeWorker:
         """Why the record's lowest-acceptance steps failed (one extra target pass, in a thread that Stop
         ends between layers); yields heartbeats, then the explained :class:`Record`. A failure is logged and
         leaves the record already sent as it was."""
-        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "vanilla"))   # a vanilla prefill's layers
+        ticks = LayerTicks("explain", expected_polls(self.engine, pair, "explain", inputs))   # as a vanilla prefill
         batches = pump(lambda stop: [self.engine.explain(rec, pair, inputs, cues=list(job.subtitles),
                                                          subtitle_mode=job.subtitle_mode,
                                                          should_stop=ticks.watch(stop))],
@@ -272,7 +279,7 @@ class DecodeWorker:
             with contextlib.closing(batches):  # a close (Stop) ends the thread before it returns
                 for items, _ in batches:
                     explained = items[-1] if items else explained
-                    yield ticks.news()   # per layer; [] = a heartbeat
+                    yield ticks.news()   # per part, or its seconds; [] = a heartbeat
         except Stopped:
             return
         except Exception:  # the record without explanations is still useful
@@ -303,13 +310,21 @@ def _plain(ev: Any) -> dict | StepEvent:
     return d
 
 
-def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run; the note says
-    what Stage I kept and why (:func:`app.views.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
+def _added_maps(clip: Any, events: list[Any], top_p: float | None) -> list[Heatmaps]:
+    """The heatmaps again with the video tokens re-selection added (one :class:`Heatmaps`), or [] when none were."""
+    info = next((ev for ev in events if isinstance(ev, PrefillInfo)), None)
+    added = {ev.step: list(ev.added) for ev in events if isinstance(ev, StepEvent) and ev.added}
+    return [Heatmaps(heatmaps(clip, info, top_p, added))] if added and info is not None and info.prune else []
+
+
+def heatmaps(clip: Any, info: Any, top_p: float | None = None, added: dict[int, list[int]] | None = None) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run (again at its end
+    when re-selection added video tokens, ``added``: step -> tokens); the note says what Stage I kept and why
+    (:func:`app.views.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
-                  timestamps=getattr(clip, "timestamps", None))
+                  timestamps=getattr(clip, "timestamps", None), added=added)
     if info.token_grid is None:
         return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
     out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
@@ -317,6 +332,8 @@ def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]
     if p.scores is not None:
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
+    if added:
+        out["summary"] += f", {sum(map(len, added.values()))} added during decoding at {len(added)} refused steps"
     return out
 
 

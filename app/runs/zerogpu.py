@@ -112,16 +112,9 @@ class GpuTime:
     engine: its CUDA graphs are captured inside the GPU task (a fresh worker per Run keeps nothing from the
     last one, and ZeroGPU runs no ``torch.compile``), for the vanilla and the speculative run together; an
     allowance of a few eager forwards per captured step function (decode, the draft's tree, a few verify
-    sizes) until ``scripts/gpu_check.py``'s warm-up column measures it.
-    From ``scripts/gpu_check.py`` on an H200 (torch 2.11, Qwen2.5-VL-7B Self-SD at 16,384 video tokens =
-    128 frames, two hosts): prefill 3.9-6.0 s vanilla + 1.8-2.5 s SpecVLM, 42-64 ms per vanilla step of the
-    engine's loop (launch-bound). The half RTX Pro has about a third of the H200's bf16 compute and a fifth of
-    its memory bandwidth (+18 ms to read 17 GB of weights per step), so: ``per_frame_s`` 0.22 (prefills and
-    CPU decoding; 0.14-0.2 scaled), ``per_token_s`` 0.075 (the mean of a vanilla and a speculative token;
-    0.05-0.07 scaled), ``base_s`` 10 (the worker's start and the weights' move to the GPU). Not measured on
-    ZeroGPU itself. The default ZeroGPU Run (Qwen3-VL-8B + 2B on the static engine, :data:`DEFAULT_FRAMES`
-    frames, :data:`DEFAULT_NEW_TOKENS` new tokens) comes to 60 s; Qwen2.5-VL-7B Self-SD on the eager engine
-    to 44 s, with the paper's 128 frames and 256 tokens to 77 s.
+    sizes) until ``scripts/gpu_check.py``'s warm-up column measures it. The costs come from
+    ``scripts/gpu_check.py`` scaled to that GPU; the figures behind them and the durations of the presets'
+    Runs are in docs/scaling.md (*How a Run's duration is sized*).
     """
 
     base_s: float = 10.0
@@ -147,8 +140,7 @@ class GpuTime:
 
 def duration_factor(size: str) -> float:
     """How ``spaces`` stretches a requested duration on this hardware: its ``duration_factor`` for the
-    ``large`` size (1.5 on the RTX Pro 6000, whose half is slower than the slice durations were first
-    written for), 1 for ``xlarge``, off ZeroGPU, or when ``spaces`` does not say."""
+    ``large`` size (1.5 on the RTX Pro 6000), 1 for ``xlarge``, off ZeroGPU, or when ``spaces`` does not say."""
     if size == "xlarge" or not active():
         return 1.0
     try:
@@ -160,13 +152,13 @@ def duration_factor(size: str) -> float:
 
 def requested_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
     """The ``duration`` given to ``spaces.GPU``: :meth:`GpuTime.seconds` over :func:`duration_factor`, so that
-    what ``spaces`` schedules is the GPU time the Run may need (default Run on the RTX Pro 6000: 40 s asked)."""
+    what ``spaces`` schedules is the GPU time the Run may need."""
     return max(1, math.ceil(budget.seconds(job) / duration_factor(gpu_size(job))))
 
 
 def reserved_seconds(job: Any, budget: GpuTime = GpuTime()) -> int:
     """The GPU time a Run reserves (and that counts against the quota, twice on ``xlarge``): the requested
-    duration as ``spaces`` schedules it (default Run on the RTX Pro 6000: 60 s)."""
+    duration as ``spaces`` schedules it."""
     return int(round(requested_seconds(job, budget) * duration_factor(gpu_size(job))))
 
 

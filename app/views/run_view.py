@@ -160,7 +160,7 @@ class RunView:
         return {}
 
     def _layer(self, msg: LayerProgress, progress: Any) -> dict[str, Any]:
-        """Progress inside a long call, one message per layer (:func:`app.runs.progress.layer_status`)."""
+        """Progress inside a long call, one message per part or tick (:func:`app.runs.progress.layer_status`)."""
         frac, desc, status = layer_status(msg, PHASES, self.runs["spec"].name, self.num_frames, self.notes_text())
         if progress is not None:
             progress(frac, desc)

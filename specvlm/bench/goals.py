@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specvlm.analysis.metrics import speedup
 from specvlm.bench.records import by_size, row_divergence, row_speedup_runs
 from specvlm.bench.settings import PEERS
 
@@ -46,6 +47,13 @@ def _row(report: dict, name: str, method: str) -> dict | None:
 
 def _check(goal: str, ok: bool | None, detail: str) -> dict:
     return {"goal": goal, "status": "SKIP" if ok is None else ("PASS" if ok else "FAIL"), "detail": detail}
+
+
+def _relative(fast: dict | None, slow: dict | None) -> float | None:
+    """``fast``'s decode speedup over ``slow``'s (two result rows of one input): :func:`specvlm.analysis.metrics.speedup`
+    of their decode seconds per token (the rows' median tokens/s); None when either row or speed is missing."""
+    a, b = (r["decode_tokens_per_s"] if r else None for r in (fast, slow))
+    return speedup(1.0 / b, 1.0 / a) if a and b else None
 
 
 def _fmt(x: float | None, unit: str = "x", nd: int = 2) -> str:
@@ -79,13 +87,11 @@ def verdict(report: dict) -> list[dict]:
                       None if std is None or std["speedup"] is None else std["speedup"] >= 2.0,
                       f"speedup {_fmt(std and std['speedup'])}, tau {_fmt(std and std['tau'], '')}"))
     tree = _row(report, name, "none") if std else None
-    rel = std["decode_tokens_per_s"] / tree["decode_tokens_per_s"] if std and tree and tree["decode_tokens_per_s"] \
-        and std["decode_tokens_per_s"] else None
+    rel = _relative(std, tree)
     out.append(_check("SpecVLM >= 1.3x over SD-Tree with the same draft" + at, None if rel is None else rel >= 1.3,
                       f"SpecVLM/SD-Tree tokens/s {_fmt(rel)}"))
     hfa = _row(report, name, "hf-assisted")
-    rel = std["decode_tokens_per_s"] / hfa["decode_tokens_per_s"] if std and hfa and hfa["decode_tokens_per_s"] \
-        and std["decode_tokens_per_s"] else None
+    rel = _relative(std, hfa)
     out.append(_check("SpecVLM faster than HF assisted generation with the same draft" + at,
                       None if rel is None else rel > 1.0, f"SpecVLM/HF-assisted tokens/s {_fmt(rel)}"))
     out.append(_check("SpecVLM Self-SD >= 1.3x over vanilla" + at,
@@ -297,8 +303,7 @@ def _growth_goal(report: dict) -> dict:
 
 def _hf_goal(report: dict, name: str, at: str) -> dict:
     van, hf = _row(report, name, "vanilla"), _row(report, name, "hf")
-    r = van["decode_tokens_per_s"] / hf["decode_tokens_per_s"] if van and hf and hf["decode_tokens_per_s"] \
-        and van["decode_tokens_per_s"] else None
+    r = _relative(van, hf)
     return _check("our vanilla >= 0.95x HF generate() tokens/s" + at, None if r is None else r >= 0.95,
                   f"vanilla/HF {_fmt(r)} ({_fmt(van and van['decode_tokens_per_s'], ' tok/s', 1)} vs "
                   f"{_fmt(hf and hf['decode_tokens_per_s'], ' tok/s', 1)})")

@@ -83,7 +83,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--prompt-lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens (default 10)")
     r.add_argument("--no-step-costs", action="store_true",
                    help="skip the isolated decode vs verify(1..17 tokens) timing on the largest input "
-                        "(~20 s at 16k video tokens on a CPU); the verify goal then uses the runs' mean verify step")
+                        "(an extra timing pass, long on a CPU); the verify goal then uses the runs' mean verify step")
     r.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run N busy worker processes (pure-Python spin) during the warm-up and timed rounds, to "
                         "measure the methods on a machine kept busy by other work; they are stopped at the end "
@@ -304,8 +304,9 @@ def plan_from_args(args: argparse.Namespace, progress: Callable[[str], None] | N
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs, background_load=args.background_load)
     settings.validate()
-    n = args.num_frames if args.num_frames is not None else (preset.num_frames if preset else 16)
-    vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(256, n),
+    from specvlm.models.presets import preset_defaults
+    n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
+    vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)
     plans = plan_inputs(args, pair, vcfg)

@@ -60,6 +60,19 @@ def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -
     return stacked.mean(0)[video_index.to(stacked.device)].cpu()
 
 
+def pass_a_length(inputs: ModelInputs) -> int:
+    """Tokens in pass A of :func:`prefill_target`: the prompt up to its last video token or, when a subtitle
+    transcript follows the video, its last transcript token (the scores stay question-to-video attention);
+    at most the prompt length - 1, so pass B has a query.
+
+    Source: docs/design.md §4.1 (two-pass prefill).
+    """
+    last = int(inputs.video_index[-1])
+    if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
+        last = max(last, int(inputs.subtitle_mask.nonzero().max()))  # transcript: pass A, not a score query
+    return min(last + 1, int(inputs.input_ids.shape[1]) - 1)
+
+
 def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
                    video: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> TargetPrefill:
     """Two-pass target prefill: pass A up to the last video token, pass B the rest.
@@ -85,11 +98,7 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
     if inputs.num_video_tokens == 0:
         raise ValueError("the prompt contains no video tokens: the chat template must include the video.")
     emb, side = prompt_video(model, ad, inputs) if video is None else video
-    L = emb.shape[1]
-    last = int(inputs.video_index[-1])
-    if inputs.subtitle_mask is not None and bool(inputs.subtitle_mask.any()):
-        last = max(last, int(inputs.subtitle_mask.nonzero().max()))  # transcript: pass A, not a score query
-    split = min(last + 1, L - 1)
+    split = pass_a_length(inputs)
     cache = kv.new_cache(model)
     extra = video_lm_kwargs(ad, is_video(inputs)[:split], side)  # every video token is in pass A
     lm_forward(model, ad, emb[:, :split], inputs.positions[:, :split], cache, rows=None, extra=extra)

@@ -35,6 +35,7 @@ from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticdraft import FusedDraft, fused_draft
+from specvlm.engine.statictarget import FusedTarget, fused_target
 from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
                                   verify_step)
 from specvlm.models.stopping import stop_between_layers
@@ -61,7 +62,8 @@ def static_supported(pair: ModelPair, config: DecodeConfig) -> str | None:
     return None
 
 
-def _side(model, adapter, cache, rope_dims: int, capacity: int, fused: FusedDraft | None = None) -> ModelSide:
+def _side(model, adapter, cache, rope_dims: int, capacity: int,
+          fused: FusedDraft | FusedTarget | None = None) -> ModelSide:
     dtype = model.get_input_embeddings().weight.dtype
     return ModelSide(model, adapter, statickv.allocate(cache, capacity), rope_dims, dtype, fused)
 
@@ -96,7 +98,9 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
     yield PrefillInfo(L, inputs.num_video_tokens, 0, None, t_pre.seconds, 0.0, 0.0,
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
     last = tp.last_logits
-    side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + config.max_new_tokens + MARGIN)
+    cap = L + config.max_new_tokens + MARGIN
+    side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), cap,
+                 fused_target(pair.target, pair.adapter, _rope_dims(inputs), inputs.next_position + cap))
     del tp
     em, pick, _, first, event = _first_token(pair, config, last)
     st = vanilla_state(torch.tensor([first], device=dev), inputs.next_position, dev, config.sampling)
@@ -138,10 +142,12 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     L = int(t_in.input_ids.shape[1])
     yield sp.info
     rows, sub = draft_substitute(pair)
-    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling)
+    dtype = pair.target.get_input_embeddings().weight.dtype
+    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling, dtype)
     D, N = shape.depth, shape.nodes
     budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
-    target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget)
+    target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget,
+                   fused_target(pair.target, pair.adapter, _rope_dims(inputs), t_in.next_position + budget))
     fused = _fused(pair, _rope_dims(d_in), d_in.next_position + budget)
     draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted, fused)
     last = tp.last_logits

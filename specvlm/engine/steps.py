@@ -26,11 +26,12 @@ from specvlm.config import SamplingConfig, TreeConfig
 from specvlm.engine.sampledsteps import (Noise, SampledShape, accept_sampled, draft_sampled, new_noise,
                                          sample_from, sampled_shape)
 from specvlm.engine.staticdraft import FusedDraft, fused_forward
+from specvlm.engine.statictarget import FusedTarget, target_forward
 from specvlm.engine.statickv import StaticKV
-from specvlm.spec.deviceaccept import greedy_accept, pack, path_tokens
+from specvlm.spec.deviceaccept import chain_accept, greedy_accept, pack, path_tokens
 from specvlm.spec.devicestatic import StaticPlan, static_plan, static_tree
-from specvlm.spec.devicetree import (DeviceFeed, NextFeed, ancestor_matrix, chain_tree, dynamic_tree, node_depths,
-                                     verify_bias)
+from specvlm.spec.devicetree import (DeviceFeed, NextFeed, Topology, ancestor_matrix, chain_tree, dynamic_tree,
+                                     tree_topology)
 from specvlm.spec.tree import static_paths
 
 
@@ -43,7 +44,8 @@ class ModelSide:
         cache: the request's static cache.
         rope_dims: R, rows of the position ids.
         dtype: the model's float dtype.
-        fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), or None = the module stack.
+        fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), the target's
+            (:mod:`specvlm.engine.statictarget`), or None = the module stack.
 
     Source: docs/design.md §4.13.
     """
@@ -53,12 +55,12 @@ class ModelSide:
     cache: StaticKV
     rope_dims: int
     dtype: torch.dtype
-    fused: FusedDraft | None = None
+    fused: FusedDraft | FusedTarget | None = None
 
 
 def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
                    block_bias: torch.Tensor | None, write: torch.Tensor | None = None,
-                   visible: torch.Tensor | None = None) -> torch.Tensor:
+                   visible: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """One language-model forward over n tokens into the static cache (the length is not advanced).
 
     Args:
@@ -70,6 +72,8 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
         write: int64 (n,) slots to write the n tokens to; None = ``length + arange(n)``.
         visible: with no block, int64 scalar: every query sees slots [0, visible) (one token, or one
             chain node after its contiguous ancestors); None = slots below the length, plus the block.
+        bias: the (1, 1, 1, cap) key bias of ``visible`` (:func:`key_bias`) when the step computed it
+            already, else None.
 
     Returns:
         float (n, vocab) logits.
@@ -77,11 +81,15 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
     Source: docs/design.md §4.13; transformers' ``AttentionInterface`` keywords.
     """
     model, cache = side.model, side.cache
-    bias = key_bias(cache.length if visible is None else visible, cache.slots, side.dtype)
+    if bias is None:
+        bias = key_bias(cache.length if visible is None else visible, cache.slots, side.dtype)
     sa = StaticAttn(bias, block_index, block_bias)
     if side.fused is not None:
         slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
-        return fused_forward(side.fused, cache, sa, tokens, positions, slots)
+        if block_index is not None:
+            sa = _one_mask(side.fused, sa, tokens.shape[0])
+        fwd = target_forward if isinstance(side.fused, FusedTarget) else fused_forward
+        return fwd(side.fused, cache, sa, tokens, positions, slots)
     emb = model.get_input_embeddings()(tokens[None])
     pos = side.adapter.lm_positions(positions[None].expand(side.rope_dims, -1))
     cache.cursor.write = write
@@ -92,6 +100,31 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
     finally:
         cache.cursor.write = None
     return model.get_output_embeddings()(out.last_hidden_state[0])
+
+
+ONE_MASK_ROWS = 24
+"""Folded query rows (tokens x query heads per KV head) up to which a block forward on a CPU attends in one
+masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (fewer ops per
+layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The static engine on a CPU*)."""
+
+
+def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> StaticAttn:
+    """``sa`` as one (1, 1, G*n, cap) bias over the buffer (prefix bias with the block's columns set), folded
+    per query head of a KV head (G), when G*n <= :data:`ONE_MASK_ROWS` on a CPU; else ``sa`` unchanged (on a
+    GPU a float mask would keep SDPA off its flash kernel: the unmasked prefix and the block merge there).
+
+    Source: docs/design.md §4.13 (tree attention over a static buffer).
+    """
+    heads, kv = (fused.dims.heads, fused.dims.kv_heads) if isinstance(fused, FusedDraft) else (fused.heads,
+                                                                                             fused.kv_heads)
+    g = heads // kv
+    if g * n > ONE_MASK_ROWS or sa.key_bias.device.type != "cpu":
+        return sa
+    cap = sa.key_bias.shape[-1]
+    full = sa.key_bias.expand(1, 1, n, cap).index_copy(-1, sa.block_index, sa.block_bias.to(sa.key_bias.dtype))
+    if g > 1:
+        full = full[:, :, None].expand(1, 1, g, n, cap).reshape(1, 1, g * n, cap)
+    return StaticAttn(full, None, None)
 
 
 # --------------------------------------------------------------------------- vanilla
@@ -164,6 +197,9 @@ class TreeShape:
         nodes: N, nodes every step verifies (invalid ones included).
         depth: D, the longest path (accepted tokens per step at most).
         plan: the static tree's plan, or None.
+        pending_bias: float (1, 1, D+1, D+1) causal bias of the pending tokens' feed.
+        topology: the verified tree's :class:`Topology` when it is the same every step (a chain, a
+            greedy static tree), else None (computed per step).
 
     Source: docs/design.md §4.8 and §4.13 (fixed tree sizes).
     """
@@ -173,17 +209,20 @@ class TreeShape:
     depth: int
     vocab: int
     drafted: int
+    pending_bias: torch.Tensor
     plan: StaticPlan | None = None
     sampled: SampledShape | None = None
+    topology: Topology | None = None
 
 
 def tree_shape(config: TreeConfig, vocab: int, device: torch.device,
-               sampling: SamplingConfig | None = None) -> TreeShape:
+               sampling: SamplingConfig | None = None, dtype: torch.dtype = torch.float32) -> TreeShape:
     """The fixed shape of ``config``'s trees over a draft vocabulary of ``vocab`` ids.
 
     Args:
         config: the tree; vocab: the vocabulary shared by draft and target; device: where plans live;
-        sampling: the sampling settings (None or temperature 0: greedy trees).
+        sampling: the sampling settings (None or temperature 0: greedy trees);
+        dtype: the models' float dtype (of the attention biases).
 
     Raises:
         ValueError: an unknown or malformed static preset.
@@ -192,17 +231,19 @@ def tree_shape(config: TreeConfig, vocab: int, device: torch.device,
     """
     plan = static_plan(static_paths(config.static_preset), device) if config.shape == "static" else None
     depth = len(plan.levels) if plan is not None else config.depth
+    pend = causal_bias(depth + 1, dtype, device)
     if sampling is not None and not sampling.greedy:
         sh = sampled_shape(config, sampling, vocab, plan, depth)
-        return TreeShape(config, sh.nodes, depth, vocab, sh.drafted, plan, sh)
+        return TreeShape(config, sh.nodes, depth, vocab, sh.drafted, pend, plan, sh)
     if plan is not None:
         n = int(plan.parents.shape[0])
-        return TreeShape(config, n, depth, vocab, n, plan)
+        return TreeShape(config, n, depth, vocab, n, pend, plan, topology=tree_topology(plan.parents, dtype))
     if config.shape == "chain":
-        return TreeShape(config, depth, depth, vocab, depth)
+        chain = tree_topology(torch.arange(-1, depth - 1, device=device), dtype)
+        return TreeShape(config, depth, depth, vocab, depth, pend, topology=chain)
     k = min(config.top_k, vocab)
     drafted = k + (depth - 1) * k * k
-    return TreeShape(config, min(config.total_tokens, drafted), depth, vocab, drafted)
+    return TreeShape(config, min(config.total_tokens, drafted), depth, vocab, drafted, pend)
 
 
 @dataclass
@@ -264,12 +305,14 @@ def _logp(logits: torch.Tensor, shared: int) -> torch.Tensor:
     return torch.log_softmax(logits[..., :shared].float(), -1)
 
 
-def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> torch.Tensor:
+def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
     """Feed the pending tokens to the draft (all D+1 slots; the length advances by ``n_pending``).
 
     Args:
         side: the draft. st: the state. offset: draft position - target position.
         shared: vocabulary size shared with the target (log-probs are over it).
+        bias: the (1, 1, D+1, D+1) causal bias (:attr:`TreeShape.pending_bias`), or None = built here.
 
     Returns:
         float32 (shared,) draft log-probs after the root.
@@ -279,7 +322,8 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> to
     cache, n = side.cache, st.pending.shape[0]
     ar = cache.slots[:n]
     positions = st.pos + offset - (st.n_pending - 1) + ar
-    logits = static_forward(side, st.pending, positions, ar + cache.length, causal_bias(n, side.dtype, ar.device))
+    bias = causal_bias(n, side.dtype, ar.device) if bias is None else bias
+    logits = static_forward(side, st.pending, positions, ar + cache.length, bias)
     cache.advance(st.n_pending)
     return _logp(logits.index_select(0, (st.n_pending - 1).view(1))[0], shared)
 
@@ -287,25 +331,29 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int) -> to
 def _tree_feed(side: ModelSide, st: SpecState, offset: int, shared: int) -> DeviceFeed:
     """The draft on tree nodes (:data:`DeviceFeed`): drafted node i lives at slot length + i."""
     cache = side.cache
+    prefix = key_bias(cache.length, cache.slots, side.dtype)   # the same at every level of the step
 
     def feed(tokens: torch.Tensor, parents: torch.Tensor, front: torch.Tensor) -> torch.Tensor:
         slots = cache.slots[: tokens.shape[0]] + cache.length
         anc = ancestor_matrix(parents)
         depth = anc.sum(-1)[front]
         logits = static_forward(side, tokens[front], st.pos + offset + depth, slots,
-                                allowed_bias(anc[front], side.dtype), write=slots[front])
+                                allowed_bias(anc[front], side.dtype), write=slots[front], bias=prefix)
         return _logp(logits, shared)
     return feed
 
 
-def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int) -> NextFeed:
+def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int, shape_depth: int) -> NextFeed:
     """The draft on one chain node (:data:`NextFeed`): node d (1-based) lives at slot length + d - 1."""
     cache = side.cache
+    d_max = max(shape_depth, 2)
+    visible = cache.length + cache.slots[1:d_max]                       # node d sees slots [0, length + d)
+    rows = key_bias(visible[:, None], cache.slots, side.dtype).view(d_max - 1, 1, 1, 1, -1)   # one op per step
+    slots, positions = visible - 1, st.pos + offset + cache.slots[1:d_max]
 
     def feed_next(tok: torch.Tensor, d: int) -> torch.Tensor:
-        slot = (cache.length + d - 1).view(1)
-        logits = static_forward(side, tok.view(1), (st.pos + offset + d).view(1), None, None, write=slot,
-                                visible=cache.length + d)
+        logits = static_forward(side, tok.view(1), positions[d - 1:d], None, None, write=slots[d - 1:d],
+                                bias=rows[d - 1])
         return _logp(logits[-1], shared)
     return feed_next
 
@@ -317,13 +365,13 @@ def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, sh
 
     Source: docs/design.md §4.8; EAGLE-2 (Li et al. 2024) Sec. 4.
     """
-    root_logp = feed_pending(side, st, offset, shared)
+    root_logp = feed_pending(side, st, offset, shared, shape.pending_bias)
     c = shape.config
     if shape.sampled is not None:
         tree = draft_sampled(root_logp, _tree_feed(side, st, offset, shared), c, shape.plan, shape.sampled,
                              shape.depth, st.noise)
     elif c.shape == "chain":
-        tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared), c.depth, c.min_prob)
+        tree = chain_tree(root_logp, _chain_feed(side, st, offset, shared, c.depth), c.depth, c.min_prob)
     elif c.shape == "static":
         tree = static_tree(root_logp, _tree_feed(side, st, offset, shared), shape.plan)
     else:
@@ -344,14 +392,16 @@ def verify_step(side: ModelSide, st: SpecState, shape: TreeShape, draft_rows: in
     cache, d = side.cache, shape.depth
     n = shape.nodes + 1
     ar = cache.slots[:n]
-    depths = torch.cat([ar[:1], node_depths(st.parents)])
-    logits = static_forward(side, torch.cat([st.root, st.tokens]), st.pos + depths, ar + cache.length,
-                            verify_bias(st.parents, side.dtype)[None, None])
+    topo = shape.topology if shape.topology is not None else tree_topology(st.parents, side.dtype)
+    logits = static_forward(side, torch.cat([st.root, st.tokens]), st.pos + topo.depths, ar + cache.length,
+                            topo.bias)
     drafted = torch.where(st.valid, st.tokens, -1)
     if shape.sampled is not None:
         path, acc, bonus = accept_sampled(logits, drafted, st.parents, shape.sampled, d, st.noise)
+    elif shape.config.shape == "chain":
+        path, acc, bonus = chain_accept(drafted, logits.argmax(-1))
     else:
-        path, acc, bonus = greedy_accept(drafted, st.parents, logits.argmax(-1), d)
+        path, acc, bonus = greedy_accept(drafted, st.parents, logits.argmax(-1), d, topo.anc)
     if shape.config.shape == "chain":
         cache.advance(acc + 1)                   # a chain's path is a prefix of the block: nothing moves
     else:

@@ -28,7 +28,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from specvlm.models import stopping
+from specvlm.models import chunkattn, stopping
 from specvlm.models.staticattn import attend_lse, merge_lse, static_attention
 
 ATTN_IMPL = "specvlm_gqa"
@@ -39,6 +39,7 @@ MAX_GROUPED_QUERY = 256
 
 
 _FOLDED = threading.local()
+_TAP = threading.local()    # .sink: None, or a query_tap sink; per thread
 _MODE = threading.local()   # .value: None (the fast path), ("weights", sink) or ("sdpa", None); per thread
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 MIN_SPLIT_PREFIX = 12288
@@ -109,6 +110,25 @@ def attention_weights(sink: Callable[[torch.Tensor], None]) -> contextlib.Abstra
     return _mode(("weights", sink))
 
 
+@contextlib.contextmanager
+def query_tap(sink: Callable[[torch.Tensor, float], None]) -> Iterator[None]:
+    """Within this block, on this thread, every ``specvlm_gqa`` layer hands its query states to ``sink``
+    before attending (the attention itself is unchanged), in layer order: a verify forward's queries,
+    scored later against the cached keys for one row only (:mod:`specvlm.engine.reselect`).
+
+    Args:
+        sink: called with (query (B, H, n, d) after RoPE, the attention scale) per layer.
+
+    Source: docs/design.md §4.9 (the verify forward); the row's attention as :func:`attention_weights` defines it.
+    """
+    before = getattr(_TAP, "sink", None)
+    _TAP.sink = sink
+    try:
+        yield
+    finally:
+        _TAP.sink = before
+
+
 def plain_sdpa() -> contextlib.AbstractContextManager[None]:
     """Within this block, on this thread, ``specvlm_gqa`` layers run transformers' stock SDPA path
     (what ``attn_implementation="sdpa"`` runs), e.g. for ``model.generate()`` as a reference."""
@@ -168,13 +188,17 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
 
     Returns:
         (attn_output (B, n, H, d), None). One unmasked query (a decode step): folded too
-        (:func:`_decode_attention`). Longer unmasked queries (prefill) or long masked ones:
-        transformers' SDPA path.
+        (:func:`_decode_attention`). A whole long prompt inside a stop-checked prefill on the CPU: the
+        same numbers in query chunks (:mod:`specvlm.models.chunkattn`). Other unmasked queries (prefill)
+        or long masked ones: transformers' SDPA path.
     """
     static = kwargs.get(STATIC_KWARG)
     if static is not None:   # a static step (specvlm.engine.steps): buffer prefix + block, merged by LSE
         return static_attention(query, key, value, static, scaling), None
     stopping.check()   # the decoder layers' stop check (a prefill inside stop_between_layers)
+    tap = getattr(_TAP, "sink", None)
+    if tap is not None:
+        tap(query, scaling if scaling is not None else query.shape[-1] ** -0.5)
     mode, sink = getattr(_MODE, "value", None) or (None, None)
     if mode == "weights":
         return _eager_with_weights(module, query, key, value, attention_mask, dropout, scaling, sink)
@@ -185,6 +209,8 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
     kvh, L = key.shape[1], key.shape[-2]
     if attention_mask is None and n == 1 and kvh < h:
         return _decode_attention(query, key, value, scaling)
+    if attention_mask is None and chunkattn.applies(module, query, key, dropout, is_causal):
+        return chunkattn.causal_attention(query, key, value, scaling), None   # stop checks between chunks
     if attention_mask is None or n > MAX_GROUPED_QUERY or kvh == h or attention_mask.dim() != 4 \
             or attention_mask.shape[1] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from specvlm import assets
-from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, DecodeConfig, TreeConfig, VideoConfig
+from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
 from specvlm.models.ceiling import Ceiling, ceiling_note, preset_ceiling
 
 BUNDLED_TARGET = assets.path("model", "target")
@@ -205,9 +205,9 @@ class PaperSetting:
     target: str
     draft: str | None
     num_frames: int
-    max_pixels: int = 448 * 448
-    drop_rate: float = 0.9
-    top_p: float = 0.4
+    max_pixels: int = VideoConfig.max_pixels
+    drop_rate: float = PruneConfig.drop_rate
+    top_p: float = PruneConfig.top_p
     max_new_tokens: int = DecodeConfig.max_new_tokens
     dataset: str = "videodetailcaption"
     description: str = ""

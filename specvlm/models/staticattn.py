@@ -35,7 +35,9 @@ class StaticAttn:
 
     Attributes:
         key_bias: float (1, 1, 1, cap) additive bias over the buffer's slots: 0 below the
-            device-side length, a large negative number elsewhere; the model's dtype.
+            device-side length, a large negative number elsewhere; the model's dtype. With no block it
+            may instead hold one row per folded query row, (1, 1, G*n, cap) (G query heads per KV
+            head, head-major), e.g. a tree block's bias merged into the buffer's.
         block_index: int64 (F,) buffer slots of the block's keys: the n tokens written by this
             step, and for a draft tree level also the tree nodes written by earlier levels; None when
             every query sees exactly the slots ``key_bias`` leaves visible (one token, a chain node).

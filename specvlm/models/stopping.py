@@ -2,8 +2,8 @@
 
 A prefill is one forward per model over the whole prompt (thousands of video tokens), so the
 decode loop's check before every step cannot end it: on a CPU a long video's prefill takes
-minutes, most of it in the vision encoder (the bundled model on 256 frames of a 30 s clip: ~15 s of
-a ~21 s prefill). The check (:func:`check`) reads the calling thread's current callback; it runs
+tens of seconds to minutes, most of it in the decoder layers' attention over the whole prompt
+(docs/design.md §8). The check (:func:`check`) reads the calling thread's current callback; it runs
 
 * before every block of the vision encoder (and any other ``nn.ModuleList`` outside the language
   model): a forward pre-hook installed once, when a pair is built (:func:`install_stop_checks`,
@@ -11,7 +11,10 @@ a ~21 s prefill). The check (:func:`check`) reads the calling thread's current c
   only in a prefill;
 * at the start of every decoder layer's attention: the engine's attention function calls it
   (:func:`specvlm.models.attention.gqa_attention`). A decode step therefore pays one thread-local
-  lookup per layer and no module hook (a hook puts every layer call on PyTorch's slower hooked path).
+  lookup per layer and no module hook (a hook puts every layer call on PyTorch's slower hooked path);
+* between the query chunks of a long prompt's causal attention, which the engine's attention cuts into
+  chunks of about equal work inside a ``with`` block (:mod:`specvlm.models.chunkattn`, bitwise the same
+  output), so one decoder layer over a long video is several checks apart, not one.
 
 :func:`stop_between_layers` sets the callback for the duration of a ``with`` block, on its thread
 only: nothing on the shared models changes per request, and a concurrent request on another thread
@@ -39,6 +42,14 @@ def check() -> None:
     should_stop = getattr(_LOCAL, "should_stop", None)
     if should_stop is not None and should_stop():
         raise Stopped("the prefill was stopped")
+
+
+def active() -> bool:
+    """Whether the calling thread is inside :func:`stop_between_layers` with a callback.
+
+    Source: this module (no external reference).
+    """
+    return getattr(_LOCAL, "should_stop", None) is not None
 
 
 def _check(_module: torch.nn.Module, _args: Any) -> None:
@@ -71,7 +82,8 @@ def checked_layers(model: torch.nn.Module) -> int:
 def stop_between_layers(should_stop: Callable[[], bool] | None) -> Iterator[None]:
     """Inside the block, on this thread, ``should_stop()`` is polled before every vision block of models with
     :func:`install_stop_checks`, at the start of every decoder layer's attention (the engine's
-    ``specvlm_gqa``), and once on entry.
+    ``specvlm_gqa``), between the query chunks of a long prompt's attention
+    (:func:`specvlm.models.chunkattn.chunk_bounds`), and once on entry.
 
     Args:
         should_stop: the callback (None: no checks).

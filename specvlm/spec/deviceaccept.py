@@ -21,8 +21,8 @@ from specvlm.spec.devicetree import DeviceTreeError, ancestor_matrix
 
 
 # --------------------------------------------------------------------------- greedy
-def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: torch.Tensor, max_depth: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: torch.Tensor, max_depth: int,
+                  anc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The longest path whose drafted tokens equal the target's greedy tokens (:func:`specvlm.spec.drafters.greedy_accept`).
 
     A node is on the path iff it and every ancestor carry the target's argmax after their parent and
@@ -33,6 +33,7 @@ def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: to
         parents: int64 (n,) parents-first (-1 = child of the root).
         target_argmax: int64 (n+1,) the target's argmax after the root (row 0) and after each node.
         max_depth: path slots; at least the tree's depth (deeper nodes are never accepted).
+        anc: bool (n, n) ``ancestor_matrix(parents)`` when already computed, else None.
 
     Returns:
         (path int64 (max_depth,) node indices root-first padded with -1, accept_len int64 (),
@@ -45,7 +46,7 @@ def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: to
     same = (parents[:, None] == parents[None, :]) & (tokens[:, None] == tokens[None, :])
     first = ~(same & (idx[None, :] < idx[:, None])).any(-1)
     good = (tokens == target_argmax[parents + 1]) & first
-    anc = ancestor_matrix(parents)
+    anc = ancestor_matrix(parents) if anc is None else anc
     depth = anc.sum(-1)
     ok = ~(anc & ~good[None, :]).any(-1) & (depth <= max_depth)
     levels = torch.arange(1, max_depth + 1, device=tokens.device)
@@ -54,6 +55,23 @@ def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: to
     path = torch.cat([none, torch.where(hit, idx[None, :], -1)], dim=1).amax(-1)
     accept_len = ok.sum()
     return path, accept_len, _after(path, accept_len, target_argmax)
+
+
+def chain_accept(tokens: torch.Tensor, target_argmax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`greedy_accept` for a chain (node i's parent is node i - 1): the longest matching prefix.
+
+    Args:
+        tokens: int64 (D,) drafted chain tokens (-1 = never accepted).
+        target_argmax: int64 (D+1,) the target's argmax after the root (row 0) and after each node.
+
+    Returns:
+        (path int64 (D,) = 0..accept_len-1 then -1, accept_len int64 (), bonus int64 ()), as ``greedy_accept``.
+
+    Source: Leviathan et al. 2023 (greedy chain verification); docs/design.md §4.9.
+    """
+    idx = torch.arange(tokens.shape[0], device=tokens.device)
+    accept_len = (tokens == target_argmax[:-1]).cumprod(0).sum()
+    return torch.where(idx < accept_len, idx, -1), accept_len, target_argmax.index_select(0, accept_len.view(1))[0]
 
 
 def _after(path: torch.Tensor, accept_len: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

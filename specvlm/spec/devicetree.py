@@ -278,12 +278,13 @@ def node_depths(parents: torch.Tensor) -> torch.Tensor:
     return ancestor_matrix(parents).sum(-1)
 
 
-def verify_bias(parents: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def verify_bias(parents: torch.Tensor, dtype: torch.dtype, anc: torch.Tensor | None = None) -> torch.Tensor:
     """Additive attention bias among [root] + n tree nodes (the cached prefix is handled separately).
 
     Args:
         parents: int64 (n,) parents-first.
         dtype: the model's float dtype.
+        anc: bool (n, n) :func:`ancestor_matrix` of ``parents`` when already computed, else None.
 
     Returns:
         dtype (n+1, n+1): 0 where allowed, ``finfo(dtype).min`` elsewhere; the root sees itself, a node
@@ -295,6 +296,38 @@ def verify_bias(parents: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     n = parents.shape[0]
     dev = parents.device
     top = (torch.arange(n + 1, device=dev) == 0)[None, :]
-    body = torch.cat([torch.ones(n, 1, dtype=torch.bool, device=dev), ancestor_matrix(parents)], dim=1)
+    anc = ancestor_matrix(parents) if anc is None else anc
+    body = torch.cat([torch.ones(n, 1, dtype=torch.bool, device=dev), anc], dim=1)
     allowed = torch.cat([top, body], dim=0)
     return torch.zeros(n + 1, n + 1, dtype=dtype, device=dev).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A tree's structure as a verify step uses it (root + n nodes).
+
+    Attributes:
+        anc: bool (n, n) :func:`ancestor_matrix`.
+        depths: int64 (n+1,) 0 for the root, then each node's depth (positions = root's + depth).
+        bias: float (1, 1, n+1, n+1) :func:`verify_bias` in the model's dtype.
+    """
+
+    anc: torch.Tensor
+    depths: torch.Tensor
+    bias: torch.Tensor
+
+
+def tree_topology(parents: torch.Tensor, dtype: torch.dtype) -> Topology:
+    """The :class:`Topology` of a tree from its parents (one :func:`ancestor_matrix` for all three parts).
+
+    A fixed tree (a chain, a greedy static tree) computes it once per request; a dynamic tree once per step.
+
+    Args:
+        parents: int64 (n,) parents-first (-1 = child of the root).
+        dtype: the model's float dtype (of the bias).
+
+    Source: SpecInfer (Miao et al. 2024) tree attention; docs/design.md §4.9.
+    """
+    anc = ancestor_matrix(parents)
+    depths = torch.cat([parents.new_zeros(1), anc.sum(-1)])
+    return Topology(anc, depths, verify_bias(parents, dtype, anc)[None, None])

@@ -28,7 +28,7 @@ def sample_indices(
     num_frames: int | None = None,
     fps: float | None = None,
     native_fps: float | None = None,
-    max_frames: int = 256,
+    max_frames: int = VideoConfig.max_frames,
     even: bool = False,
     timestamps: np.ndarray | None = None,
 ) -> np.ndarray:

@@ -40,16 +40,23 @@ def launched(exe: str):
 
 
 @contextlib.contextmanager
+def browser_page(url: str, exe, viewport: tuple[int, int] = (1400, 1000)):
+    """A headless Chromium page opened on ``url``; closes the page, and the browser when ``exe`` is a launcher
+    path (a Browser from :func:`launched` stays open)."""
+    with contextlib.ExitStack() as stack:
+        browser = stack.enter_context(launched(exe)) if isinstance(exe, str) else exe
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        stack.callback(page.close)
+        page.goto(url, wait_until="domcontentloaded", timeout=60_000)
+        yield page
+
+
+@contextlib.contextmanager
 def served_page(demo, port: int, exe, viewport: tuple[int, int] = (1400, 1000), close_demo: bool = True):
-    """A headless Chromium page opened on the launched ``demo`` at ``port``; closes the page, the browser (when
-    ``exe`` is a launcher path; a Browser from :func:`launched` stays open) and the demo (``close_demo``)
-    afterwards."""
+    """A headless Chromium page opened on the launched ``demo`` at ``port`` (:func:`browser_page`); closes the
+    demo afterwards unless ``close_demo`` is False."""
     try:
-        with contextlib.ExitStack() as stack:
-            browser = stack.enter_context(launched(exe)) if isinstance(exe, str) else exe
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            stack.callback(page.close)
-            page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded", timeout=60_000)
+        with browser_page(f"http://127.0.0.1:{port}/", exe, viewport) as page:
             yield page
     finally:
         if close_demo:
@@ -91,6 +98,18 @@ STATUS_LOG_JS = """() => {
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 """Records every distinct status line the page shows, in order."""
+
+
+STATUS_TIMES_JS = """() => {
+  window.__statusTimes = [];
+  new MutationObserver(() => {
+    const s = document.querySelector('#status .prose') || document.getElementById('status');
+    const t = s ? s.innerText.trim() : '';
+    const log = window.__statusTimes;
+    if (t && (!log.length || log[log.length - 1][1] !== t)) log.push([performance.now() / 1000, t]);
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+"""Records every distinct status line the page shows with the page's clock (seconds) when it appeared."""
 
 
 def wait_until(cond, timeout_s: float = 30.0) -> None:
