@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os as _os
 
-from specvlm.config import DecodeConfig, PruneConfig, TreeConfig, VideoConfig, ConfigError
+from specvlm.config import DecodeConfig, PruneConfig, ReselectConfig, TreeConfig, VideoConfig, ConfigError
 from specvlm.engine.threads import omp_env_defaults as _omp_env_defaults
 
 # OpenMP reads its wait policy once, when torch loads it: bound the idle spin first
 # (a no-op when torch is already imported or the user set it; specvlm.engine.threads).
 _os.environ.update(_omp_env_defaults())
 
-__all__ = ["DecodeConfig", "PruneConfig", "TreeConfig", "VideoConfig", "ConfigError",
+__all__ = ["DecodeConfig", "PruneConfig", "ReselectConfig", "TreeConfig", "VideoConfig", "ConfigError",
            "load_pair", "load_video", "prepare", "stream", "generate"]
 
 

@@ -335,14 +335,17 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
 def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_timing():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-10:] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs",
-                         "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
+    assert ids[-15:-5] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs",
+                           "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
+    assert ids[-5:] == ["reselect", "reselect-min-share", "reselect-step-tokens", "reselect-total-tokens",
+                        "adaptive-r"]                             # beyond the paper, appended after them
     assert comps["engine"].value == "eager" and [v for _, v in comps["engine"].choices] == ["eager", "static"]
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]
     assert comps["keep_text"].value is False and comps["truth"].file_types is None  # any file: the page says why
     assert comps["min_prob"].value == 0.0 and comps["min_prob"].maximum < 1.0
+    assert comps["reselect"].value is False and comps["adaptive_r"].value is False   # paper defaults
 
 
 def test_compare_passes_subtitles_mode_and_truth_to_the_engine(tmp_path):

@@ -86,7 +86,9 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     from app.inputs.settings import FIELDS, server_engine
     from specvlm.config import ENGINE_BY_DEVICE
 
-    assert [f.name for f in FIELDS[-3:]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
+    assert [f.name for f in FIELDS[-8:-5]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
+    assert [f.name for f in FIELDS[-5:]] == ["reselect", "reselect_min_share", "reselect_step_tokens",
+                                             "reselect_total_tokens", "adaptive_r"]        # appended after them
     assert build_configs(RunSettings(), Limits())[0].engine == ENGINE_BY_DEVICE["cpu"]
     assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
     assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
-                            TreeConfig, VideoConfig, config_from_settings, default_engine)
+                            ReselectConfig, TreeConfig, VideoConfig, config_from_settings, default_engine)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
@@ -150,7 +150,10 @@ class RunSettings:
             (1 to :data:`app.runs.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
         engine: the decode loop of both runs (:data:`specvlm.config.ENGINES`); "" = the default of the device
             the server decodes on (:func:`specvlm.config.default_engine`), so the speedup is always over vanilla
-            on the same engine.
+            on the same engine (the eager one with re-selection on).
+        reselect, reselect_min_share, reselect_step_tokens, reselect_total_tokens: re-selection of the draft's
+            video tokens at refused steps (:class:`specvlm.config.ReselectConfig`; off by default).
+        adaptive_r: r per clip from the target's attention (:attr:`specvlm.config.PruneConfig.adaptive_r`).
     """
 
     preset: str = ""
@@ -173,6 +176,11 @@ class RunSettings:
     fixed_length: bool = not _DEC.stop_at_eos
     timing_pairs: int = 1
     engine: str = ""
+    reselect: bool = _DEC.reselect.enabled
+    reselect_min_share: float = _DEC.reselect.min_share
+    reselect_step_tokens: int = _DEC.reselect.step_tokens
+    reselect_total_tokens: int = _DEC.reselect.total_tokens
+    adaptive_r: bool = _DEC.prune.adaptive_r
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +204,9 @@ FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset
           Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
           Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"),
           Field("engine", "engine"), Field("top_p", "top_p", renamed_to="lambda_"),
-          Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"))
+          Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"), Field("reselect", "reselect"),
+          Field("reselect_min_share", "reselect_min_share"), Field("reselect_step_tokens", "reselect_step_tokens"),
+          Field("reselect_total_tokens", "reselect_total_tokens"), Field("adaptive_r", "adaptive_r"))
 """The one table of ``/compare``'s inputs, in order (new ones are appended, so API callers that pass fewer
 arguments keep working); the handlers' parameters (:func:`handler_parameters`), the page's input list and
 :meth:`RunRequest.from_inputs` all read it. ``lambda_`` and ``max_new_tokens`` are the CLI's names (``--lambda``,
@@ -264,6 +274,7 @@ class RunRequest:
         kw["subtitle_mode"] = kw.get("subtitle_mode") or d.subtitle_mode
         kw["keep_text"] = bool(kw.get("keep_text", d.keep_text))
         kw["fixed_length"] = bool(kw.get("fixed_length", d.fixed_length))
+        kw["reselect"], kw["adaptive_r"] = bool(kw.get("reselect", d.reselect)), bool(kw.get("adaptive_r", d.adaptive_r))
         return cls(video=values.get("video") or None, prompt=values.get("prompt") or "",
                    settings=RunSettings(**kw), srt=values.get("srt") or None, truth=values.get("truth") or None,
                    heatmap_mode=HEATMAP_MODES.get(values.get("hm_mode") or "stages", values.get("hm_mode") or "stages"))
@@ -295,7 +306,11 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
         raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
     try:
         ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
-                                                       "max_new_tokens", "timing_pairs")}
+                                                       "max_new_tokens", "timing_pairs", "reselect_step_tokens",
+                                                       "reselect_total_tokens")}
+        reselect = ReselectConfig(enabled=bool(s.reselect), min_share=_as_float("re-selection share",
+                                                                                 s.reselect_min_share),
+                                  step_tokens=ints["reselect_step_tokens"], total_tokens=ints["reselect_total_tokens"])
         dec = config_from_settings(
             s.method, max_new_tokens=ints["max_new_tokens"], drop_rate=_as_float("drop rate r", s.drop_rate),
             top_p=_as_float("λ", s.top_p), seed=_as_int("seed", s.seed),
@@ -304,7 +319,7 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
             tree=preset_tree(_library_presets() if presets is None else presets, s.preset),
             shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"], total_tokens=ints["total_tokens"],
             min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length,
-            engine=s.engine or None, device_type=device_type)
+            engine=s.engine or None, device_type=device_type, adaptive_r=bool(s.adaptive_r), reselect=reselect)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e

@@ -115,6 +115,23 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                           elem_id="timing-pairs")
         c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine", info=(
             "both runs, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python"))
+        with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
+            c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens at refused steps",
+                                        info="when the target refuses the draft while looking at video tokens the "
+                                             "draft lacks, add the most attended of them to the draft; output "
+                                             "unchanged; eager engine", elem_id="reselect")
+            c["adaptive_r"] = gr.Checkbox(value=d.adaptive_r, label="Adaptive r",
+                                          info="r per clip: keep the video tokens holding most of the target's "
+                                               "attention (drop rate r is then unused)", elem_id="adaptive-r")
+        with gr.Row():
+            c["reselect_min_share"] = gr.Slider(0.0, 1.0, value=d.reselect_min_share, step=0.05,
+                                                label="Re-select above this unseen share",
+                                                info="of the target's video attention at the refused position",
+                                                elem_id="reselect-min-share")
+            c["reselect_step_tokens"] = gr.Slider(1, 256, value=d.reselect_step_tokens, step=1, precision=0,
+                                                  label="Tokens added per step", elem_id="reselect-step-tokens")
+            c["reselect_total_tokens"] = gr.Slider(1, 4096, value=d.reselect_total_tokens, step=1, precision=0,
+                                                   label="Tokens added per run", elem_id="reselect-total-tokens")
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
                                          info="0 = greedy (token-identical outputs)", elem_id="temperature")

@@ -247,6 +247,7 @@ class DecodeWorker:
                 top_p = getattr(getattr(dec, "prune", None), "top_p", None)
                 maps = [Heatmaps(heatmaps(clip, ev, top_p)) for ev in items
                         if isinstance(ev, PrefillInfo) and ev.prune is not None]
+                maps += _added_maps(clip, events, top_p) if finished else []   # re-selection's tokens, at the end
                 runs = [RunEvents(name, tuple(_plain(ev) for ev in items), finished)] if items or finished else []
                 yield ticks.news() + maps + runs
         return events
@@ -309,13 +310,21 @@ def _plain(ev: Any) -> dict | StepEvent:
     return d
 
 
-def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
-    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run; the note says
-    what Stage I kept and why (:func:`app.views.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
+def _added_maps(clip: Any, events: list[Any], top_p: float | None) -> list[Heatmaps]:
+    """The heatmaps again with the video tokens re-selection added (one :class:`Heatmaps`), or [] when none were."""
+    info = next((ev for ev in events if isinstance(ev, PrefillInfo)), None)
+    added = {ev.step: list(ev.added) for ev in events if isinstance(ev, StepEvent) and ev.added}
+    return [Heatmaps(heatmaps(clip, info, top_p, added))] if added and info is not None and info.prune else []
+
+
+def heatmaps(clip: Any, info: Any, top_p: float | None = None, added: dict[int, list[int]] | None = None) -> dict[str, Any]:
+    """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run (again at its end
+    when re-selection added video tokens, ``added``: step -> tokens); the note says what Stage I kept and why
+    (:func:`app.views.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,
-                  timestamps=getattr(clip, "timestamps", None))
+                  timestamps=getattr(clip, "timestamps", None), added=added)
     if info.token_grid is None:
         return {"stages": [], "scores": None, "fpt": fpt, "note": "This model gave no token → frame map, so no heatmap."}
     out = {"stages": plots.heatmap_gallery(clip.frames, info.token_grid, mode="stages", **common),
@@ -323,6 +332,8 @@ def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]
     if p.scores is not None:
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
+    if added:
+        out["summary"] += f", {sum(map(len, added.values()))} added during decoding at {len(added)} refused steps"
     return out
 
 

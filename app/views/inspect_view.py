@@ -231,7 +231,8 @@ def accept_colored_html(record: RunRecord) -> str:
 def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) -> list[tuple[np.ndarray, str]]:
     """Stage I / Stage II (or score) maps of the frames, on the record's thumbnails (grey without).
 
-    The kept set is chosen once per request (at prefill), so these are the maps at every step.
+    The kept set is chosen once per request (at prefill); the video tokens re-selection added during decoding
+    have their own colour and their step in the caption ("added at step N").
     """
     info = record.prefill
     if info.token_grid is None or info.prune is None:
@@ -247,7 +248,8 @@ def prune_maps(record: RunRecord, mode: str = "stages", max_images: int = 16) ->
         mode = "stages"  # score-free method: show the kept set
     return plots.heatmap_gallery(frames, info.token_grid, keep=p.keep, stage1=p.stage1, stage2=p.stage2,
                                  scores=p.scores, mode=mode, frames_per_token=info.frames_per_token,
-                                 timestamps=record.timestamps or None, max_images=max_images, max_side=None)
+                                 timestamps=record.timestamps or None, max_images=max_images, max_side=None,
+                                 added=record.added_per_step)
 
 
 def summary_md(record: RunRecord) -> str:
@@ -257,9 +259,14 @@ def summary_md(record: RunRecord) -> str:
     subs = ""
     if p.target_subtitle_tokens or p.draft_subtitle_tokens:
         subs = f" · subtitle tokens: target {p.target_subtitle_tokens}, draft {p.draft_subtitle_tokens}"
+    more = ""
+    if (record.settings.get("prune") or {}).get("adaptive_r") and record.r_reason:
+        more += f" · adaptive r = {record.r_used:.3f}: {record.r_reason}"
+    if (record.settings.get("reselect") or {}).get("enabled"):
+        more += f" · re-selection added {record.num_added} video tokens at {len(record.added_per_step)} refused steps"
     return (f"**{record.settings.get('method', (pr.method if pr is not None else None) or '?')}** · τ = {record.tau:.2f} over "
             f"{len(record.verify_steps)} verify steps · {len(record.token_ids)} tokens · video tokens kept "
-            f"{kept}{subs}")
+            f"{kept}{subs}{more}")
 
 
 def default_step(record: RunRecord) -> int | None:

@@ -33,7 +33,10 @@ DROPPED_DIM = 0.3
 OVERLAY_ALPHA = 0.5
 """Blend weight of the overlay colour on kept tokens and on score cells."""
 
-DROPPED, STAGE1, STAGE2, KEPT, NO_TOKEN = 0, 1, 2, 3, 4
+ADDED_RGB = (217, 70, 239)
+"""Overlay colour of tokens re-selection added to the draft during decoding (:class:`specvlm.config.ReselectConfig`)."""
+
+DROPPED, STAGE1, STAGE2, KEPT, NO_TOKEN, ADDED = 0, 1, 2, 3, 4, 5
 """Per-token category codes used by :func:`token_categories`."""
 
 DRAFT_BG = "rgba(34, 197, 94, 0.35)"
@@ -72,8 +75,9 @@ def score_colormap(values: np.ndarray) -> np.ndarray:
     return _CMAP[lo] * (1.0 - frac) + _CMAP[lo + 1] * frac
 
 
-def token_categories(num_tokens: int, keep: Any = None, stage1: Any = None, stage2: Any = None) -> np.ndarray:
-    """Category per video token: DROPPED, STAGE1, STAGE2 or KEPT.
+def token_categories(num_tokens: int, keep: Any = None, stage1: Any = None, stage2: Any = None,
+                     added: Any = None) -> np.ndarray:
+    """Category per video token: DROPPED, STAGE1, STAGE2, KEPT or ADDED.
 
     Tokens in ``keep`` but in neither stage (single-stage methods such as ``attention`` or
     ``random``) are KEPT. With ``keep`` None and no stages, every token is KEPT (no pruning).
@@ -83,6 +87,7 @@ def token_categories(num_tokens: int, keep: Any = None, stage1: Any = None, stag
         keep: int indices (K,) of kept tokens, or None.
         stage1: int indices of Stage I picks, or None.
         stage2: int indices of Stage II picks, or None.
+        added: int indices re-selection added during decoding, or None.
 
     Returns:
         int8 array (V,).
@@ -97,6 +102,7 @@ def token_categories(num_tokens: int, keep: Any = None, stage1: Any = None, stag
         cats[s1] = STAGE1
     if s2 is not None:
         cats[s2] = STAGE2
+    cats[_np([] if added is None else added, np.int64)] = ADDED
     return cats
 
 
@@ -159,7 +165,7 @@ def stage_overlay(frame: np.ndarray, rows: np.ndarray, cols: np.ndarray, cats: n
     h, w = frame.shape[:2]
     cat_px = _upsample(_cell_map(rows, cols, cats.astype(np.float32), grid_hw, NO_TOKEN), h, w).astype(int)
     out = frame.astype(np.float32)
-    for code, rgb in ((STAGE1, STAGE1_RGB), (STAGE2, STAGE2_RGB), (KEPT, KEPT_RGB)):
+    for code, rgb in ((STAGE1, STAGE1_RGB), (STAGE2, STAGE2_RGB), (KEPT, KEPT_RGB), (ADDED, ADDED_RGB)):
         m = cat_px == code
         out[m] = out[m] * (1.0 - alpha) + np.asarray(rgb, np.float32) * alpha
     m = cat_px == DROPPED
@@ -200,18 +206,9 @@ def _resize(frame: np.ndarray, max_side: int | None) -> np.ndarray:
 
 
 def heatmap_gallery(
-    frames: np.ndarray,
-    token_grid: Any,
-    *,
-    keep: Any = None,
-    stage1: Any = None,
-    stage2: Any = None,
-    scores: Any = None,
-    mode: str = "stages",
-    frames_per_token: int = 1,
-    timestamps: Sequence[float] | None = None,
-    max_images: int = 32,
-    max_side: int | None = 384,
+    frames: np.ndarray, token_grid: Any, *, keep: Any = None, stage1: Any = None, stage2: Any = None,
+    scores: Any = None, mode: str = "stages", frames_per_token: int = 1, timestamps: Sequence[float] | None = None,
+    max_images: int = 32, max_side: int | None = 384, added: Mapping[int, Sequence[int]] | None = None,
 ) -> list[tuple[np.ndarray, str]]:
     """One overlay image per token frame group, for a gallery.
 
@@ -229,6 +226,7 @@ def heatmap_gallery(
         timestamps: seconds per frame (T,), for captions.
         max_images: at most this many groups, evenly spaced.
         max_side: downscale frames to this longer side before overlaying (None: keep).
+        added: step -> video tokens re-selection added then (``RunRecord.added_per_step``), in :data:`ADDED_RGB`.
 
     Returns:
         list of (uint8 (h, w, 3) image, caption).
@@ -245,7 +243,8 @@ def heatmap_gallery(
     v = grid.shape[0]
     valid = grid_cells(grid).numpy()
     grid_hw = grid_shape(grid)
-    cats = token_categories(v, keep, stage1, stage2)
+    step_of = {int(t): int(k) for k, ts in (added or {}).items() for t in ts}
+    cats = token_categories(v, keep, stage1, stage2, list(step_of))
     if mode == "scores":
         if scores is None:
             raise ValueError("raw scores are not available for this run (vanilla or a score-free method).")
@@ -265,20 +264,22 @@ def heatmap_gallery(
             img = stage_overlay(frame, rows, cols, cats[sel], grid_hw)
         else:
             img = score_overlay(frame, rows, cols, values[sel], grid_hw)
-        out.append((img, _caption(t0, t1, timestamps, cats[sel])))
+        steps = sorted({step_of[t] for t in np.flatnonzero(sel).tolist() if t in step_of})
+        out.append((img, _caption(t0, t1, timestamps, cats[sel], steps)))
     return out
 
 
-def _caption(t0: int, t1: int, timestamps: Sequence[float] | None, cats: np.ndarray) -> str:
-    """'frames 0-1 (0.0-0.5 s) · kept 12/64 (I 5, II 7)'."""
+def _caption(t0: int, t1: int, timestamps: Sequence[float] | None, cats: np.ndarray, steps: Sequence[int] = ()) -> str:
+    """'frames 0-1 (0.0-0.5 s) · kept 12/64 (I 5, II 7)', then ' · added at step 4' for re-selection's steps."""
     span = f"frame {t0}" if t0 == t1 else f"frames {t0}-{t1}"
     if timestamps is not None and len(timestamps) > t1:
         a, b = float(timestamps[t0]), float(timestamps[t1])
         span += f" ({a:.1f} s)" if t0 == t1 else f" ({a:.1f}-{b:.1f} s)"
     n1, n2 = int((cats == STAGE1).sum()), int((cats == STAGE2).sum())
-    kept = n1 + n2 + int((cats == KEPT).sum())
+    kept = n1 + n2 + int((cats == KEPT).sum()) + int((cats == ADDED).sum())
     detail = f" (I {n1}, II {n2})" if n1 + n2 else ""
-    return f"{span} · kept {kept}/{len(cats)}{detail}"
+    more = f" · added at step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}" if len(steps) else ""
+    return f"{span} · kept {kept}/{len(cats)}{detail}{more}"
 
 
 def heatmap_legend_html(mode: str = "stages", frames_per_token: int = 1) -> str:
@@ -303,6 +304,7 @@ def heatmap_legend_html(mode: str = "stages", frames_per_token: int = 1) -> str:
         items = (sw(STAGE1_RGB, "Stage I kept (verifier attention, top-p)")
                  + sw(STAGE2_RGB, "Stage II kept (spatially uniform)")
                  + sw(KEPT_RGB, "kept (single-stage method)")
+                 + sw(ADDED_RGB, "added during decoding (re-selection; caption: at step N)")
                  + sw("rgb(40,40,40)", "dropped (dimmed)"))
     note = ""
     if frames_per_token > 1:

@@ -68,6 +68,7 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
         facts.append(f"video tokens **{s.num_video_tokens} → {s.num_kept}** kept (dropped {r:.0%})")
         if s.num_forced:
             facts.append(f"kept **{s.num_forced}** on-screen-text token{'s' if s.num_forced != 1 else ''} (forced)")
+        facts += _beyond(s, dec)
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
     if speed is not None and speed.note:
         lines += [f"*{speed.note}*", ""]
@@ -80,6 +81,18 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
     else:
         lines.append(_identity(van, spec, comparison))
     return "\n".join(lines)
+
+
+def _beyond(s: Any, dec: Any) -> list[str]:
+    """Facts on adaptive r (the r used and why) and re-selection (tokens added, at how many steps) when on."""
+    out = []
+    if getattr(getattr(dec, "prune", None), "adaptive_r", False) and s.prefill.r_reason:
+        out.append(f"adaptive r = **{s.r_used:.3f}** ({s.prefill.r_reason.rstrip('.')})")
+    if getattr(getattr(dec, "reselect", None), "enabled", False):
+        fired = s.added_per_step
+        out.append(f"re-selection added **{s.num_added}** video tokens at {len(fired)} refused step"
+                   f"{'s' if len(fired) != 1 else ''}")
+    return out
 
 
 def _identity(van: RunPanel, spec: RunPanel, c: Comparison | None) -> str:

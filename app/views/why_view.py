@@ -105,9 +105,52 @@ def explanation_html(w: dict, kept: str) -> str:
 
 def why_html(record: Any, step: int | float | None) -> str:
     """Sentences on why ``step`` failed, or why there is nothing to say (no rejection, not explained): where
-    the target's attention went over the whole input at that position and the one explanation it supports."""
+    the target's attention went over the whole input at that position and the one explanation it supports;
+    with re-selection on, whether it fired there and what it recovered (:func:`reselect_html`)."""
     if step is None or not getattr(record, "steps", None):
         return ""
+    return _refusal_html(record, step) + reselect_html(record, step)
+
+
+def reselect_html(record: Any, step: int | float) -> str:
+    """Whether re-selection fired at ``step`` and what it recovered: the share of the target's video attention
+    on tokens the draft lacked, the tokens added and the share of this position's video attention they hold
+    (from the step's explanation when there is one), and the accepted lengths just before and after; "" when
+    re-selection was off or the step is not a verify step.
+
+    Source: :class:`specvlm.config.ReselectConfig`; :attr:`specvlm.types.StepEvent.added`.
+    """
+    cfg = (record.settings.get("reselect") or {}) if isinstance(record.settings, dict) else {}
+    ev = next((s for s in getattr(record, "verify_steps", []) if s.step == int(step)), None)
+    if not cfg.get("enabled") or ev is None:
+        return ""
+    if ev.unseen_share is None:
+        return _reselect_div("Re-selection: not measured here (the target took the whole drafted path).")
+    share = f"{ev.unseen_share:.0%} of the target's video attention here fell on video tokens the draft lacked"
+    if not ev.added:
+        before = sum(len(s.added) for s in record.steps if s.step < ev.step)
+        why = (f"its budget of {cfg.get('total_tokens')} tokens is spent" if before >= cfg.get("total_tokens", 1e9)
+               else f"that is not above the threshold of {cfg.get('min_share', 0):.0%}")
+        return _reselect_div(f"Re-selection did not fire: {share}, and {why}.")
+    w = step_why(record, step)
+    held = ""
+    if w is not None:
+        got = sum(x for t, x in zip(w["top_tokens"], w["top_weights"]) if t in set(ev.added))
+        held = f", holding {got:.0%} of it"
+    acc = [s.accept_length for s in record.verify_steps]
+    i = [s.step for s in record.verify_steps].index(ev.step)
+    mean = lambda xs: f"{sum(xs) / len(xs):.2f}" if xs else "n/a"   # noqa: E731
+    return _reselect_div(f"Re-selection fired: {share}, so the {len(ev.added)} most attended of them were added to "
+                         f"the draft{held} (purple in the heat maps). Mean accepted length over the next 5 steps "
+                         f"{mean(acc[i + 1:i + 6])}; over the 5 before {mean(acc[max(0, i - 5):i])}.")
+
+
+def _reselect_div(text: str) -> str:
+    return f'<div class="specvlm-why-reselect" style="margin-top:0.4em">{text}</div>'
+
+
+def _refusal_html(record: Any, step: int | float) -> str:
+    """:func:`why_html` without re-selection's part."""
     w = step_why(record, step)
     if w is None:
         if not getattr(record, "why", None):
@@ -154,7 +197,9 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
     V = grid.shape[0]
     att = np.zeros(V, np.float32)
     att[np.asarray(w["top_tokens"], np.int64)] = np.asarray(w["top_weights"], np.float32)
-    seen = np.ones(V, bool) if info.prune is None else np.isin(np.arange(V), info.prune.keep.numpy())
+    before = [t for k, ts in record.added_per_step.items() if k < int(step) for t in ts]   # re-selection's
+    now = np.asarray(record.added_per_step.get(int(step), []), np.int64)
+    seen = np.ones(V, bool) if info.prune is None else np.isin(np.arange(V), [*info.prune.keep.tolist(), *before])
     groups = np.unique(grid[:, 0])
     mass = np.array([att[grid[:, 0] == g].sum() for g in groups])
     pick = np.sort(groups[np.argsort(-mass, kind="stable")[:max_images]])
@@ -167,6 +212,8 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
         t0 = min(int(first[np.argmax(sel)]), len(frames) - 1)   # the group's first frame
         img = plots.score_overlay(frames[t0], grid[sel, 1], grid[sel, 2], att[sel] / vmax, (gh, gw))
         img = _outline(img, grid[sel & seen, 1], grid[sel & seen, 2], (gh, gw))
+        added = sel & np.isin(np.arange(V), now)
+        img = _outline(img, grid[added, 1], grid[added, 2], (gh, gw), plots.ADDED_RGB)
         share = float(att[sel].sum())
         unseen = float(att[sel & ~seen].sum())
         ts = record.timestamps
@@ -175,12 +222,13 @@ def why_maps(record: Any, step: int | float | None, max_images: int = 6) -> list
     return out
 
 
-def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple[int, int]) -> np.ndarray:
-    """Draw a 1-px green border around the given grid cells."""
+def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple[int, int],
+             rgb: tuple[int, int, int] = SEEN_RGB) -> np.ndarray:
+    """Draw a 1-px border (green: :data:`SEEN_RGB`) around the given grid cells."""
     out = img.copy()
     h, w = out.shape[:2]
     ch, cw = h / grid_hw[0], w / grid_hw[1]
-    col = np.array(SEEN_RGB, np.uint8)
+    col = np.array(rgb, np.uint8)
     for r, c in zip(rows.tolist(), cols.tolist()):
         y0, y1 = int(round(r * ch)), min(h, int(round((r + 1) * ch))) - 1
         x0, x1 = int(round(c * cw)), min(w, int(round((c + 1) * cw))) - 1
@@ -193,5 +241,5 @@ def _outline(img: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid_hw: tuple
 
 WHY_LEGEND = ("Heat: the target's attention over the video from the position where the draft diverged "
               "(bright = more). Green outline: the video tokens the draft saw; attention elsewhere was on tokens "
-              "it did not see. Caption: frame · time · the frame's share of the video attention (the part on "
-              "cells the draft did not see).")
+              "it did not see. Purple outline: the tokens re-selection added to the draft at this step. Caption: "
+              "frame · time · the frame's share of the video attention (the part on cells the draft did not see).")

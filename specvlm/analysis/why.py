@@ -298,6 +298,14 @@ def cue_with(word: str, cues: Sequence[Any]) -> tuple[float, float, str] | None:
     return None
 
 
+def _held_at(keep: Sequence[int] | None, steps: Sequence[Any], step: int) -> list[int] | None:
+    """The video tokens the draft held at ``step``: ``keep`` and those re-selection added at earlier steps
+    (:attr:`specvlm.types.StepEvent.added`); None (every token) when ``keep`` is None."""
+    if keep is None:
+        return None
+    return sorted({int(t) for t in keep} | {int(t) for s in steps if s.step < step for t in getattr(s, "added", [])})
+
+
 def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Sequence[int] | None,
                        cues: Sequence[Any] = (), draft_saw_subtitles: bool = True,
                        max_steps: int = 12, top: int = 256) -> list[StepWhy]:
@@ -307,7 +315,8 @@ def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Seque
         pair, inputs: the run's pair and prepared inputs.
         steps: the run's StepEvents (with trees for exact rejections); their text pieces
             (:meth:`specvlm.analysis.run.RunRecord.token_texts`) give each step's word.
-        keep: the draft's kept video-token indices (None = it saw every video token).
+        keep: the draft's kept video-token indices (None = it saw every video token); tokens re-selection added
+            before a step (``StepEvent.added``) count as seen from then on.
         cues: the subtitle cues of the run; draft_saw_subtitles: False when the transcript was
             withheld from the draft (then a step's word found in a cue is reported).
         max_steps: explain at most this many steps (lowest accepted length first, then earliest).
@@ -326,17 +335,16 @@ def explain_rejections(pair: Any, inputs: Any, steps: Sequence[Any], keep: Seque
         return []
     ids = [int(t) for s in steps for t in s.token_ids]
     full = input_attention_at(pair, inputs, ids, [p for _, p, _ in rej])
-    masks = segment_masks(inputs, keep, full.shape[1] - inputs.for_target().input_ids.shape[1])
+    n_gen = full.shape[1] - inputs.for_target().input_ids.shape[1]
     att = _video_rows(full, inputs.for_target().video_index)
     V = att.shape[1]
-    seen = torch.zeros(V, dtype=torch.bool)
-    if keep is None:
-        seen[:] = True
-    else:
-        seen[torch.as_tensor(list(keep), dtype=torch.long)] = True
     pieces = RunRecord(steps=list(steps)).token_texts()
     out = []
     for (step, p, tok), row, whole in zip(rej, att, full):
+        held = _held_at(keep, steps, step)        # the kept set, plus what re-selection added before this step
+        masks = segment_masks(inputs, held, n_gen)
+        seen = torch.ones(V, dtype=torch.bool) if held is None else torch.zeros(V, dtype=torch.bool)
+        seen[torch.as_tensor([] if held is None else list(held), dtype=torch.long)] = True
         k = min(top, V)
         w, idx = torch.topk(row, k)
         word = word_at(pieces, p)
