@@ -353,6 +353,12 @@ class DecodeConfig:
         return self.method != "vanilla"
 
 
+CPU_MAX_NEW_TOKENS = 128
+"""The generation budget (tokens) of a run on a CPU: the CPU presets' ``max_new_tokens`` and, with no CUDA
+device, the default of a model without a preset (:func:`specvlm.models.presets.preset_defaults`);
+:attr:`DecodeConfig.max_new_tokens` otherwise."""
+
+
 @dataclass(frozen=True)
 class VideoConfig:
     """Frame sampling.

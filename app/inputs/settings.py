@@ -18,8 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
-                            ReselectConfig, TreeConfig, VideoConfig, config_from_settings, default_engine)
+from specvlm.config import (CPU_MAX_NEW_TOKENS, DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError,
+                            DecodeConfig, ReselectConfig, TreeConfig, VideoConfig, config_from_settings,
+                            default_engine)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
@@ -39,8 +40,6 @@ UPDATE_INTERVAL_S = 0.15
 """Minimum time between streamed UI updates while decoding."""
 PLOT_INTERVAL_S = 1.0
 """Minimum time between chart updates while decoding (re-drawing plotly figures is the browser's heaviest work)."""
-CPU_MAX_NEW_TOKENS = 128
-"""The app's token budget on a CPU when the preset names none (``DecodeConfig.max_new_tokens`` with CUDA)."""
 
 HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
 """Heatmap toggle label -> :func:`app.views.plots.heatmap_gallery` mode."""
@@ -138,7 +137,8 @@ class RunSettings:
         drop_rate: r.  top_p: λ (Stage I attention share).
         tree_shape, depth, top_k, total_tokens, min_prob: the draft tree (``TreeConfig``).
         num_frames: frames sampled from the video.
-        max_new_tokens: generation budget per run (the app's CPU default, :data:`CPU_MAX_NEW_TOKENS`).
+        max_new_tokens: generation budget per run (the library's CPU budget,
+            :data:`specvlm.config.CPU_MAX_NEW_TOKENS`).
         temperature, top_p_sampling, seed: sampling (temperature 0 = greedy).
         subtitle_mode: who sees an uploaded transcript (:data:`SUBTITLE_MODES`; vanilla sees it
             exactly when the target does).

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from specvlm.config import TreeConfig
+from specvlm.config import CPU_MAX_NEW_TOKENS, TreeConfig
 from specvlm.types import PrefillInfo, PruneResult, StepEvent, VideoClip
 
 
@@ -72,7 +72,8 @@ class FakeEngine:
 
     def presets(self):
         mk = lambda n, t, d, cuda, **kw: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
-                                                          num_frames=4, requires_cuda=cuda, **kw)
+                                                          num_frames=4, requires_cuda=cuda,
+                                                          max_new_tokens=CPU_MAX_NEW_TOKENS, **kw)
         return {"Fake tiny (CPU)": mk("Fake tiny (CPU)", "fake/target", "fake/draft", False),
                 "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True,
                                      tree=TreeConfig(shape="chain", depth=9, min_prob=0.05)),
