@@ -158,6 +158,20 @@ def test_a_custom_model_too_large_is_refused_before_it_loads(monkeypatch):
     assert _run(Backend(unknown), "org/mystery")["status"].startswith("**Done.**")   # loopback: the loader decides
 
 
+@pytest.mark.parametrize("bf16, loads_in", [(False, "float16"), (True, "bfloat16")])
+def test_a_custom_model_is_sized_in_the_dtype_the_loader_picks(monkeypatch, bf16, loads_in):
+    """On a GPU the loader picks bfloat16, or float16 where the GPU lacks bfloat16; the size check says which."""
+    from app.inputs.access import check_size
+    from specvlm.models.fit import GpuInfo
+    gpu = GpuInfo(index=0, name="GPU", total_bytes=16 * 10**9, free_bytes=16 * 10**9, bf16=bf16)
+    monkeypatch.setattr("specvlm.models.loading.detect_gpus", lambda: (gpu,))
+    monkeypatch.setattr("app.inputs.access.device_memory", lambda device: 16e9)
+    access = ModelAccess("--host 0.0.0.0", allow_custom=True)
+    with pytest.raises(UserError, match=f"\\(140 GB of weights in {loads_in} and a loading margin\\) but this "
+                                        "server's GPU memory is 16 GB"):
+        check_size(SizedEngine({"org/huge": 70e9}), ("org/huge",), "org/huge", access, "cuda", None)
+
+
 def test_a_hub_model_is_sized_from_its_config_alone(monkeypatch, tmp_path):
     """The real engine: an uncached Hub id fetches config.json, nothing else, before it is sized."""
     import huggingface_hub

@@ -82,7 +82,8 @@ class Limits:
         max_upload_mb: largest video file accepted (MiB); also Gradio's upload cap.
         max_duration_s: longest video accepted (seconds of stream duration).
         max_prompt_chars: longest prompt accepted (characters).
-        max_frames: most frames one request may sample (the Frames slider's maximum).
+        max_frames: most frames one request may sample (the Frames slider's maximum; the library's
+            ``VideoConfig.max_frames``).
         max_new_tokens: largest generation budget per run (the slider's maximum).
         video_timeout_s: time limit for probing and decoding one video (seconds).
     """
@@ -90,7 +91,7 @@ class Limits:
     max_upload_mb: float = 200.0
     max_duration_s: float = 600.0
     max_prompt_chars: int = 2000
-    max_frames: int = 256
+    max_frames: int = VideoConfig.max_frames
     max_new_tokens: int = 1024
     video_timeout_s: float = 60.0
 
