@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.app_fakes import SizedEngine
 from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 
 from app.inputs.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom
@@ -121,20 +122,6 @@ def test_opted_in_models_load_and_nothing_else(tmp_path):
     assert anyone.resolve_model(RunSettings(custom_model="any/vlm"))[:2] == ("any/vlm", None)
     with pytest.raises(UserError, match="names no model this server offers: pick a preset; or a Hub id"):
         anyone.resolve_model(RunSettings(custom_model="/etc"))   # any Hub id is not any folder
-
-
-class SizedEngine(FakeEngine):
-    """The fake, with sizes told by config (params per model) and a record of what was fetched or loaded."""
-
-    def __init__(self, params: dict[str, float | None]):
-        super().__init__(step_s=0.0)
-        self.params, self.sized = params, []
-
-    def model_size(self, model):
-        from specvlm.models.fit import ModelSize
-        self.sized.append(model)
-        p = self.params.get(model)
-        return None if p is None else ModelSize(p, 4, 2, 64)
 
 
 def test_a_custom_model_too_large_is_refused_before_it_loads(monkeypatch):
