@@ -289,13 +289,13 @@ def default_engine(device_type: str) -> str:
     return ENGINE_BY_DEVICE.get(str(device_type).split(":")[0], ENGINE_BY_DEVICE["cpu"])
 
 
-_NESTED = (
-    ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
-    ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
-    ("sampling", SamplingConfig, "SamplingConfig(temperature=0.0)"),
-    ("reselect", ReselectConfig, "ReselectConfig(enabled=True)"),
-)
+_NESTED = (("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
+           ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
+           ("sampling", SamplingConfig, "SamplingConfig(temperature=0.0)"),
+           ("reselect", ReselectConfig, "ReselectConfig(enabled=True)"))
 """DecodeConfig's nested settings: (field, class, example shown in the error)."""
+CPU_MAX_NEW_TOKENS = 128
+"""New tokens of a CPU run: the CPU presets' budget, and a model's without one (``preset_defaults(cuda=False)``)."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from app.inputs.settings import RunRequest, RunSettings
 from app.runs.backend import Backend
 from app.runs.worker import ClipReady
 from app.views.run_view import RunView, user_note
+from specvlm.config import CPU_MAX_NEW_TOKENS
 
 INTERNAL = ("decoded with PyAV: decord could not read this gif file "
             "(DECORDError: Check failed: st_nb >= 0 (-1128613112 vs. 0))")
@@ -51,7 +52,7 @@ def _bundled_engine():
     eng = FakeEngine(step_s=0.0)
     eng.presets = lambda: {"Bundled": SimpleNamespace(name="Bundled", target=str(BUNDLED_TARGET), draft=None,
                                                       description="bundled (fake)", num_frames=4,
-                                                      requires_cuda=False)}
+                                                      requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS)}
     eng.default_preset = lambda: "Bundled"
     return eng
 

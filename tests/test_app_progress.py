@@ -146,8 +146,8 @@ def test_stop_while_explaining_ends_the_run_with_its_comparison(backend):
                            session="explain-stop", progress=progress, views=views):
         last = upd
     assert "Explaining the failing steps" in seen
-    layers = [LAYER.match(d) for d in seen if d.startswith("Explaining the failing steps: part")]
-    assert not layers or int(layers[-1][2]) < int(layers[-1][3])  # the pass did not run to its end
+    # Stop is noticed on the batch that announced the phase, so the worker is closed before the pass begins
+    assert [d for d in seen if d.startswith("Explaining")] == ["Explaining the failing steps"]
     assert last["ui_state"] == "idle" and last["status"].startswith("**Done")   # the comparison stands
     assert views[0].record is not None and not views[0].record.why
     assert backend.active_workers() == []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.fakes import FakeEngine
+from helpers.fakes import FakeEngine, TickClock
 
 from app.inputs.settings import Limits, RunRequest, RunSettings, UserError, build_configs
 from app.runs.backend import Backend
@@ -58,8 +58,9 @@ def test_timing_pairs_out_of_range_are_refused(pairs, words):
 
 
 def test_a_short_decode_gets_a_caveat_and_the_page_offers_a_repeat():
-    last, view = _run(Backend(FakeEngine(step_s=0.0), update_interval_s=0.0))
-    assert view.runs["vanilla"].record.decode_s < MIN_DECODE_S
+    tick = MIN_DECODE_S / 100                                    # 20 steps of one tick: a 0.2 * MIN_DECODE_S decode
+    last, view = _run(Backend(FakeEngine(step_s=0.0, clock=TickClock(tick)), update_interval_s=0.0))
+    assert view.runs["vanilla"].record.decode_s == pytest.approx(20 * tick)
     assert "Timing caveat: a decode took only" in last["summary"] and last["speed_note"]
     assert f"median of {SUGGESTED_REPEATS} interleaved runs" in last["summary"]
     assert "Timing caveat" in comparison_json(view)["speed_note"]

@@ -102,6 +102,7 @@ def test_view_functions_on_the_known_record(known):
     bar = fig.data[0]
     assert list(bar.x) == [1, 2] and list(bar.y) == [2, iv.ZERO_BAR]
     assert [list(c) for c in bar.customdata] == [[1, "BCE", 2], [2, "F", 0]]
+    assert fig.data[1].name == "running τ" and list(fig.data[1].y) == known.running_tau == [2.0, 1.0]
     page = iv.tree_html(ins.step_tree(known, 1))
     assert page.count('class="tree-node tree-accepted"') == 2 and page.count("tree-rejected") == 2
     assert "target: <b>E</b>" in page and "p=0.60" in page and "p=0.25" in page
@@ -140,7 +141,8 @@ def test_tiny_run_record_matches_the_events(tiny_run, tmp_path):
     back = ins.load_json(ins.save_json(rec, tmp_path / "tiny.json"))
     assert ins.to_dict(back) == ins.to_dict(rec)
     for st in (1, len(steps) - 1):
-        assert iv.step_view(back, st) == iv.step_view(rec, st, pair.processor.tokenizer)
+        assert ins.step_tree(back, st) == ins.step_tree(rec, st, pair.processor.tokenizer)   # the record's texts
+        assert iv.step_view(back, st) == iv.step_view(rec, st) == iv.tree_html(ins.step_tree(rec, st))
 
 
 def test_tiny_run_step_tree_is_the_drafted_tree(tiny_run):

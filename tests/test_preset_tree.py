@@ -74,13 +74,15 @@ def test_defaults_without_a_preset_are_the_librarys():
     import argparse
 
     from specvlm.cli.args import add_decode_args, decode_config, video_config
-    from specvlm.config import DecodeConfig, VideoConfig, config_from_settings
+    from specvlm.config import CPU_MAX_NEW_TOKENS, DecodeConfig, VideoConfig, config_from_settings
     from specvlm.models.presets import preset_defaults
 
     budget, frames = DecodeConfig().max_new_tokens, VideoConfig().num_frames
     d = preset_defaults(None)
     assert (d.max_new_tokens, d.num_frames, d.tree) == (budget, frames, TreeConfig())
     assert preset_defaults(PRESETS[BUNDLED_STD]) is PRESETS[BUNDLED_STD]
+    assert preset_defaults(None, cuda=False).max_new_tokens == CPU_MAX_NEW_TOKENS == PRESETS[BUNDLED_STD].max_new_tokens
+    assert preset_defaults(PRESETS[BUNDLED_STD], cuda=False) is PRESETS[BUNDLED_STD]
     assert config_from_settings("specvlm").max_new_tokens == budget
     p = argparse.ArgumentParser()
     add_decode_args(p)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.app_fakes import SizedEngine
 from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 
 from app.inputs.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom
@@ -123,20 +124,6 @@ def test_opted_in_models_load_and_nothing_else(tmp_path):
         anyone.resolve_model(RunSettings(custom_model="/etc"))   # any Hub id is not any folder
 
 
-class SizedEngine(FakeEngine):
-    """The fake, with sizes told by config (params per model) and a record of what was fetched or loaded."""
-
-    def __init__(self, params: dict[str, float | None]):
-        super().__init__(step_s=0.0)
-        self.params, self.sized = params, []
-
-    def model_size(self, model):
-        from specvlm.models.fit import ModelSize
-        self.sized.append(model)
-        p = self.params.get(model)
-        return None if p is None else ModelSize(p, 4, 2, 64)
-
-
 def test_a_custom_model_too_large_is_refused_before_it_loads(monkeypatch):
     monkeypatch.setattr("app.inputs.access.device_memory", lambda device: 16e9)   # a 16 GB machine
     big = SizedEngine({"org/huge": 70e9, "org/small": 1e9, "org/draft": 0.5e9})
@@ -156,6 +143,20 @@ def test_a_custom_model_too_large_is_refused_before_it_loads(monkeypatch):
     assert err == ("The custom model 'org/mystery' cannot be sized from its config, so this server does not load "
                    "it: pick a preset or another model.") and unknown.loads == 0
     assert _run(Backend(unknown), "org/mystery")["status"].startswith("**Done.**")   # loopback: the loader decides
+
+
+@pytest.mark.parametrize("bf16, loads_in", [(False, "float16"), (True, "bfloat16")])
+def test_a_custom_model_is_sized_in_the_dtype_the_loader_picks(monkeypatch, bf16, loads_in):
+    """On a GPU the loader picks bfloat16, or float16 where the GPU lacks bfloat16; the size check says which."""
+    from app.inputs.access import check_size
+    from specvlm.models.fit import GpuInfo
+    gpu = GpuInfo(index=0, name="GPU", total_bytes=16 * 10**9, free_bytes=16 * 10**9, bf16=bf16)
+    monkeypatch.setattr("specvlm.models.loading.detect_gpus", lambda: (gpu,))
+    monkeypatch.setattr("app.inputs.access.device_memory", lambda device: 16e9)
+    access = ModelAccess("--host 0.0.0.0", allow_custom=True)
+    with pytest.raises(UserError, match=f"\\(140 GB of weights in {loads_in} and a loading margin\\) but this "
+                                        "server's GPU memory is 16 GB"):
+        check_size(SizedEngine({"org/huge": 70e9}), ("org/huge",), "org/huge", access, "cuda", None)
 
 
 def test_a_hub_model_is_sized_from_its_config_alone(monkeypatch, tmp_path):

@@ -50,7 +50,7 @@ def test_fold_answers_what_a_front_end_shows():
     assert (rec.num_video_tokens, rec.num_kept, rec.num_forced) == (8, 3, 1)
     assert rec.decode_s == pytest.approx(0.2) and rec.summary.tokens_per_s == pytest.approx(4 / 0.2)
     van = RunRecord.from_events(_events(False, [1, 2, 3], TEXT), DecodeConfig(method="vanilla"))
-    assert van.num_kept is None and van.accept_lengths == [] and van.settings["method"] == "vanilla"
+    assert van.num_kept is None and van.accept_lengths == van.running_tau == [] and van.settings["method"] == "vanilla"
     assert van.margins == [2.0, 2.0, 2.0]
     with pytest.raises(TypeError, match="PrefillInfo and StepEvent"):
         rec.add("text")

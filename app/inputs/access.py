@@ -293,11 +293,13 @@ def check_size(engine: Any, models: tuple[str, ...], name: str, access: ModelAcc
             raise UserError(f"The custom model {name!r} cannot be sized from its config, so this server does not "
                             "load it: pick a preset or another model.")
         return
+    from specvlm.config import dtype_name
     from specvlm.models.fit import OVERHEAD_BYTES, OVERHEAD_SHARE
+    from specvlm.models.loading import default_device, load_dtype
 
-    dev = device or ("cuda" if _cuda(engine) else "cpu")
-    nbytes = 4 if dtype == "float32" or (dtype is None and not dev.startswith("cuda")) else 2
-    kind = {4: "float32", 2: dtype or "bfloat16"}[nbytes]
+    dev = device or default_device()
+    loads_in = load_dtype(dtype, dev)                       # the loader's choice (fp16 on GPUs without bf16)
+    nbytes, kind = loads_in.itemsize, dtype_name(loads_in)
     weights = sum(s.weight_bytes(nbytes) for s in sizes)
     if access.max_model_gb is not None and weights > access.max_model_gb * GB:
         raise UserError(f"The custom model {name!r} has ~{weights / GB:.3g} GB of weights in {kind}, over this "

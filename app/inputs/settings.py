@@ -18,8 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
-                            ReselectConfig, TreeConfig, VideoConfig, config_from_settings, default_engine)
+from specvlm.config import (CPU_MAX_NEW_TOKENS, DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError,
+                            DecodeConfig, ReselectConfig, TreeConfig, VideoConfig, config_from_settings,
+                            default_engine)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
@@ -39,8 +40,6 @@ UPDATE_INTERVAL_S = 0.15
 """Minimum time between streamed UI updates while decoding."""
 PLOT_INTERVAL_S = 1.0
 """Minimum time between chart updates while decoding (re-drawing plotly figures is the browser's heaviest work)."""
-CPU_MAX_NEW_TOKENS = 128
-"""The app's token budget on a CPU when the preset names none (``DecodeConfig.max_new_tokens`` with CUDA)."""
 
 HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
 """Heatmap toggle label -> :func:`app.views.plots.heatmap_gallery` mode."""
@@ -83,7 +82,8 @@ class Limits:
         max_upload_mb: largest video file accepted (MiB); also Gradio's upload cap.
         max_duration_s: longest video accepted (seconds of stream duration).
         max_prompt_chars: longest prompt accepted (characters).
-        max_frames: most frames one request may sample (the Frames slider's maximum).
+        max_frames: most frames one request may sample (the Frames slider's maximum; the library's
+            ``VideoConfig.max_frames``).
         max_new_tokens: largest generation budget per run (the slider's maximum).
         video_timeout_s: time limit for probing and decoding one video (seconds).
     """
@@ -91,7 +91,7 @@ class Limits:
     max_upload_mb: float = 200.0
     max_duration_s: float = 600.0
     max_prompt_chars: int = 2000
-    max_frames: int = 256
+    max_frames: int = VideoConfig.max_frames
     max_new_tokens: int = 1024
     video_timeout_s: float = 60.0
 
@@ -138,7 +138,8 @@ class RunSettings:
         drop_rate: r.  top_p: λ (Stage I attention share).
         tree_shape, depth, top_k, total_tokens, min_prob: the draft tree (``TreeConfig``).
         num_frames: frames sampled from the video.
-        max_new_tokens: generation budget per run (the app's CPU default, :data:`CPU_MAX_NEW_TOKENS`).
+        max_new_tokens: generation budget per run (the library's CPU budget,
+            :data:`specvlm.config.CPU_MAX_NEW_TOKENS`).
         temperature, top_p_sampling, seed: sampling (temperature 0 = greedy).
         subtitle_mode: who sees an uploaded transcript (:data:`SUBTITLE_MODES`; vanilla sees it
             exactly when the target does).

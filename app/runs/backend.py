@@ -125,18 +125,16 @@ class Backend:
     def preset_info(self, name: str) -> tuple[str, int, int]:
         """(Markdown description, suggested frames, suggested max new tokens) of a preset (on ZeroGPU capped by
         :func:`app.runs.zerogpu.default_budget`)."""
-        from specvlm.config import DecodeConfig
-        d = RunSettings()
-        fallback_tokens = DecodeConfig().max_new_tokens if self._cuda() else d.max_new_tokens
+        from specvlm.models.presets import preset_defaults
+        d = preset_defaults(None, cuda=self._cuda())
         try:
-            p = self.engine.presets()[name]
+            p = preset_defaults(self.engine.presets()[name])
         except Exception:
-            return ("*Preset details unavailable (engine not installed).*", d.num_frames, fallback_tokens)
+            return ("*Preset details unavailable (engine not installed).*", d.num_frames, d.max_new_tokens)
         kind = ("Self-SD (draft = target weights)" if p.draft is None
                 else f"Std-SD, draft `{shown_name(p.draft)}`")
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        frames, tokens = zerogpu.default_budget(int(getattr(p, "num_frames", d.num_frames)),
-                                                int(getattr(p, "max_new_tokens", fallback_tokens)))
+        frames, tokens = zerogpu.default_budget(int(p.num_frames), int(p.max_new_tokens))
         reserve = zerogpu.settings_note(p.target, p.draft, frames, tokens)
         reserve = f"  \nOn ZeroGPU a Run with these frames and new tokens {reserve}." if reserve else ""
         hub = " · **needs the Hugging Face Hub, which this server cannot reach**" if missing_from_hub(

@@ -38,6 +38,7 @@ from app.runs.timing import LoadMeter, PairTiming
 from app.views import plots
 from app.views.stage_note import stage1_note
 from specvlm.analysis.run import RunRecord, compare_runs, prefill_to_dict, run_speedup
+from specvlm.models.loading import load_dtype
 from specvlm.types import PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,8 @@ class DecodeWorker:
             sp = yield from self._one("spec", job.dec, pair, inputs, None)
             more.append(run_speedup(RunRecord.from_events(v), RunRecord.from_events(sp)))
             yield [PairTiming(i, job.pairs, more[-1])]
-        dtype = getattr(getattr(pair, "target", None), "dtype", None) or "float32"
+        dtype = (getattr(getattr(pair, "target", None), "dtype", None)           # the loaded target's; else the
+                 or load_dtype(None, str(getattr(pair, "device", "cpu"))))      # loader's default on its device
         greedy = getattr(getattr(job.dec, "sampling", None), "greedy", True)
         compared = compare_runs(RunRecord.from_events(van), RunRecord.from_events(spec), dtype,
                                 more_speedups=more, greedy=greedy)

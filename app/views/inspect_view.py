@@ -103,7 +103,7 @@ def accept_chart(record: RunRecord, selected: int | None = None) -> go.Figure:
         return plots._empty_figure(title, "no verify steps")
     x = [s.step for s in steps]
     a = np.array([s.accept_length for s in steps], dtype=float)
-    running = np.cumsum(a) / np.arange(1, len(a) + 1)
+    running = record.running_tau or [0.0] * len(x)   # a vanilla run: no accepted lengths, τ = 0
     texts = [s.text.replace("\n", "⏎") for s in steps]
     line = [3 if s.step == selected else 0 for s in steps]
     fig = go.Figure()
@@ -189,12 +189,13 @@ def tree_html(tree: StepTree) -> str:
     return f'<div class="specvlm-tree">{head}{root}{sub(-1)}</div>'
 
 
-def step_view(record: RunRecord, step: int | float | None, tokenizer: Any = None) -> str:
-    """:func:`tree_html` of a step, or a readable message for step 0 / unknown steps / no trees."""
+def step_view(record: RunRecord, step: int | float | None) -> str:
+    """:func:`tree_html` of a step (token texts from the record's ``token_text``), or a readable message for
+    step 0 / unknown steps / no trees."""
     if step is None:
         return "<i>Pick a step: click a bar, a row of the table, or type a step number.</i>"
     try:
-        return tree_html(step_tree(record, int(step), tokenizer))
+        return tree_html(step_tree(record, int(step)))
     except RecordError as e:
         return f"<i>{html.escape(str(e))}</i>"
 
@@ -306,13 +307,12 @@ def maps_note(record: RunRecord) -> str:
 _EMPTY = RunRecord({}, "", PrefillInfo(0, 0, 0, None, 0.0, 0.0, 0.0), [])
 
 
-def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+def build_inspect_tab(record_state: Any = None) -> dict[str, Any]:
     """Create the Inspect tab's components inside the current ``gr.Blocks`` / ``gr.Tab`` context.
 
     Args:
         record_state: a ``gr.State`` holding a RunRecord (the app sets it after a run), or None to
             create one here (then the tab works from uploaded run files only).
-        tokenizer: optional, decodes tree tokens (records carry their token texts anyway).
 
     Returns:
         dict of components: ``state``, ``upload``, ``download``, ``summary``, ``chart``, ``step``,
@@ -357,7 +357,7 @@ def build_inspect_tab(record_state: Any = None, tokenizer: Any = None) -> dict[s
 
     def on_step(record, step):
         rec = record or _EMPTY
-        return step_view(rec, step, tokenizer), why_html(rec, step), why_maps(rec, step)
+        return step_view(rec, step), why_html(rec, step), why_maps(rec, step)
 
     def on_row(record, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from specvlm.analysis.metrics import (Divergence, RunSummary, compare_outputs, median_speedup, speedup,
-                                      summarize)
+                                      summarize, tau)
 from specvlm.spec.grid import token_frames
 from specvlm.types import DraftTreeRecord, PrefillInfo, PruneResult, StepEvent
 
@@ -114,6 +114,12 @@ class RunRecord:
     def tau(self) -> float:
         """τ, mean accepted length over verify steps (bonus excluded); 0 without steps."""
         return self.summary.tau
+
+    @property
+    def running_tau(self) -> list[float]:
+        """τ after each verify step: :func:`specvlm.engine.measures.tau` of the accepted lengths so far."""
+        a = self.accept_lengths
+        return [tau(a[:i]) for i in range(1, len(a) + 1)]
 
     @property
     def summary(self) -> RunSummary:

@@ -70,6 +70,16 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str, gpus: tuple = (
         raise ModelLoadError(str(exc)) from None
 
 
+def load_dtype(dtype: str | None, device: str) -> torch.dtype:
+    """The dtype :func:`load_pair` loads a pair in on ``device``: ``dtype`` when given, else bfloat16 on GPUs
+    that support it, float16 on older GPUs (:func:`specvlm.models.fit.default_gpu_dtype`), float32 on a CPU.
+
+    Raises:
+        ModelLoadError: ``dtype`` is not one of :data:`specvlm.config.DTYPES` or their aliases.
+    """
+    return _resolve_dtype(dtype, device, detect_gpus() if device.startswith("cuda") else ())
+
+
 def default_device() -> str:
     """The device a model loads on without a choice: ``cuda`` when CUDA is available, else ``cpu``."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from specvlm import assets
-from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, DecodeConfig, PruneConfig, TreeConfig, VideoConfig
+from specvlm.config import (BUNDLED_SELF_TREE, BUNDLED_STD_TREE, CPU_MAX_NEW_TOKENS, DecodeConfig, PruneConfig,
+                            TreeConfig, VideoConfig)
 from specvlm.models.ceiling import Ceiling, ceiling_note, preset_ceiling
 
 BUNDLED_TARGET = assets.path("model", "target")
@@ -90,17 +91,18 @@ SMOLVLM2_2B = "SmolVLM2-2.2B + 256M draft"
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(BUNDLED_STD, str(BUNDLED_TARGET), str(BUNDLED_DRAFT),
            "Small Qwen2.5-VL trained on synthetic shape videos + 1-layer draft (offline, CPU)",
-           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_STD_TREE),
+           num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_STD_TREE),
     Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
            "The bundled target drafting for itself on ~10% of the video tokens",
-           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
+           num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_SELF_TREE),
     Preset(SPARSE_STD, str(SPARSE_TARGET), str(SPARSE_DRAFT),
            "The bundled sizes trained on long clips with small, brief objects and facts said only in the "
            "subtitles: Stage I matters here, and subtitles withheld from the draft make speculation fail "
-           "(offline, CPU)", num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_STD_TREE),
+           "(offline, CPU)", num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS,
+           tree=BUNDLED_STD_TREE),
     Preset(SPARSE_SELF, str(SPARSE_TARGET), None,
            "The bundled sparse target drafting for itself on ~10% of the video (Stage I beats random pruning)",
-           num_frames=32, requires_cuda=False, max_new_tokens=128, tree=BUNDLED_SELF_TREE),
+           num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_SELF_TREE),
     Preset(QWEN3_8B_2B, "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-2B-Instruct",
            "Std-SD with a small draft of the same family and tokenizer (both: vocabulary 151,936, patch 16, "
            "merge 2, so the same video tokens); the draft runs its own vision tower once (r = 0.9, lambda = 0.4)",
@@ -129,7 +131,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(SMOLVLM2_CPU, "HuggingFaceTB/SmolVLM2-500M-Video-Instruct", "HuggingFaceTB/SmolVLM2-256M-Video-Instruct",
            "Real video LLM small enough for a CPU (downloaded from the Hub); Std-SD, 64 tokens per frame for both; "
            "SpecVLM r = 0.9, λ = 0.4 (the paper's defaults, not tuned for SmolVLM2)",
-           num_frames=16, requires_cuda=False, max_new_tokens=128),
+           num_frames=16, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS),
     Preset(SMOLVLM2_2B, "HuggingFaceTB/SmolVLM2-2.2B-Instruct", "HuggingFaceTB/SmolVLM2-256M-Video-Instruct",
            "Std-SD across geometries: the target reads 81 tokens per frame, the draft its own prompt with 64, "
            "the kept set carried over by spatial overlap; SpecVLM r = 0.9, λ = 0.4 (the paper's defaults)",
@@ -171,11 +173,21 @@ def default_preset_name() -> str:
     return SMOLVLM2_CPU if hub_reachable() else BUNDLED_STD
 
 
-def preset_defaults(preset: Preset | None) -> Preset:
+def preset_defaults(preset: Preset | None, cuda: bool = True) -> Preset:
     """What a run uses where a person set nothing: the preset itself, or for a model without a preset
     (None) the library's defaults (``VideoConfig.num_frames``, ``DecodeConfig.max_new_tokens``,
-    ``TreeConfig()``) under an empty name. The one mapping of the CLI and the app."""
-    return preset if preset is not None else Preset("", "", None, "")
+    ``TreeConfig()``) under an empty name. The one mapping of the CLI and the app.
+
+    Args:
+        preset: the chosen preset, or None for a model that has none.
+        cuda: False when the run decodes on a CPU: then a model without a preset gets
+            :data:`specvlm.config.CPU_MAX_NEW_TOKENS` new tokens.
+
+    Source: docs/design.md §5 (presets).
+    """
+    if preset is not None:
+        return preset
+    return Preset("", "", None, "", max_new_tokens=DecodeConfig.max_new_tokens if cuda else CPU_MAX_NEW_TOKENS)
 
 
 def default_preset() -> Preset:

@@ -1,5 +1,6 @@
 """App-engine fakes shared by several test modules: the real facade with one behaviour changed (no loading,
-recorded runs, a fixed logit margin, a generated clip, an out-of-memory stream, the real probe over fake streams)."""
+recorded runs, a fixed logit margin, a generated clip, an out-of-memory stream, the real probe over fake streams,
+model sizes told by config)."""
 from __future__ import annotations
 
 import weakref
@@ -100,3 +101,17 @@ class ProbingFake(FakeEngine):
 
     video_timeout_s = 10.0
     probe_video = SpecvlmFacade.probe_video
+
+
+class SizedEngine(FakeEngine):
+    """The fake, with sizes told by config (params per model) and a record of what was fetched or loaded."""
+
+    def __init__(self, params: dict[str, float | None]):
+        super().__init__(step_s=0.0)
+        self.params, self.sized = params, []
+
+    def model_size(self, model):
+        from specvlm.models.fit import ModelSize
+        self.sized.append(model)
+        p = self.params.get(model)
+        return None if p is None else ModelSize(p, 4, 2, 64)

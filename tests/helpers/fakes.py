@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from specvlm.config import TreeConfig
+from specvlm.config import CPU_MAX_NEW_TOKENS, TreeConfig
 from specvlm.types import PrefillInfo, PruneResult, StepEvent, VideoClip
 
 
@@ -37,6 +37,17 @@ class FakeTokenizer:
         return "".join(FAKE_WORDS[i % len(FAKE_WORDS)] for i in ids if i != 99)
 
 
+class TickClock:
+    """A clock for :class:`FakeEngine` that moves ``tick_s`` seconds each time it is read (no wall clock)."""
+
+    def __init__(self, tick_s: float):
+        self.tick_s, self.now = tick_s, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.tick_s
+        return self.now
+
+
 class FakeEngine:
     """An :class:`app.runs.facade.Facade` with deterministic token streams (keeps no run record).
 
@@ -50,6 +61,8 @@ class FakeEngine:
             stream before its PrefillInfo, like the real engine).
         eos_at: the token count at which the runs emit EOS unless ``config.stop_at_eos`` is False.
         stop_lag_s: seconds the prefill still takes once told to stop (a slow layer finishing).
+        clock: what the steps' ``elapsed_s`` is read from (``time.perf_counter``; a :class:`TickClock` for
+            decode times that do not depend on the machine).
 
     Attributes:
         ended: how each stream ended, in order: "done", "stopped" (its ``should_stop`` returned True) or
@@ -57,11 +70,13 @@ class FakeEngine:
     """
 
     def __init__(self, step_s: float = 0.002, spec_tokens: list[int] | None = None, fail_load: bool = False,
-                 frame_s: float = 0.0, prefill_s: float = 0.0, eos_at: int | None = None, stop_lag_s: float = 0.0):
+                 frame_s: float = 0.0, prefill_s: float = 0.0, eos_at: int | None = None, stop_lag_s: float = 0.0,
+                 clock=time.perf_counter):
         self.step_s = step_s
         self.spec_tokens = spec_tokens
         self.fail_load = fail_load
         self.frame_s, self.prefill_s, self.eos_at, self.stop_lag_s = frame_s, prefill_s, eos_at, stop_lag_s
+        self.clock = clock
         self.frames_read = 0
         self.prefill_layers = 0
         self.loads = 0
@@ -72,7 +87,8 @@ class FakeEngine:
 
     def presets(self):
         mk = lambda n, t, d, cuda, **kw: SimpleNamespace(name=n, target=t, draft=d, description=f"{n} (fake)",
-                                                          num_frames=4, requires_cuda=cuda, **kw)
+                                                          num_frames=4, requires_cuda=cuda,
+                                                          max_new_tokens=CPU_MAX_NEW_TOKENS, **kw)
         return {"Fake tiny (CPU)": mk("Fake tiny (CPU)", "fake/target", "fake/draft", False),
                 "Fake big (GPU)": mk("Fake big (GPU)", "fake/big", None, True,
                                      tree=TreeConfig(shape="chain", depth=9, min_prob=0.05)),
@@ -167,7 +183,7 @@ class FakeEngine:
             self.prefill_layers += 1
         yield prefill_info(spec, forced=FORCED if (spec and kw.get("truth")) else None)
         tok = FakeTokenizer()
-        t0, i, step = time.perf_counter(), 0, 0
+        t0, i, step = self.clock(), 0, 0
         pattern = [3, 1, 0, 4, 2]
         while i < len(ids):
             if step > 0:
@@ -180,7 +196,7 @@ class FakeEngine:
             flags = [j < len(chunk) - 1 for j in range(len(chunk))] if spec and step > 0 else [False] * len(chunk)
             i += len(chunk)
             yield StepEvent(step=step, token_ids=chunk, accept_length=sum(flags), from_draft=flags,
-                            text=tok.decode(chunk), elapsed_s=time.perf_counter() - t0, num_generated=i,
+                            text=tok.decode(chunk), elapsed_s=self.clock() - t0, num_generated=i,
                             pieces=[tok.decode([t]) for t in chunk])
             step += 1
         return "done"
