@@ -141,7 +141,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
            "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
-    targets = _sparse_tokens(truth, given, eb.cell_pixels(pair.target))
+    targets = sparse_tokens(truth, given, eb.cell_pixels(pair.target))
     runs = [(m, given, shared) for m in args.methods]
     if truth.fact is not None:
         withheld = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="target")
@@ -167,7 +167,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
     return rec
 
 
-def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
+def sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
     """Video-token indices under the flash (``flash``) and under the on-screen text (``text``); ``cell_px``:
     :func:`training.eval_bundled.cell_pixels`."""
     import dataclasses
