@@ -1,11 +1,10 @@
 """Frozen configuration dataclasses; every default lives here.
 
-Validation happens in ``__post_init__`` and raises :class:`ConfigError`
-(a ``ValueError``) with a message that names the setting and the valid range,
-so the CLI and the app can show it as-is.
+Validation happens in ``__post_init__`` and raises :class:`ConfigError` (a ``ValueError``) with a message
+that names the setting and the valid range, so the CLI and the app can show it as-is.
 
-Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201), Sec. 3 and 4 for the
-defaults r = 0.9, λ = 0.4; EAGLE-2 (Li et al. 2024) for the dynamic tree.
+Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201), Sec. 3 and 4 for the defaults r = 0.9, λ = 0.4;
+EAGLE-2 (Li et al. 2024) for the dynamic tree.
 """
 from __future__ import annotations
 
@@ -78,6 +77,10 @@ class PruneConfig:
             Kept count K = max(1, floor(V * (1 - r))).
         top_p: λ, Stage I's cumulative attention share (top-p retention), in [0, 1].
         seed: RNG seed for ``random``.
+        adaptive_r: choose r per clip from the Stage I scores instead of ``drop_rate``: r = 1 - k / V for the
+            fewest k most-attended video tokens holding ``r_mass`` of the attention, bounded to [``r_min``,
+            ``r_max``] (:func:`specvlm.spec.adaptive.adaptive_drop_rate`); methods without scores keep ``drop_rate``.
+        r_min, r_max: the adaptive r's bounds, 0 <= r_min <= r_max < 1; r_mass: its attention share, in (0, 1].
 
     Raises:
         ConfigError: unknown method or out-of-range value.
@@ -87,12 +90,46 @@ class PruneConfig:
     drop_rate: float = 0.9
     top_p: float = 0.4
     seed: int = 0
+    adaptive_r: bool = False
+    r_min: float = 0.75
+    r_max: float = 0.95
+    r_mass: float = 0.8
 
     def __post_init__(self) -> None:
         if self.method not in PRUNE_METHODS:
             raise ConfigError(f"pruning method {self.method!r} is unknown: use one of {', '.join(PRUNE_METHODS)}.")
         _check_range("drop_rate", float(self.drop_rate), 0.0, 0.999)
         _check_range("top_p", float(self.top_p), 0.0, 1.0)
+        for name, lo, hi in (("r_min", 0.0, 0.999), ("r_max", float(self.r_min), 0.999), ("r_mass", 1e-6, 1.0)):
+            _check_range(name, float(getattr(self, name)), lo, hi)
+
+
+@dataclass(frozen=True)
+class ReselectConfig:
+    """Re-selection: the draft's video tokens follow the generation (:mod:`specvlm.engine.reselect`).
+
+    At a refused verify step, when more than ``min_share`` of the target's video attention from the diverging
+    position falls on video tokens the draft lacks, the most attended of them enter the draft's cache at their
+    original positions. The output does not change (the target verifies every token). Eager engine only.
+
+    Attributes:
+        enabled: re-select at refused steps (off = the paper's one selection at prefill).
+        min_share: share of the diverging position's video attention on tokens the draft lacks above which
+            a refused step re-selects, in [0, 1].
+        step_tokens: most video tokens added at one step (1..4096); total_tokens: most added per request.
+
+    Raises:
+        ConfigError: an out-of-range value.
+    """
+
+    enabled: bool = False
+    min_share: float = 0.5
+    step_tokens: int = 16
+    total_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        for name, lo, hi in (("min_share", 0.0, 1.0), ("step_tokens", 1, 4096), ("total_tokens", 1, 1_000_000)):
+            _check_range(f"reselect {name}", getattr(self, name), lo, hi)
 
 
 @dataclass(frozen=True)
@@ -105,22 +142,20 @@ class TreeConfig:
         top_k: children per expanded node and frontier width for ``dynamic`` (1..16).
         total_tokens: drafted nodes kept after reranking for ``dynamic`` (1..128).
         static_preset: name of a static tree in :data:`specvlm.spec.tree.STATIC_TREES`.
-        min_prob: stop drafting deeper once the best frontier node's cumulative draft
-            probability (product of the draft's probabilities along its path, i.e. its estimated
-            chance of being accepted) falls below this, in [0, 1); 0 = always draft ``depth``
-            levels. The level where it falls below is still drafted and verified; only deeper
-            levels are skipped. Saves draft forwards and verify slots that would rarely be
-            accepted. Greedy output stays token-identical and sampled output keeps the target's
-            distribution (any tree is verified exactly), though with sampling the same seed may
-            give a different text once the tree shape changes. ``dynamic`` and ``chain`` only
-            (a ``static`` tree has a fixed shape and ignores it).
-            Source: the confidence stop of dynamic speculation lookahead (Mamou et al. 2024,
-            arXiv 2405.04304; transformers' ``assistant_confidence_threshold``), applied to the
-            cumulative path probability that EAGLE-2 ranks nodes by.
-
-        long_prompt: the tree to use instead for prompts of at least ``long_from`` tokens, or
-            None. On a long prompt the target's step costs more while the draft's (on ~10% of
-            the video) barely grows, so a deeper draft pays (:func:`for_prompt`).
+        min_prob: stop drafting deeper once the best frontier node's cumulative draft probability (product
+            of the draft's probabilities along its path, i.e. its estimated chance of being accepted) falls
+            below this, in [0, 1); 0 = always draft ``depth`` levels. The level where it falls below is still
+            drafted and verified; only deeper levels are skipped. Saves draft forwards and verify slots that
+            would rarely be accepted. Greedy output stays token-identical and sampled output keeps the
+            target's distribution (any tree is verified exactly), though with sampling the same seed may give
+            a different text once the tree shape changes. ``dynamic`` and ``chain`` only (a ``static`` tree
+            has a fixed shape and ignores it).
+            Source: the confidence stop of dynamic speculation lookahead (Mamou et al. 2024, arXiv 2405.04304;
+            transformers' ``assistant_confidence_threshold``), applied to the cumulative path probability
+            that EAGLE-2 ranks nodes by.
+        long_prompt: the tree to use instead for prompts of at least ``long_from`` tokens, or None. On a long
+            prompt the target's step costs more while the draft's (on ~10% of the video) barely grows, so a
+            deeper draft pays (:func:`for_prompt`).
         long_from: prompt tokens from which ``long_prompt`` applies (>= 1).
 
     Raises:
@@ -258,6 +293,7 @@ _NESTED = (
     ("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
     ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
     ("sampling", SamplingConfig, "SamplingConfig(temperature=0.0)"),
+    ("reselect", ReselectConfig, "ReselectConfig(enabled=True)"),
 )
 """DecodeConfig's nested settings: (field, class, example shown in the error)."""
 
@@ -278,10 +314,11 @@ class DecodeConfig:
             growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
             with device-side lengths (capturable, at most one host read per step). Both give the same
             tokens. The default is the CPU's (:func:`default_engine`); front ends choose per device.
+        reselect: re-selection of the draft's video tokens at refused steps (:class:`ReselectConfig`).
 
     Raises:
-        ConfigError: unknown method or engine, out-of-range value, or ``prune`` / ``tree`` / ``sampling``
-            not a :class:`PruneConfig` / :class:`TreeConfig` / :class:`SamplingConfig`.
+        ConfigError: unknown method or engine, out-of-range value, a nested setting of the wrong class,
+            or re-selection with ``engine='static'``.
     """
 
     method: str = "specvlm"
@@ -291,6 +328,7 @@ class DecodeConfig:
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     engine: str = ENGINE_BY_DEVICE["cpu"]
+    reselect: ReselectConfig = field(default_factory=ReselectConfig)
 
     def __post_init__(self) -> None:
         if self.method not in DECODE_METHODS:
@@ -304,6 +342,8 @@ class DecodeConfig:
                 hint = (f" (to choose the pruning method, use DecodeConfig(method={value!r}))"
                         if name == "prune" and isinstance(value, str) else "")
                 raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
+        if self.reselect.enabled and self.engine != "eager":
+            raise ConfigError("re-selection runs on the eager engine: use engine='eager'.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))
 
@@ -376,7 +416,8 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
                          shape: str | None = None, depth: int | None = None, top_k: int | None = None,
                          total_tokens: int | None = None, min_prob: float | None = None,
-                         engine: str | None = None, device_type: str = "cpu") -> DecodeConfig:
+                         engine: str | None = None, device_type: str = "cpu", adaptive_r: bool = False,
+                         reselect: ReselectConfig | None = None) -> DecodeConfig:
     """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
 
     Args:
@@ -391,6 +432,8 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
         engine: the decode loop (:data:`ENGINES`); None = :func:`default_engine` of ``device_type``.
         device_type: the torch device type the request runs on (``"cpu"``, ``"cuda"``); only read when
             ``engine`` is None.
+        adaptive_r: choose r per clip (:attr:`PruneConfig.adaptive_r`; ``drop_rate`` is then unused).
+        reselect: re-selection settings (None = off); with it enabled and ``engine`` None the engine is eager.
 
     Raises:
         ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
@@ -398,9 +441,10 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
     return DecodeConfig(
         method=method, max_new_tokens=DecodeConfig.max_new_tokens if max_new_tokens is None else max_new_tokens,
         stop_at_eos=stop_at_eos,
-        prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed),
+        prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed, adaptive_r=adaptive_r),
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
-        engine=default_engine(device_type) if engine is None else engine,
+        engine=engine or ("eager" if reselect is not None and reselect.enabled else default_engine(device_type)),
+        reselect=reselect or ReselectConfig(),
     )

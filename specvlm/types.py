@@ -121,6 +121,10 @@ class StepEvent:
             :func:`specvlm.analysis.metrics.compare_outputs` uses it to tell near-ties from mismatches.
         pieces: the text delta of each entry of ``token_ids`` (they join to ``text``; an entry that ends in
             an incomplete UTF-8 sequence has "" and the next one carries it), or [] when not split.
+        added: video-token indices (the index space of :attr:`PruneResult.keep`) that re-selection added to
+            the draft after this step's verify (:class:`specvlm.config.ReselectConfig`), ascending; [] otherwise.
+        unseen_share: at a refused step with re-selection on, the share of the target's video attention from
+            the diverging position on video tokens the draft lacked, in [0, 1]; None where not measured.
     """
 
     step: int
@@ -136,6 +140,8 @@ class StepEvent:
     tree: DraftTreeRecord | None = None
     margin: float | None = None
     pieces: list[str] = field(default_factory=list)
+    added: list[int] = field(default_factory=list)
+    unseen_share: float | None = None
 
 
 @dataclass
@@ -154,6 +160,9 @@ class PrefillInfo:
         frames_per_token: frames covered by one video token (2 for Qwen2.5-VL).
         target_subtitle_tokens: subtitle transcript tokens in the target's prompt.
         draft_subtitle_tokens: subtitle transcript tokens in the draft's prompt.
+        r_used: the drop rate r the pruning used (0.0 without pruning): ``PruneConfig.drop_rate``, or the
+            clip's own r with ``PruneConfig.adaptive_r``.
+        r_reason: one sentence on why that r ("" without pruning).
     """
 
     num_prompt_tokens: int
@@ -167,6 +176,8 @@ class PrefillInfo:
     frames_per_token: int = 1
     target_subtitle_tokens: int = 0
     draft_subtitle_tokens: int = 0
+    r_used: float = 0.0
+    r_reason: str = ""
 
 
 @dataclass

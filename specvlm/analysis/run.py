@@ -198,6 +198,30 @@ class RunRecord:
         return None if p is None else p.num_kept
 
     @property
+    def added_per_step(self) -> dict[int, list[int]]:
+        """Step number -> video-token indices re-selection added to the draft after that step (steps that
+        added some only; :attr:`specvlm.types.StepEvent.added`)."""
+        return {int(s.step): [int(t) for t in s.added] for s in self.steps if s.added}
+
+    @property
+    def num_added(self) -> int:
+        """Video tokens re-selection added over the run (0 without re-selection)."""
+        return sum(len(a) for a in self.added_per_step.values())
+
+    @property
+    def r_used(self) -> float | None:
+        """The drop rate r the run's pruning used (None for a run without pruning) and, in :attr:`r_reason`, why."""
+        if not self.speculative:
+            return None
+        if not self.prefill.r_reason:   # a record from before r was recorded: the settings' r
+            return float((self.settings.get("prune") or {}).get("drop_rate", self.prefill.r_used))
+        return float(self.prefill.r_used)
+
+    @property
+    def r_reason(self) -> str:
+        return "" if self.prefill is None else self.prefill.r_reason
+
+    @property
     def num_forced(self) -> int:
         """Video tokens kept because the caller forced them (0 without)."""
         p = self.prefill.prune if self.prefill is not None else None
@@ -225,7 +249,8 @@ class RunRecord:
         """The run's numbers as plain JSON data (the one per-run schema of the CLI and the app): text,
         token_ids, method, tokens, num_prompt_tokens, num_video_tokens, num_kept (None without pruning),
         num_forced, target/draft_subtitle_tokens, tau, tokens_per_target_forward, accept_lengths, decode_s,
-        tokens_per_s, prefill_s, prune_s, draft_prefill_s, draft_s, verify_s (seconds), stage1, stage2."""
+        tokens_per_s, prefill_s, prune_s, draft_prefill_s, draft_s, verify_s (seconds), stage1, stage2, r_used,
+        r_reason, added (step -> video tokens re-selection added, keys as strings), num_added."""
         m, p = self.summary, self.prefill
         pr = p.prune if p is not None else None
         pick = lambda name: None if p is None else getattr(p, name)  # noqa: E731
@@ -241,6 +266,8 @@ class RunRecord:
             "draft_s": m.draft_s, "verify_s": m.verify_s,
             "stage1": _ints(pr.stage1 if pr is not None else None),
             "stage2": _ints(pr.stage2 if pr is not None else None),
+            "r_used": self.r_used, "r_reason": self.r_reason,
+            "added": {str(k): v for k, v in self.added_per_step.items()}, "num_added": self.num_added,
         }
 
     def to_json(self) -> dict:
@@ -278,7 +305,8 @@ class RunRecord:
 def _plain_step(ev: StepEvent) -> StepEvent:
     """The engine's StepEvent with plain ints, bools and strings (as it is saved and read back)."""
     return dataclasses.replace(ev, token_ids=[int(t) for t in ev.token_ids], from_draft=[bool(b) for b in ev.from_draft],
-                               accept_length=int(ev.accept_length), pieces=[str(p) for p in ev.pieces])
+                               accept_length=int(ev.accept_length), pieces=[str(p) for p in ev.pieces],
+                               added=[int(t) for t in ev.added])
 
 
 def _ints(x: Any) -> list[int]:
@@ -301,6 +329,7 @@ def prefill_to_dict(info: PrefillInfo) -> dict:
         "token_grid": None if info.token_grid is None else torch.as_tensor(info.token_grid).long().tolist(),
         "target_subtitle_tokens": int(info.target_subtitle_tokens),
         "draft_subtitle_tokens": int(info.draft_subtitle_tokens),
+        "r_used": float(info.r_used), "r_reason": str(info.r_reason),
     }
 
 
@@ -318,7 +347,7 @@ def prefill_from_dict(d: dict) -> PrefillInfo:
                        float(d.get("draft_prefill_s", 0.0)),
                        None if grid is None else torch.tensor(grid, dtype=torch.long).reshape(-1, 3),
                        int(d.get("frames_per_token", 1)), int(d.get("target_subtitle_tokens", 0)),
-                       int(d.get("draft_subtitle_tokens", 0)))
+                       int(d.get("draft_subtitle_tokens", 0)), float(d.get("r_used", 0.0)), str(d.get("r_reason", "")))
 
 
 # --------------------------------------------------------------------------- two runs

@@ -9,7 +9,7 @@ import argparse
 import os
 
 from specvlm.config import (DEFAULT_PROMPT, DTYPES, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
-                            PruneConfig, VideoConfig, config_from_settings)
+                            PruneConfig, ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 
 
@@ -77,6 +77,21 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p-sampling", type=float, default=1.0,
                    help="nucleus sampling mass in (0, 1]; 1 = off (default). The pruning share λ is --lambda")
     g.add_argument("--seed", type=int, default=0, help="seed for sampling and for the random pruning method (SD-Rand)")
+    r = ReselectConfig()
+    g.add_argument("--adaptive-r", action="store_true",
+                   help=f"choose r per clip: keep the fewest most-attended video tokens holding {d.prune.r_mass:.0%} of "
+                        f"the target's Stage I attention, r bounded to [{d.prune.r_min}, {d.prune.r_max}] "
+                        "(--drop-rate is then unused; off = the paper's fixed r)")
+    g.add_argument("--reselect", action="store_true",
+                   help="re-selection: at a refused verify step whose target attention falls mostly on video tokens "
+                        "the draft lacks, add the most attended of them to the draft (output unchanged; eager engine)")
+    g.add_argument("--reselect-min-share", type=float, default=r.min_share, metavar="S",
+                   help="share of the diverging position's video attention on tokens the draft lacks above which "
+                        "a refused step re-selects, in [0, 1] (default %(default)s)")
+    g.add_argument("--reselect-step-tokens", type=int, default=r.step_tokens, metavar="N",
+                   help="most video tokens added at one step (default %(default)s)")
+    g.add_argument("--reselect-total-tokens", type=int, default=r.total_tokens, metavar="N",
+                   help="most video tokens added per request (default %(default)s)")
     g.add_argument("--engine", choices=ENGINES, default=None,
                    help="decode loop: eager (each step issued from Python) or static (fixed-shape step functions "
                         "over preallocated KV buffers, captured on CUDA); same tokens either way. Default per "
@@ -164,7 +179,17 @@ def decode_config(args: argparse.Namespace, method: str, preset, device: str | N
         top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
         top_p_sampling=args.top_p_sampling, tree=preset_defaults(preset).tree, shape=args.tree, depth=args.depth,
         top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob,
-        engine=getattr(args, "engine", None), device_type=device or device_type(args))
+        engine=getattr(args, "engine", None), device_type=device or device_type(args),
+        adaptive_r=bool(getattr(args, "adaptive_r", False)), reselect=reselect_config(args))
+
+
+def reselect_config(args: argparse.Namespace) -> ReselectConfig:
+    """The :class:`ReselectConfig` of ``--reselect`` and its ``--reselect-*`` options (raises ConfigError)."""
+    d = ReselectConfig()
+    return ReselectConfig(enabled=bool(getattr(args, "reselect", False)),
+                          min_share=getattr(args, "reselect_min_share", d.min_share),
+                          step_tokens=getattr(args, "reselect_step_tokens", d.step_tokens),
+                          total_tokens=getattr(args, "reselect_total_tokens", d.total_tokens))
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:

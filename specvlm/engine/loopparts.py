@@ -14,11 +14,13 @@ from typing import Any, Callable
 import torch
 
 from specvlm.engine.measures import Timer, logit_margin
-from specvlm.config import DecodeConfig, SamplingConfig
+from specvlm.config import DecodeConfig, PruneConfig, SamplingConfig
 from specvlm.engine import kv
+from specvlm.engine.forward import prompt_video
 from specvlm.engine.prefill import TargetPrefill, prefill_draft, prefill_target
 from specvlm.models.pair import ModelPair
 from specvlm.models.stopping import stop_between_layers
+from specvlm.spec.adaptive import adaptive_drop_rate
 from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator, process_logits, sample
@@ -182,17 +184,37 @@ def speculative_prefill(pair: ModelPair, inputs: ModelInputs, config: DecodeConf
     # 4.1-4.2 target prefill in two passes, attention scores from pass B
     with Timer(pair.device) as t_pre, stop_between_layers(should_stop):
         tp = prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
-    # 4.3-4.6 pruning (pure)
+    # 4.3-4.6 pruning (pure), with r chosen per clip when asked
     with Timer() as t_prune:
-        pr = prune(tp.scores, config.prune, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+        pcfg, why_r = drop_rate_for(config, tp.scores)
+        pr = prune(tp.scores, pcfg, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
                    force_keep=inputs.force_keep)
     # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
     # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
     d_in = inputs.draft_inputs or inputs
     with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
+        if config.reselect.enabled and not pair.self_sd and tp.draft_video is None:  # kept for re-selection
+            tp = replace(tp, draft_video=prompt_video(pair.draft, pair.draft_adapter, d_in))
         keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
         d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
     info = PrefillInfo(int(t_in.input_ids.shape[1]), inputs.num_video_tokens, d_len, pr, t_pre.seconds,
                        t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
-                       subtitle_tokens(inputs, "target"), subtitle_tokens(d_in, "draft"))
+                       subtitle_tokens(inputs, "target"), subtitle_tokens(d_in, "draft"), float(pcfg.drop_rate), why_r)
     return SpeculativePrefill(t_in, d_in, tp, d_cache, d_len, info)
+
+
+def drop_rate_for(config: DecodeConfig, scores: torch.Tensor | None) -> tuple[PruneConfig, str]:
+    """The pruning settings a request uses and one sentence on its r: ``drop_rate``, or with
+    ``adaptive_r`` the clip's own r from the Stage I scores (:func:`specvlm.spec.adaptive.adaptive_drop_rate`).
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3.2 and 4 (r = 0.9 fixed); docs/design.md §4.3.
+    """
+    p = config.prune
+    if p.method == "none":
+        return replace(p, drop_rate=0.0), "r = 0: the draft sees every video token (method none)."
+    if not p.adaptive_r:
+        return p, f"r = {p.drop_rate:g} as set (fixed drop rate)."
+    if scores is None:
+        return p, f"r = {p.drop_rate:g} as set: method {p.method} has no attention scores to adapt r from."
+    r, why = adaptive_drop_rate(scores, p)
+    return replace(p, drop_rate=r), why

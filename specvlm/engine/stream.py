@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable, Iterator
 
 import torch
 
 from specvlm.config import DecodeConfig
-from specvlm.engine import kv, staticloop
+from specvlm.engine import kv, reselect, staticloop
 from specvlm.engine.draft import make_draft_runner
 from specvlm.engine.forward import commit, embed_tokens, lm_forward, verify_tree
 from specvlm.engine.loopparts import first_token as _first_token
@@ -37,6 +38,7 @@ from specvlm.engine.threads import adapt as adapt_threads
 from specvlm.models.pair import ModelPair
 from specvlm.spec.drafters import make_drafter
 from specvlm.spec.drafting import draft_substitute, for_draft
+from specvlm.spec.grid import map_keep
 from specvlm.types import DecodeResult, DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent, Stopped
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     yield event
 
     runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
+    rs = _reselect_state(config, sp)
     pos, root, pending, step = t_in.next_position, first, [first], 0
     d_rows, d_sub = draft_substitute(pair)
     config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
@@ -163,9 +166,11 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
         # 4.9 verify: one target forward over root + tree with a 4-D mask, then accept
         with Timer(dev) as t_v:
             Lt = kv.cache_length(tp.cache)
-            logits = verify_tree(pair.target, pair.adapter, tp.cache, root, tree, pos, _rope_dims(inputs))
+            with rs.capture() if rs is not None else nullcontext():   # the verify's queries, for re-selection
+                logits = verify_tree(pair.target, pair.adapter, tp.cache, root, tree, pos, _rope_dims(inputs))
             path, bonus = drafter.accept(draft, logits)
             commit(tp.cache, Lt, path)  # 4.10 commit: keep root + accepted nodes in path order
+        added, share, re_ms = _reselect(rs, pair, runner, sp, tree, path)   # beyond the paper: refused steps
         accepted = [int(tree.tokens[i]) for i in path]
         new, pieces = em.emit(accepted + [bonus])
         n_acc = min(len(accepted), len(new))
@@ -173,9 +178,29 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
         rec = None
         if record_trees:
             rec = DraftTreeRecord(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(), path, bonus)
-        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], "".join(pieces), draft_ms=t_d.ms,
-                        verify_ms=t_v.ms, tree_size=tree.size, elapsed_s=time.perf_counter() - t_dec,
-                        num_generated=len(em.ids), tree=rec, pieces=pieces)
+        yield StepEvent(step, new, n_acc, [i < n_acc for i in range(len(new))], "".join(pieces),
+                        draft_ms=t_d.ms + re_ms, verify_ms=t_v.ms, tree_size=tree.size,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids), tree=rec, pieces=pieces,
+                        added=added, unseen_share=share)
+
+
+def _reselect_state(config: DecodeConfig, sp) -> reselect.ReselectState | None:
+    """The request's re-selection state (None when off), in both token grids when the draft has its own."""
+    pr, t_in, d_in = sp.info.prune, sp.t_in, sp.d_in
+    own = d_in.token_grid.shape != t_in.token_grid.shape or not torch.equal(d_in.token_grid, t_in.token_grid)
+    d_keep = map_keep(pr.keep, t_in.token_grid, d_in.token_grid) if own else None
+    return reselect.start(config.reselect, pr.keep, pr.num_video_tokens, d_keep, d_in.num_video_tokens)
+
+
+def _reselect(rs, pair, runner, sp, tree, path) -> tuple[list[int], float | None, float]:
+    """:func:`specvlm.engine.reselect.step` after a verify: (added, unseen share, its cost in ms)."""
+    if rs is None:
+        return [], None, 0.0
+    grids = (sp.t_in.token_grid, sp.d_in.token_grid) if rs.draft_held is not None else None
+    with Timer(pair.draft.device) as t_r:
+        added, share = reselect.step(rs, pair, runner, sp.tp.cache, tree, path, sp.t_in, sp.d_in,
+                                     sp.tp.draft_video, grids)
+    return added, share, t_r.ms
 
 
 def generate(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = None, *,

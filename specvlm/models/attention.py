@@ -39,6 +39,7 @@ MAX_GROUPED_QUERY = 256
 
 
 _FOLDED = threading.local()
+_TAP = threading.local()    # .sink: None, or a query_tap sink; per thread
 _MODE = threading.local()   # .value: None (the fast path), ("weights", sink) or ("sdpa", None); per thread
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 MIN_SPLIT_PREFIX = 12288
@@ -109,6 +110,25 @@ def attention_weights(sink: Callable[[torch.Tensor], None]) -> contextlib.Abstra
     return _mode(("weights", sink))
 
 
+@contextlib.contextmanager
+def query_tap(sink: Callable[[torch.Tensor, float], None]) -> Iterator[None]:
+    """Within this block, on this thread, every ``specvlm_gqa`` layer hands its query states to ``sink``
+    before attending (the attention itself is unchanged), in layer order: a verify forward's queries,
+    scored later against the cached keys for one row only (:mod:`specvlm.engine.reselect`).
+
+    Args:
+        sink: called with (query (B, H, n, d) after RoPE, the attention scale) per layer.
+
+    Source: docs/design.md §4.9 (the verify forward); the row's attention as :func:`attention_weights` defines it.
+    """
+    before = getattr(_TAP, "sink", None)
+    _TAP.sink = sink
+    try:
+        yield
+    finally:
+        _TAP.sink = before
+
+
 def plain_sdpa() -> contextlib.AbstractContextManager[None]:
     """Within this block, on this thread, ``specvlm_gqa`` layers run transformers' stock SDPA path
     (what ``attn_implementation="sdpa"`` runs), e.g. for ``model.generate()`` as a reference."""
@@ -175,6 +195,9 @@ def gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scalin
     if static is not None:   # a static step (specvlm.engine.steps): buffer prefix + block, merged by LSE
         return static_attention(query, key, value, static, scaling), None
     stopping.check()   # the decoder layers' stop check (a prefill inside stop_between_layers)
+    tap = getattr(_TAP, "sink", None)
+    if tap is not None:
+        tap(query, scaling if scaling is not None else query.shape[-1] ** -0.5)
     mode, sink = getattr(_MODE, "value", None) or (None, None)
     if mode == "weights":
         return _eager_with_weights(module, query, key, value, attention_mask, dropout, scaling, sink)
