@@ -97,7 +97,7 @@ def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
     for s in steps:
         generated_before = s.num_generated - len(s.token_ids)
         kcost += (ctx0 + len(added) + generated_before) * s.tree_size / 1000
-        new = list(getattr(s, "added", None) or [])
+        new = list(s.added)
         steps_added += bool(new)
         added += [int(i) for i in new]
     keep = (set(info.prune.keep.tolist()) if info.prune is not None and vanilla_ids is not None
@@ -107,10 +107,10 @@ def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
            "decoded": max(0, len(res.token_ids) - 1), "decode_s": res.decode_s, "draft_s": res.draft_s,
            "verify_s": res.verify_s, "kcost": kcost if vanilla_ids is not None else 0.0,
            "draft_video_tokens": len(keep), "added": len(added), "steps_added": steps_added,
-           "added_at": [[int(s.step), len(getattr(s, "added", None) or [])] for s in steps
-                        if getattr(s, "added", None)],
+           "added_at": [[int(s.step), len(s.added)] for s in steps if s.added],
+           "unseen_shares": [round(float(s.unseen_share), 4) for s in steps if s.unseen_share is not None],
            "refused": sum(s.accept_length < s.tree_size for s in steps),
-           "r_used": getattr(info, "r_used", None), "r_reason": getattr(info, "r_reason", None),
+           "r_used": info.r_used, "r_reason": info.r_reason,
            "hits": {t: {"kept": len(keep & v), "stage1": len(stage1 & v), "added": len(set(added) & v),
                         "tokens": len(v)} for t, v in targets.items() if v},
            "identical": vanilla_ids is None or res.token_ids == vanilla_ids}

@@ -187,6 +187,9 @@ def sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, se
 def paired_difference(recs: list[dict], a_key: str, b_key: str, n_boot: int = 2000, seed: int = 0) -> dict | None:
     """Pooled τ of ``a_key`` minus ``b_key`` with a paired percentile bootstrap over clips (95%).
 
+    ``r["tau"][key]`` is a (numerator, denominator) pair per clip; any pooled ratio works the same way
+    (denominators may be fractional, e.g. seconds).
+
     Returns:
         {"diff", "lo", "hi", "wins", "ties", "losses", "clips"}, or None when no clip has both.
     """
@@ -198,8 +201,9 @@ def paired_difference(recs: list[dict], a_key: str, b_key: str, n_boot: int = 20
     if a[:, 1].sum() == 0 or b[:, 1].sum() == 0:
         return None
     idx = np.random.default_rng(seed).integers(0, len(both), size=(n_boot, len(both)))
-    boot = (a[idx, 0].sum(1) / np.maximum(a[idx, 1].sum(1), 1) - b[idx, 0].sum(1) / np.maximum(b[idx, 1].sum(1), 1))
-    per = a[:, 0] / np.maximum(a[:, 1], 1) - b[:, 0] / np.maximum(b[:, 1], 1)
+    boot = (a[idx, 0].sum(1) / np.maximum(a[idx, 1].sum(1), 1e-12)
+            - b[idx, 0].sum(1) / np.maximum(b[idx, 1].sum(1), 1e-12))
+    per = a[:, 0] / np.maximum(a[:, 1], 1e-12) - b[:, 0] / np.maximum(b[:, 1], 1e-12)
     return {"diff": float(a[:, 0].sum() / a[:, 1].sum() - b[:, 0].sum() / b[:, 1].sum()),
             "lo": float(np.percentile(boot, 2.5)), "hi": float(np.percentile(boot, 97.5)),
             "wins": int((per > 1e-9).sum()), "ties": int((np.abs(per) <= 1e-9).sum()),

@@ -101,8 +101,14 @@ def _diagnosis(s: dict) -> list[str]:
     L = []
     res = s["runs"].get("reselect")
     if res is not None:
-        L.append(f"- re-selection: {res['refused_steps']} refused steps, tokens added at {res['steps_added']} "
-                 f"of them, in {res['clips_added']} of {s['clips']} clips")
+        line = (f"- re-selection: {res['refused_steps']} refused steps, tokens added at {res['steps_added']} "
+                f"of them, in {res['clips_added']} of {s['clips']} clips")
+        u = res.get("unseen_share")
+        if u:
+            line += (f"; share of the diverging position's video attention on tokens the draft lacked: mean "
+                     f"{100 * u['mean']:.0f}%, median {100 * u['median']:.0f}%, above the threshold at "
+                     f"{u['above_min']} of {u['measured']} measured steps")
+        L.append(line)
     spec = s["runs"].get("specvlm")
     for t, what in (("text", "on-screen text"), ("flash", "flashing shape")):
         if spec is not None and f"{t}_kept" in spec:
@@ -115,8 +121,8 @@ def _diagnosis(s: dict) -> list[str]:
             L.append(line)
     ad = s["runs"].get("adaptive", {}).get("r_used")
     if ad:
-        reasons = ", ".join(f"{k} ({v})" for k, v in ad["reasons"].items())
-        L.append(f"- adaptive r: mean {ad['mean']:.3f} (min {ad['min']:.3f}, max {ad['max']:.3f}); reasons: {reasons}")
+        L.append(f"- adaptive r: mean {ad['mean']:.3f} (min {ad['min']:.3f}, max {ad['max']:.3f}); e.g. "
+                 + " / ".join(f"\"{x}\"" for x in ad["examples"]))
     v = s["vanilla"]
     said = [f"the {what} right in {100 * v[a]:.0f}% of the {v[f'clips_with_{a}']} clips with one"
             for a, what in (("text", "on-screen text"), ("fact", "subtitle fact")) if v[a] is not None]

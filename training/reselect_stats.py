@@ -11,10 +11,9 @@ Source: the τ convention of docs/design.md §4.12; the paired bootstrap of trai
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
+from specvlm.config import ReselectConfig
 from training import eval_sparse as es
 
 SPEC_RUNS = ("none", "specvlm", "reselect", "adaptive")
@@ -132,7 +131,12 @@ def _run_stats(clips: dict, run: str) -> dict:
     r_used = [r["r_used"] for r in rows if r.get("r_used") is not None]
     if r_used:
         out["r_used"] = {"mean": float(np.mean(r_used)), "min": float(min(r_used)), "max": float(max(r_used)),
-                         "reasons": dict(Counter(str(r.get("r_reason")) for r in rows).most_common(4))}
+                         "examples": list(dict.fromkeys(str(r.get("r_reason")) for r in rows))[:2]}
+    shares = [x for r in rows for x in r.get("unseen_shares", [])]
+    if shares:
+        out["unseen_share"] = {"measured": len(shares), "mean": float(np.mean(shares)),
+                               "median": float(np.median(shares)),
+                               "above_min": sum(x > ReselectConfig.min_share for x in shares)}
     return out
 
 
