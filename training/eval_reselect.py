@@ -291,7 +291,8 @@ def main(argv=None) -> int:
     summary = report.summarise(rows, args.sets, args.pairs, args.runs, n_boot=args.boot)
     goal = report.goals(summary)
     meta = {"rows": len(rows), "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
-            "threads": args.threads, "minutes": (time.time() - t0) / 60,
+            "threads": args.threads, "minutes": (time.time() - t0) / 60, "max_new_tokens": args.max_new_tokens,
+            "drop_rate": args.drop_rate, "top_p": args.top_p,
             "command": "python -m training.eval_reselect " + " ".join(argv if argv is not None else sys.argv[1:])}
     md = report.markdown(summary, goal, meta)
     print(md)

@@ -135,7 +135,8 @@ def markdown(summary: dict, goal: dict, meta: dict) -> str:
     """The report: per set and pair a table of the runs, the paired differences, the recovered share, what
     re-selection and adaptive r did, then the checks and the command."""
     L = ["# Re-selection and adaptive r: evaluation on the bundled sparse pair", "",
-         "Held-out clips (seeds from 3x10^9), greedy, 72 new tokens at most, each pair's preset draft tree. τ counts "
+         f"Held-out clips (seeds from 3x10^9), greedy, {meta['max_new_tokens']} new tokens at most, r = "
+         f"{meta['drop_rate']}, λ = {meta['top_p']}, each pair's preset draft tree. τ counts "
          "accepted draft tokens per verify step, pooled over clips; differences are paired over clips (95% "
          "percentile bootstrap). Draft reads: Σ over verify steps of the draft's context × nodes drafted. "
          "Times are wall times on a shared CPU.", ""]
