@@ -8,8 +8,10 @@ drafting for itself; ``std``: the bundled 1-layer draft), each with its preset's
 
 * ``none``: the draft sees every video token (r = 0);
 * ``specvlm``: SpecVLM pruning at r = 0.9, λ = 0.4;
-* ``reselect``: the same plus re-selection at refused steps (``DecodeConfig.reselect``, its defaults);
-* ``adaptive``: SpecVLM with r chosen per clip (``PruneConfig.adaptive_r``, its default bounds).
+* ``reselect``: the same plus re-selection at refused steps (``DecodeConfig.reselect``; its threshold and
+  budgets: ``--min-share``, ``--step-tokens``, ``--total-tokens``, by default ``ReselectConfig``'s);
+* ``adaptive``: SpecVLM with r chosen per clip (``PruneConfig.adaptive_r``; ``--r-min``, ``--r-max``,
+  ``--r-mass``, by default ``PruneConfig``'s).
 
 Each decode is one JSON line of ``--rows`` (τ's counts, decode and draft time, the draft's cost, the video
 tokens added and where they lie, r used, identity with vanilla), appended as it finishes; a rerun skips the
@@ -40,6 +42,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from specvlm import assets  # noqa: E402
 from specvlm.bench import captions  # noqa: E402
+from specvlm.config import PruneConfig, ReselectConfig  # noqa: E402
 from training import eval_bundled as eb  # noqa: E402
 from training import eval_sparse as es  # noqa: E402
 from training import reselect_clips as rc  # noqa: E402
@@ -48,7 +51,8 @@ from training import reselect_stats as stats  # noqa: E402
 
 PAIRS = ("self", "std")
 SETTINGS_KEYS = ("target", "draft", "seed_base", "long_frames", "long_side", "long_fps", "short_frames",
-                 "prompt", "max_new_tokens", "drop_rate", "top_p", "seed")
+                 "prompt", "max_new_tokens", "drop_rate", "top_p", "seed", "min_share", "step_tokens",
+                 "total_tokens", "r_min", "r_max", "r_mass")
 """Arguments a row depends on: the first line of the rows file records them, and a resume must match."""
 
 
@@ -68,13 +72,16 @@ class Context:
 
 def decode_config(args, pair: str, run: str):
     """The DecodeConfig of ``run`` (``vanilla`` or one of :data:`training.reselect_stats.SPEC_RUNS`) for
-    ``pair`` ("self" | "std"): the pair's preset tree, r and λ from the command line."""
+    ``pair`` ("self" | "std"): the pair's preset tree; r, λ, the re-selection budget and the adaptive r's
+    bounds from the command line."""
     from specvlm.config import BUNDLED_SELF_TREE, BUNDLED_STD_TREE, DecodeConfig, PruneConfig, ReselectConfig
 
     method = {"vanilla": "vanilla", "none": "none"}.get(run, "specvlm")
     prune = PruneConfig(method=method if run != "vanilla" else "specvlm", drop_rate=args.drop_rate,
-                        top_p=args.top_p, seed=args.seed, adaptive_r=run == "adaptive")
-    reselect = ReselectConfig(enabled=run == "reselect")
+                        top_p=args.top_p, seed=args.seed, adaptive_r=run == "adaptive", r_min=args.r_min,
+                        r_max=args.r_max, r_mass=args.r_mass)
+    reselect = ReselectConfig(enabled=run == "reselect", min_share=args.min_share, step_tokens=args.step_tokens,
+                              total_tokens=args.total_tokens)
     tree = BUNDLED_SELF_TREE if pair == "self" else BUNDLED_STD_TREE
     return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, tree=tree, prune=prune,
                         reselect=reselect)
@@ -236,6 +243,12 @@ def parse_args(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=72)
     ap.add_argument("--drop-rate", type=float, default=0.9, help="r of the pruned runs")
     ap.add_argument("--top-p", type=float, default=0.4, help="λ")
+    ap.add_argument("--min-share", type=float, default=ReselectConfig.min_share, help="re-selection's threshold")
+    ap.add_argument("--step-tokens", type=int, default=ReselectConfig.step_tokens, help="most added per step")
+    ap.add_argument("--total-tokens", type=int, default=ReselectConfig.total_tokens, help="most added per decode")
+    ap.add_argument("--r-min", type=float, default=PruneConfig.r_min, help="adaptive r's lower bound")
+    ap.add_argument("--r-max", type=float, default=PruneConfig.r_max, help="adaptive r's upper bound")
+    ap.add_argument("--r-mass", type=float, default=PruneConfig.r_mass, help="adaptive r's attention share")
     ap.add_argument("--seed", type=int, default=0, help="torch seed")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap replicates")
@@ -288,7 +301,7 @@ def main(argv=None) -> int:
     except RowsMismatchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = report.summarise(rows, args.sets, args.pairs, args.runs, n_boot=args.boot)
+    summary = report.summarise(rows, args.sets, args.pairs, args.runs, n_boot=args.boot, min_share=args.min_share)
     goal = report.goals(summary)
     meta = {"rows": len(rows), "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
             "threads": args.threads, "minutes": (time.time() - t0) / 60, "max_new_tokens": args.max_new_tokens,

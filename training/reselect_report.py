@@ -22,13 +22,14 @@ TARGET_SHARE = 0.5
 """Share of the τ lost to pruning that re-selection should recover on the burned-in-text set."""
 
 
-def summarise(rows: list[dict], sets: list[str], pairs: list[str], runs: list[str], n_boot: int = 2000) -> dict:
+def summarise(rows: list[dict], sets: list[str], pairs: list[str], runs: list[str], n_boot: int = 2000,
+              min_share: float = stats.ReselectConfig.min_share) -> dict:
     """set -> pair -> :func:`training.reselect_stats.summarise_pair` (sets and pairs without a finished clip
-    left out)."""
+    left out; ``min_share``: re-selection's threshold)."""
     out: dict = {}
     for kind in sets:
         for pair in pairs:
-            s = stats.summarise_pair(rows, kind, pair, tuple(runs), n_boot=n_boot)
+            s = stats.summarise_pair(rows, kind, pair, tuple(runs), n_boot=n_boot, min_share=min_share)
             if s is not None:
                 out.setdefault(kind, {})[pair] = s
     return out

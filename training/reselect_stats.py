@@ -107,7 +107,7 @@ def complete_clips(rows: list[dict], kind: str, pair: str, runs: tuple) -> dict:
     return {(kind, i): v for i, v in sorted(by.items()) if "vanilla" in v and all(k in v for k in runs)}
 
 
-def _run_stats(clips: dict, run: str) -> dict:
+def _run_stats(clips: dict, run: str, min_share: float) -> dict:
     rows = [c[run] for c in clips.values()]
     out = {m: pooled(ratio_pairs(clips, run, m)) for m in MEASURES}
     out["mismatches"] = sum(not r["identical"] for r in rows)
@@ -136,12 +136,14 @@ def _run_stats(clips: dict, run: str) -> dict:
     if shares:
         out["unseen_share"] = {"measured": len(shares), "mean": float(np.mean(shares)),
                                "median": float(np.median(shares)),
-                               "above_min": sum(x > ReselectConfig.min_share for x in shares)}
+                               "above_min": sum(x > min_share for x in shares)}
     return out
 
 
-def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: int = 2000) -> dict | None:
-    """Everything the report shows for one set and pair, over the clips that finished every run.
+def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: int = 2000,
+                   min_share: float = ReselectConfig.min_share) -> dict | None:
+    """Everything the report shows for one set and pair, over the clips that finished every run
+    (``min_share``: re-selection's threshold, to count the refused steps above it).
 
     Returns:
         {"clips", "runs": {run: stats}, "diff": {name: paired_ci}, "recovered_share", "vanilla": accuracy},
@@ -150,7 +152,7 @@ def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: 
     clips = complete_clips(rows, kind, pair, runs)
     if not clips:
         return None
-    out = {"clips": len(clips), "runs": {r: _run_stats(clips, r) for r in runs}, "diff": {}}
+    out = {"clips": len(clips), "runs": {r: _run_stats(clips, r, min_share) for r in runs}, "diff": {}}
     out["runs"]["vanilla"] = {"tokens_per_s": pooled(ratio_pairs(clips, "vanilla", "tokens_per_s"))}
     comparisons = [("reselect", "specvlm", "tau"), ("adaptive", "specvlm", "tau"), ("none", "specvlm", "tau"),
                    ("reselect", "specvlm", "tokens_per_s"), ("adaptive", "specvlm", "tokens_per_s"),
