@@ -1,5 +1,6 @@
 """The re-selection evaluation: end to end on tiny clips, its statistics on known inputs, resuming its rows."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from training import reselect_clips as rc
 from training import reselect_stats as rs
 
 TINY = ["--num-videos", "1", "--sets", "text,short", "--long-frames", "16", "--long-side", "112",
-        "--short-frames", "8", "--max-new-tokens", "12", "--boot", "200"]
+        "--short-frames", "8", "--max-new-tokens", "24", "--boot", "200"]
 
 
 def _lines(path) -> list[dict]:
@@ -28,7 +29,7 @@ def finished(tmp_path_factory):
 def test_every_run_decodes_each_clip_identically_to_vanilla(finished):
     rows_path, out = finished
     head, *rows = _lines(rows_path)
-    assert head["settings"]["max_new_tokens"] == 12 and head["settings"]["target"] == "assets/model_sparse/target"
+    assert head["settings"]["max_new_tokens"] == 24 and head["settings"]["target"] == "assets/model_sparse/target"
     keys = {(r["set"], r["pair"], r["run"]) for r in rows}
     assert keys == {(s, "target", "vanilla") for s in ("text", "short")} | {
         (s, "self", run) for s in ("text", "short") for run in rs.SPEC_RUNS}
@@ -44,12 +45,17 @@ def test_every_run_decodes_each_clip_identically_to_vanilla(finished):
         per_step = {run: by[(kind, run)]["kcost"] / by[(kind, run)]["steps"] for run in ("none", "specvlm")}
         assert per_step["none"] > per_step["specvlm"] > 0                          # the unpruned draft reads more
         assert by[(kind, "reselect")]["added"] == sum(n for _, n in by[(kind, "reselect")]["added_at"])
+        assert len(by[(kind, "reselect")]["unseen_shares"]) == len(by[(kind, "reselect")]["refused_at"])
+        for run in rs.SPEC_RUNS:                                                  # a refusal emits the target's token
+            assert all(by[(kind, "vanilla")]["token_ids"][p] == t for p, t in by[(kind, run)]["refused_at"])
+    said = re.search(r"(?:^|\. )text [^.]+\.", text_clip["text"])
+    assert bool(text_clip["text_at"]) == bool(said)                             # the text sentence's positions
     data = json.loads(out.read_text())
     s = data["summary"]["text"]["self"]
     assert s["clips"] == 1 and set(s["runs"]) == set(rs.SPEC_RUNS) | {"vanilla"}
     assert data["goals"]["greedy output identical to vanilla in every run"]["met"]
     md = out.with_suffix(".md").read_text()
-    assert md.startswith("# Re-selection and adaptive r") and "12 new tokens at most" in md
+    assert md.startswith("# Re-selection and adaptive r") and "24 new tokens at most" in md
 
 
 def test_a_rerun_skips_done_rows_and_redoes_only_missing_ones(finished, tmp_path):
@@ -63,7 +69,7 @@ def test_a_rerun_skips_done_rows_and_redoes_only_missing_ones(finished, tmp_path
     key = lambda x: (x["set"], x["index"], x["pair"], x["run"])                   # noqa: E731
     assert [key(json.loads(x)) for x in again[-2:]] == [key(json.loads(x)) for x in lines[-2:]]
     assert er.main(TINY + ["--rows", str(part)]) == 0 and part.read_text().splitlines() == again
-    assert er.main([*TINY[:-4], "--max-new-tokens", "13", "--rows", str(part)]) == 2   # other settings: refused
+    assert er.main([*TINY[:-4], "--max-new-tokens", "25", "--rows", str(part)]) == 2   # other settings: refused
 
 
 def test_plan_lists_only_the_missing_work():

@@ -10,6 +10,8 @@ drafting for itself; ``std``: the bundled 1-layer draft), each with its preset's
 * ``specvlm``: SpecVLM pruning at r = 0.9, λ = 0.4;
 * ``reselect``: the same plus re-selection at refused steps (``DecodeConfig.reselect``; its threshold and
   budgets: ``--min-share``, ``--step-tokens``, ``--total-tokens``, by default ``ReselectConfig``'s);
+* ``textkept`` (on request, a diagnostic): SpecVLM with every video token under the clip's on-screen text forced
+  into the kept set (same budget);
 * ``adaptive``: SpecVLM with r chosen per clip (``PruneConfig.adaptive_r``; ``--r-min``, ``--r-max``,
   ``--r-mass``, by default ``PruneConfig``'s).
 
@@ -87,6 +89,18 @@ def decode_config(args, pair: str, run: str):
                         reselect=reselect)
 
 
+def refused_at(steps: list) -> list[list[int]]:
+    """[output position, target token] of each verify step whose drafted continuation the target refused: it
+    accepted fewer draft tokens than it drafted and emitted its own token after them (a step cut at the end of
+    the output is no refusal)."""
+    out = []
+    for s in steps:
+        a = s.accept_length
+        if a < s.tree_size and a < len(s.token_ids):
+            out.append([s.num_generated - len(s.token_ids) + a, int(s.token_ids[a])])
+    return out
+
+
 def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
     """The counts of one finished decode (a :class:`specvlm.types.DecodeResult`).
 
@@ -116,7 +130,7 @@ def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
            "draft_video_tokens": len(keep), "added": len(added), "steps_added": steps_added,
            "added_at": [[int(s.step), len(s.added)] for s in steps if s.added],
            "unseen_shares": [round(float(s.unseen_share), 4) for s in steps if s.unseen_share is not None],
-           "refused": sum(s.accept_length < s.tree_size for s in steps),
+           "refused_at": refused_at(steps),
            "r_used": info.r_used, "r_reason": info.r_reason,
            "hits": {t: {"kept": len(keep & v), "stage1": len(stage1 & v), "added": len(set(added) & v),
                         "tokens": len(v)} for t, v in targets.items() if v},
@@ -132,7 +146,7 @@ def eval_clip(ctx: Context, kind: str, index: int, todo: list[tuple[str, str]], 
     ``vanilla``: the clip's vanilla row when already done (its ``token_ids`` are compared), else it is
     decoded first and yielded too.
     """
-    from specvlm.engine.prepare import prepare
+    from specvlm.engine.prepare import prepare, with_force_keep
     from specvlm.engine.stream import generate
     from specvlm.video import frames_to_clip
 
@@ -151,6 +165,7 @@ def eval_clip(ctx: Context, kind: str, index: int, todo: list[tuple[str, str]], 
                                    es.sparse_tokens(truth, inputs, eb.cell_pixels(pair.target)))
         return prepared[pair_name]
 
+    tok = next(iter(ctx.pairs.values())).processor.tokenizer
     if vanilla is None:
         name = next(iter(ctx.pairs))
         inputs, shared, targets = inputs_of(name)
@@ -161,12 +176,17 @@ def eval_clip(ctx: Context, kind: str, index: int, todo: list[tuple[str, str]], 
                    "video_tokens": inputs.num_video_tokens, "token_ids": res.token_ids, "text": res.text,
                    "truth": captions.describe(truth), "correct": es.score(res.text, truth),
                    "has_text": truth.text is not None, "has_fact": truth.fact is not None,
+                   "text_at": es.sentence_positions(tok, res.token_ids, ("text",)),
+                   "fact_at": es.fact_positions(tok, res.token_ids),
                    "seconds": time.perf_counter() - t0}
         yield vanilla
     for pair_name, run in todo:
         inputs, shared, targets = inputs_of(pair_name)
         pair = ctx.pairs[pair_name]
         cfg = decode_config(args, pair_name, run)
+        if run == "textkept" and targets.get("text"):
+            inputs = with_force_keep(inputs, sorted(targets["text"]))
+            shared = eb.SharedPrefill(inputs)
         t0 = time.perf_counter()
         res = generate(pair, inputs, cfg, prefill=shared.get(pair, cfg.prune.method))
         yield {**base, "pair": pair_name, "run": run, **result_row(res, vanilla["token_ids"], targets),
@@ -258,7 +278,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     args.sets, args.pairs, args.runs = ([x for x in s.split(",") if x] for s in (args.sets, args.pairs, args.runs))
     for name, got, allowed in (("--sets", args.sets, rc.SETS), ("--pairs", args.pairs, PAIRS),
-                               ("--runs", args.runs, stats.SPEC_RUNS)):
+                               ("--runs", args.runs, stats.ALL_RUNS)):
         if not got or any(x not in allowed for x in got):
             ap.error(f"{name} takes a comma list of {','.join(allowed)}")
     try:

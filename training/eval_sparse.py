@@ -98,9 +98,15 @@ def fact_positions(tokenizer, token_ids: list[int]) -> list[int]:
     (``" <kind> <value>"`` with the space that starts its first word, as a byte-level BPE writes a word; a
     kind of :data:`specvlm.bench.synth.FACT_KINDS`; the value as written, right or wrong); [] when it
     writes none."""
+    return sentence_positions(tokenizer, token_ids, synth.FACT_KINDS)
+
+
+def sentence_positions(tokenizer, token_ids: list[int], first_words: tuple[str, ...]) -> list[int]:
+    """Output positions whose token overlaps the first sentence ``" <word> <rest>"`` whose first word is one
+    of ``first_words`` (with the space before it); [] when the output writes none."""
     ends = [len(tokenizer.decode(token_ids[:i + 1])) for i in range(len(token_ids))]
     text = tokenizer.decode(token_ids)
-    m = re.search(r"(?:^|\. )((?:" + "|".join(synth.FACT_KINDS) + r") [^.]+)\.", text)
+    m = re.search(r"(?:^|\. )((?:" + "|".join(first_words) + r") [^.]+)\.", text)
     if m is None:
         return []
     start, stop = m.start(1), m.end(1)

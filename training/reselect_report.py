@@ -8,11 +8,13 @@ from training import reselect_stats as stats
 
 PAIR_NAMES = {"self": "Self-SD", "std": "Std-SD (1-layer draft)"}
 RUN_NAMES = {"none": "unpruned draft (r = 0)", "specvlm": "SpecVLM (r = 0.9)",
-             "reselect": "SpecVLM + re-selection", "adaptive": "SpecVLM + adaptive r"}
+             "reselect": "SpecVLM + re-selection", "adaptive": "SpecVLM + adaptive r",
+             "textkept": "SpecVLM, text tokens forced in"}
 DIFF_NAMES = {
     "reselect-specvlm:tau": "τ: re-selection − SpecVLM",
     "adaptive-specvlm:tau": "τ: adaptive r − SpecVLM",
     "none-specvlm:tau": "τ lost to pruning: unpruned − SpecVLM",
+    "textkept-specvlm:tau": "τ: text tokens forced into the kept set − SpecVLM",
     "reselect-specvlm:tokens_per_s": "tokens/s: re-selection − SpecVLM",
     "adaptive-specvlm:tokens_per_s": "tokens/s: adaptive r − SpecVLM",
     "adaptive-specvlm:tau_per_kcost": "τ per 1k draft reads: adaptive r − SpecVLM",
@@ -102,13 +104,13 @@ def _diagnosis(s: dict) -> list[str]:
     L = []
     res = s["runs"].get("reselect")
     if res is not None:
-        line = (f"- re-selection: {res['refused_steps']} refused steps, tokens added at {res['steps_added']} "
-                f"of them, in {res['clips_added']} of {s['clips']} clips")
-        u = res.get("unseen_share")
-        if u:
+        u = res.get("unseen_share") or {"measured": 0}
+        line = (f"- re-selection: {u['measured']} refused steps, tokens added after {res['steps_added']} of them, "
+                f"in {res['clips_added']} of {s['clips']} clips")
+        if u["measured"]:
             line += (f"; share of the diverging position's video attention on tokens the draft lacked: mean "
                      f"{100 * u['mean']:.0f}%, median {100 * u['median']:.0f}%, above the threshold at "
-                     f"{u['above_min']} of {u['measured']} measured steps")
+                     f"{u['above_min']} of them")
         L.append(line)
     spec = s["runs"].get("specvlm")
     for t, what in (("text", "on-screen text"), ("flash", "flashing shape")):
@@ -124,6 +126,11 @@ def _diagnosis(s: dict) -> list[str]:
     if ad:
         L.append(f"- adaptive r: mean {ad['mean']:.3f} (min {ad['min']:.3f}, max {ad['max']:.3f}); e.g. "
                  + " / ".join(f"\"{x}\"" for x in ad["examples"]))
+    pr = s.get("pruning_refusals")
+    if pr:
+        L.append(f"- refusals SpecVLM's draft meets where the unpruned draft met none: {pr['extra']} in "
+                 f"{pr['clips']} clips, {pr['on_text']} on the on-screen-text sentence, {pr['on_fact']} on the "
+                 f"subtitle-fact sentence")
     v = s["vanilla"]
     said = [f"the {what} right in {100 * v[a]:.0f}% of the {v[f'clips_with_{a}']} clips with one"
             for a, what in (("text", "on-screen text"), ("fact", "subtitle fact")) if v[a] is not None]

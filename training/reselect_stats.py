@@ -18,6 +18,8 @@ from training import eval_sparse as es
 
 SPEC_RUNS = ("none", "specvlm", "reselect", "adaptive")
 """Speculative runs per clip and pair: unpruned draft, SpecVLM at r = 0.9, + re-selection, + adaptive r."""
+ALL_RUNS = SPEC_RUNS + ("textkept",)
+"""Also ``textkept``, a diagnostic: SpecVLM with the tokens under the on-screen text forced into the kept set."""
 MEASURES = {
     "tau": ("accepted", "steps"),
     "tokens_per_s": ("decoded", "decode_s"),
@@ -107,6 +109,21 @@ def complete_clips(rows: list[dict], kind: str, pair: str, runs: tuple) -> dict:
     return {(kind, i): v for i, v in sorted(by.items()) if "vanilla" in v and all(k in v for k in runs)}
 
 
+def pruning_refusals(clips: dict) -> dict | None:
+    """Refusals SpecVLM's draft meets where the unpruned draft met none (same output position), and how many
+    fall on the output's on-screen-text sentence or its subtitle-fact sentence; None when the rows lack
+    the positions."""
+    rows = [c for c in clips.values() if "refused_at" in c["specvlm"] and "refused_at" in c["none"]
+            and "text_at" in c["vanilla"]]
+    if not rows:
+        return None
+    extra = [(c, p) for c in rows for p, _ in c["specvlm"]["refused_at"]
+             if p not in {q for q, _ in c["none"]["refused_at"]}]
+    return {"clips": len(rows), "extra": len(extra),
+            "on_text": sum(p in c["vanilla"]["text_at"] for c, p in extra),
+            "on_fact": sum(p in c["vanilla"]["fact_at"] for c, p in extra)}
+
+
 def _run_stats(clips: dict, run: str, min_share: float) -> dict:
     rows = [c[run] for c in clips.values()]
     out = {m: pooled(ratio_pairs(clips, run, m)) for m in MEASURES}
@@ -118,7 +135,6 @@ def _run_stats(clips: dict, run: str, min_share: float) -> dict:
     out["draft_video_tokens"] = float(np.mean([r["draft_video_tokens"] for r in rows]))
     out["added_per_clip"] = float(np.mean([r["added"] for r in rows]))
     out["steps_added"] = sum(r["steps_added"] for r in rows)
-    out["refused_steps"] = sum(r["refused"] for r in rows)
     out["clips_added"] = sum(r["added"] > 0 for r in rows)
     for t in ("text", "flash"):
         held = [r["hits"][t] for r in rows if t in r["hits"]]
@@ -155,6 +171,7 @@ def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: 
     out = {"clips": len(clips), "runs": {r: _run_stats(clips, r, min_share) for r in runs}, "diff": {}}
     out["runs"]["vanilla"] = {"tokens_per_s": pooled(ratio_pairs(clips, "vanilla", "tokens_per_s"))}
     comparisons = [("reselect", "specvlm", "tau"), ("adaptive", "specvlm", "tau"), ("none", "specvlm", "tau"),
+                   ("textkept", "specvlm", "tau"),
                    ("reselect", "specvlm", "tokens_per_s"), ("adaptive", "specvlm", "tokens_per_s"),
                    ("adaptive", "specvlm", "tau_per_kcost"), ("reselect", "specvlm", "tau_per_kcost")]
     for a, b, m in comparisons:
@@ -163,6 +180,7 @@ def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: 
     if {"none", "specvlm", "reselect"} <= set(runs):
         out["recovered_share"] = recovered_share(*(ratio_pairs(clips, r, "tau") for r in
                                                    ("specvlm", "none", "reselect")), n_boot=n_boot)
+    out["pruning_refusals"] = pruning_refusals(clips) if {"none", "specvlm"} <= set(runs) else None
     out["vanilla"] = {}
     for attr, has in (("text", "has_text"), ("fact", "has_fact")):
         held = [c["vanilla"]["correct"][attr] for c in clips.values() if c["vanilla"][has]]
