@@ -2,11 +2,11 @@
 
 Also the ``app_file`` of the Hugging Face Space. The default preset's models load here, at start,
 so a Run's GPU window is spent decoding: on ZeroGPU to ``cuda`` in this process, under the ``spaces``
-CUDA emulation (:mod:`app.zerogpu`; ``spaces`` moves them to the GPU it lends each Run), the same
+CUDA emulation (:mod:`app.runs.zerogpu`; ``spaces`` moves them to the GPU it lends each Run), the same
 path as on a dedicated GPU. Every limit has an environment variable (used when the flag is absent;
-``app.settings.Limits`` holds the defaults), e.g. on a Space:
+``app.inputs.settings.Limits`` holds the defaults), e.g. on a Space:
 ``SPECVLM_MAX_UPLOAD_MB=100 SPECVLM_MAX_DURATION_S=300``. A public server (a Space, ``--share``, a host
-beyond loopback) offers its presets only unless the operator widens that (:mod:`app.access`).
+beyond loopback) offers its presets only unless the operator widens that (:mod:`app.inputs.access`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ LIMIT_HELP = {
     "max_new_tokens": "largest generation budget per run",
     "video_timeout_s": "time limit to probe and decode one video",
 }
-"""``app.settings.Limits`` field -> flag help (the default and env variable are added from ``Limits``)."""
+"""``app.inputs.settings.Limits`` field -> flag help (the default and env variable are added from ``Limits``)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from specvlm.config import DTYPES
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
-    from app.settings import Limits
+    from app.inputs.settings import Limits
     g = p.add_argument_group("limits (per request)")
     defaults = Limits.from_env()
     for name, text in LIMIT_HELP.items():
@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--cache-ttl-s", type=int, default=int(os.environ.get("SPECVLM_CACHE_TTL_S") or 3600),
                    help="delete Gradio's cached files (gallery images) older than this "
                         "(env SPECVLM_CACHE_TTL_S, default 3600; 0 = keep)")
-    from app.access import AccessError, access_from_args, add_arguments
+    from app.inputs.access import AccessError, access_from_args, add_arguments
     add_arguments(p)
     args = p.parse_args(argv)
     try:
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.devices is not None:
         import torch
 
-        from app.devices import DeviceError, parse_devices
+        from app.runs.devices import DeviceError, parse_devices
         try:
             args.devices = parse_devices(args.devices, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         except DeviceError as e:
@@ -93,8 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def limits_from_args(args: argparse.Namespace):
-    """The :class:`app.settings.Limits` the flags describe."""
-    from app.settings import Limits
+    """The :class:`app.inputs.settings.Limits` the flags describe."""
+    from app.inputs.settings import Limits
     return Limits(**{name: getattr(args, name) for name in LIMIT_HELP})
 
 
@@ -105,7 +105,7 @@ def serving_devices(args: argparse.Namespace) -> list[str | None]:
         return list(args.devices)
     if args.device is not None or os.environ.get("SPACES_ZERO_GPU"):
         return [args.device]
-    from app.devices import default_devices
+    from app.runs.devices import default_devices
     from specvlm.models.fit import detect_gpus
 
     gpus = detect_gpus()
@@ -121,9 +121,9 @@ def serve(argv: list[str] | None = None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own requests to itself are not news
-    from app.backend import Backend
-    from app.settings import MB
-    from app.ui import build_demo
+    from app.inputs.settings import MB
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
 
     from specvlm.engine.threads import ThreadsError, configure
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The README's failure-case figures, regenerated through the app's backend.
 
-Runs the page's failure-case example (:func:`app.examples.failure_example`: ``shapes_subtitles`` with its
+Runs the page's failure-case example (:func:`app.page.examples.failure_example`: ``shapes_subtitles`` with its
 ``.srt``, the bundled sparse target drafting for itself at its preset's settings) as the page runs it, once
 with the transcript withheld from the draft (the example's subtitle mode) and once given to both, and prints
 what the README says about it: τ of each, the first rows of the Inspect tab's lowest-acceptance table with
@@ -26,7 +26,7 @@ MODES = ("target", "both")
 
 
 def run_case(backend: Any, mode: str, timing_pairs: int = 1, rows: int = 3) -> dict[str, Any]:
-    """One run of the failure-case example through ``backend`` (an :class:`app.backend.Backend`).
+    """One run of the failure-case example through ``backend`` (an :class:`app.runs.backend.Backend`).
 
     Args:
         mode: the subtitle mode (``target``: withheld from the draft; ``both``).
@@ -40,10 +40,10 @@ def run_case(backend: Any, mode: str, timing_pairs: int = 1, rows: int = 3) -> d
     Raises:
         RuntimeError: the example is missing (no sparse pair or clip) or the run did not finish.
     """
-    from app.examples import EXAMPLE_COLUMNS, example_rows, failure_example
-    from app.inspect_view import lowest_table
-    from app.settings import RunRequest, RunSettings
-    from app.summary import comparison_json
+    from app.inputs.settings import RunRequest, RunSettings
+    from app.page.examples import EXAMPLE_COLUMNS, example_rows, failure_example
+    from app.views.inspect_view import lowest_table
+    from app.views.summary import comparison_json
     from specvlm.models.presets import PRESETS
 
     found = example_rows(failure_example(), 128)
@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timing-pairs", type=int, default=1, help="the page's Timing runs (1: no timing)")
     ap.add_argument("--rounds", type=int, default=1, help="repeat each mode this many times (timing spread)")
     args = ap.parse_args(argv)
-    from app.backend import Backend
-    from app.engine import Engine
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
 
-    fig = figures(Backend(Engine(), device="cpu", dtype="float32"), args.timing_pairs, args.rounds)
+    fig = figures(Backend(SpecvlmFacade(), device="cpu", dtype="float32"), args.timing_pairs, args.rounds)
     print(json.dumps(fig, indent=1))
     for mode in MODES:
         s = fig[mode]["speedups"]

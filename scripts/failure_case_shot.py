@@ -2,7 +2,7 @@
 """Screenshot of the app's failure case for the README: subtitles withheld from the draft, the Inspect tab's why.
 
 Starts the app, clicks the failure-case example (``shapes_subtitles`` with its ``.srt``, the bundled sparse
-target drafting for itself, subtitles to the target only: :func:`app.examples.failure_example`), presses
+target drafting for itself, subtitles to the target only: :func:`app.page.examples.failure_example`), presses
 Run, opens the Inspect tab and clicks through the lowest-acceptance steps until the step's explanation is the
 withheld transcript with the subtitle cue holding its word; then saves a screenshot of the page (default
 ``docs/failure_case.png``) and prints the step's explanation.
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/failure_case.png")
     ap.add_argument("--port", type=int, default=7871)
     args = ap.parse_args(argv)
-    from app.examples import FAILURE_LABEL, failure_example
+    from app.page.examples import FAILURE_LABEL, failure_example
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None or not failure_example():
@@ -40,11 +40,11 @@ def main(argv=None) -> int:
         return 2
     from playwright.sync_api import sync_playwright
 
-    from app.backend import Backend
-    from app.engine import Engine
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
 
-    demo = build_demo(Backend(Engine(), device="cpu", dtype="float32"))
+    demo = build_demo(Backend(SpecvlmFacade(), device="cpu", dtype="float32"))
     demo.queue().launch(server_name="127.0.0.1", server_port=args.port, prevent_thread_lock=True, quiet=True)
     found = ""
     try:

@@ -342,7 +342,7 @@ class DecodeConfig:
                 hint = (f" (to choose the pruning method, use DecodeConfig(method={value!r}))"
                         if name == "prune" and isinstance(value, str) else "")
                 raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
-        if self.reselect.enabled and self.engine != "eager":
+        if self.reselect.enabled and self.speculative and self.engine != "eager":
             raise ConfigError("re-selection runs on the eager engine: use engine='eager'.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))

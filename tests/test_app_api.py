@@ -14,15 +14,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers.fakes import FakeEngine, free_port, sample_video
 
-from app.settings import COMPARE_INPUTS, DEFAULT_PROMPT, RunSettings  # noqa: E402
+from app.inputs.settings import COMPARE_INPUTS, DEFAULT_PROMPT, RunSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def served():
     from gradio_client import Client
 
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     video = sample_video()
     demo = build_demo(Backend(FakeEngine(step_s=0.0)), examples=[])
     port = free_port()
@@ -44,7 +44,7 @@ def test_parameters_named_with_defaults_and_integer_types(served):
         for integer in ("depth", "top_k", "total", "frames", "max_new_tokens", "max_new", "seed"):
             assert types[integer] == "integer", (name, integer, types[integer])
         assert types["drop_rate"] == "number" and types["custom"] == "string"
-        defaults = {p["parameter_name"]: p.get("parameter_default") for p in params}   # from app.settings.FIELDS
+        defaults = {p["parameter_name"]: p.get("parameter_default") for p in params}   # from app.inputs.settings.FIELDS
         assert defaults["prompt"] == DEFAULT_PROMPT and defaults["hm_mode"] == "Pruning stages"
         assert defaults["seed"] == RunSettings().seed and defaults["fixed_length"] is RunSettings().fixed_length
         assert defaults["lambda_"] == RunSettings().top_p and types["lambda_"] == "number"   # the CLI's names
@@ -81,7 +81,7 @@ def test_the_cli_names_and_the_old_names_of_lambda_and_the_token_budget(served, 
     new = client.predict(handle_file(str(video)), lambda_=0.3, max_new_tokens=7, api_name="/compare_json")
     assert new["status"] == "done" and new["vanilla"]["tokens"] == 7
     assert not any("old name" in n for n in new["notes"])
-    with caplog.at_level("WARNING", logger="app.ui"):
+    with caplog.at_level("WARNING", logger="app.page.ui"):
         old = client.predict(handle_file(str(video)), top_p=0.3, max_new=5, api_name="/compare_json")
     assert old["status"] == "done" and old["vanilla"]["tokens"] == 5
     assert old["notes"][:2] == ["'top_p' is the old name of 'lambda_' (as on the command line): it still works, "
@@ -116,8 +116,8 @@ def test_stop_in_each_phase_then_the_next_call_runs(phase, slow, fast, tmp_path)
     (the run returns "stopped"), and a call made at once, while it winds down, waits for it and ends done."""
     from gradio_client import Client, handle_file
 
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     eng = FakeEngine(step_s=0.0)
     backend = Backend(eng, update_interval_s=0.05)
     demo = build_demo(backend, examples=[])

@@ -15,8 +15,8 @@ from helpers.fakes import ROOT, FakeEngine, free_port, real_engine, sample_video
 
 def test_browser_upload_run_and_render(tmp_path):
     exe = chromium()
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     video = sample_video()
     engine, _ = real_engine()
     backend = Backend(engine, device="cpu", dtype="float32")
@@ -55,8 +55,8 @@ def test_browser_upload_run_and_render(tmp_path):
 def test_browser_stop_then_error():
     """Stop (its own queue) ends a long decode mid-way; then a bad setting shows a readable error."""
     exe = chromium()
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     eng = FakeEngine(step_s=0.01)
     demo = build_demo(Backend(eng), examples=[])
     port = free_port()

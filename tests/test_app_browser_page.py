@@ -110,8 +110,8 @@ split over lines? where on screen?)."""
 
 
 def _serve(engine: FakeEngine, examples: list | None = None):
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     demo = build_demo(Backend(engine), examples=examples)
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

@@ -18,8 +18,8 @@ from helpers.fakes import FakeEngine, free_port, sample_video
 @pytest.fixture(scope="module")
 def page_and_engine():
     exe = chromium()
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     eng = FakeEngine(step_s=0.0)
     demo = build_demo(Backend(eng, update_interval_s=0.05), examples=[])
     port = free_port()

@@ -11,9 +11,9 @@ def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
     into it, click Run at once and lower the frames meanwhile; the held click runs with 8 frames and ends Done."""
     exe = chromium()
     from gradio.media import get_video
-    from app.backend import Backend
-    from app.engine import SpecvlmFacade
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
     backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32", update_interval_s=0.1)
     demo = build_demo(backend, examples=[])
     port = free_port()

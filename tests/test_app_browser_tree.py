@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers.browser import chromium, served_page
 from helpers.fakes import free_port
 
-from app.inspect_view import tree_html
+from app.views.inspect_view import tree_html
 from specvlm.analysis.records import StepTree, TreeNodeView
 
 DEPTH = 8

@@ -11,8 +11,8 @@ from helpers.fakes import ProbingEngine, free_port
 def test_wrong_uploads_say_why_before_run(tmp_path):
     exe = chromium()
     import imageio_ffmpeg
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     audio = tmp_path / "song.mp4"
     subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-y", "-f", "lavfi", "-i",
                     "sine=frequency=440:duration=1", "-c:a", "aac", str(audio)], check=True, timeout=60)

@@ -46,8 +46,8 @@ def _upload(page, path: Path, fmt: str) -> None:
 
 def test_gif_and_hevc_uploads_then_run_layout(tmp_path):
     exe = chromium()
-    from app.backend import Backend
-    from app.ui import build_demo
+    from app.page.ui import build_demo
+    from app.runs.backend import Backend
     gif, hevc = _gif(tmp_path / "anim.gif"), _hevc(tmp_path / "clip_hevc.mp4")
     eng = ProbingEngine(step_s=0.02)
     demo = build_demo(Backend(eng), examples=[])

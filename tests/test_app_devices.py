@@ -11,9 +11,9 @@ import pytest
 
 from helpers.fakes import ROOT, FakeEngine
 
-from app.backend import Backend
-from app.devices import DeviceError, DevicePool, default_devices, parse_devices
-from app.settings import RunRequest, RunSettings
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs.backend import Backend
+from app.runs.devices import DeviceError, DevicePool, default_devices, parse_devices
 
 pytestmark = pytest.mark.timeout(60)
 VIDEO = str(ROOT / "assets" / "videos" / "shapes_short.mp4")
@@ -162,7 +162,7 @@ def test_devices_flag_and_the_default_device_list():
 def test_app_py_devices_flag(capsys):
     import importlib.util
 
-    from app import gradio_io, ui
+    from app.page import gradio_io, ui
 
     spec = importlib.util.spec_from_file_location("app_main", ROOT / "app.py")
     mod = importlib.util.module_from_spec(spec)

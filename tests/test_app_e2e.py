@@ -11,7 +11,7 @@ from gradio_client import Client, handle_file
 
 from helpers.fakes import FakeEngine, free_port, real_engine, sample_video
 
-from app.backend import Backend
+from app.runs.backend import Backend
 
 
 def _text(panel_html: str) -> str:
@@ -21,7 +21,7 @@ def _text(panel_html: str) -> str:
 def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tuple = ()):
     """Launch, call /compare once, close; returns the outputs tuple (``extra``: arguments after the
     heatmap mode: temperature, nucleus, seed, subtitles, subtitle mode, ground truth, keep text)."""
-    from app.ui import build_demo
+    from app.page.ui import build_demo
     video = sample_video()
     demo = build_demo(backend, examples=[])
     port = free_port()
@@ -63,7 +63,7 @@ def test_e2e_real_engine_bundled_model():
 
 def test_speculative_run_leaves_an_inspection_record():
     """After a comparison the session's RunRecord (per-step draft trees) is ready for the Inspect tab."""
-    from app.settings import RunRequest, RunSettings
+    from app.inputs.settings import RunRequest, RunSettings
     from specvlm.analysis.records import step_tree
 
     engine, preset = real_engine()

@@ -8,8 +8,8 @@ import pytest
 from helpers.engines import run_to_end
 from helpers.media import write_video
 
-from app.backend import Backend
-from app.engine import SpecvlmFacade
+from app.runs.backend import Backend
+from app.runs.facade import SpecvlmFacade
 
 
 def _save(tmp_path, name, model, processor):

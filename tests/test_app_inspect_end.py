@@ -1,7 +1,7 @@
 """The Inspect tab on the step where the output ends (EOS / the token budget), its axis ticks and legend."""
 from __future__ import annotations
 
-from app import inspect_view as iv
+from app.views import inspect_view as iv
 from specvlm.analysis import records as ins
 
 from helpers.records import cut_record

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 from helpers.fakes import FakeEngine
 
-from app.backend import Backend
-from app.models_notes import families_text, model_error, synthetic_caveat
-from app.settings import RunRequest, RunSettings
-from app.view import RunView, user_note
-from app.worker import ClipReady
+from app.inputs.model_messages import families_text, model_error, synthetic_caveat
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs.backend import Backend
+from app.runs.worker import ClipReady
+from app.views.run_view import RunView, user_note
 
 INTERNAL = ("decoded with PyAV: decord could not read this gif file "
             "(DECORDError: Check failed: st_nb >= 0 (-1128613112 vs. 0))")

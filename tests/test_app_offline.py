@@ -6,9 +6,9 @@ from helpers.app_fakes import NoLoadEngine
 
 import pytest
 
-from app.backend import Backend
-from app.models_notes import HUB_UNREACHABLE, synthetic_caveat
-from app.settings import RunRequest, RunSettings
+from app.inputs.model_messages import HUB_UNREACHABLE, synthetic_caveat
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs.backend import Backend
 
 SMOL = "SmolVLM2-500M + 256M draft (CPU)"
 
@@ -23,7 +23,7 @@ def test_the_page_says_the_hub_is_unreachable_and_which_presets_need_it():
     assert b.hub_note() == HUB_UNREACHABLE
     assert "needs the Hugging Face Hub, which this server cannot reach" in b.preset_info(SMOL)[0]
     assert "cannot reach" not in b.preset_info("Bundled tiny (CPU, Std-SD)")[0]   # local folders: fine
-    from app.ui import build_demo
+    from app.page.ui import build_demo
     c = build_demo(b, examples=[]).specvlm_components
     assert HUB_UNREACHABLE in c["hub_md"].value
 

@@ -10,15 +10,15 @@ import pytest
 
 from helpers.fakes import FakeEngine, FakeTokenizer, sample_video
 
-from app.backend import Backend
-from app.downloads import comparison_file, comparison_markdown, panel_text
-from app.extras import FIXED_LENGTH_NOTE
-from app.plots import plain_text_html, tokens_html
-from app.settings import RunRequest, old_name_notes
+from app.inputs.run_inputs import FIXED_LENGTH_NOTE
+from app.inputs.settings import RunRequest, old_name_notes
+from app.runs.backend import Backend
+from app.views.downloads import comparison_file, comparison_markdown, panel_text
+from app.views.plots import plain_text_html, tokens_html
 
 
 def _demo(backend: Backend):
-    from app.ui import build_demo
+    from app.page.ui import build_demo
     demo = build_demo(backend, examples=[])
     return demo, {fn.api_name: fn for fn in demo.fns.values() if fn.api_name}
 
@@ -96,15 +96,15 @@ def test_old_input_names_still_set_lambda_and_the_budget(given, lam, budget, not
 
 
 def test_a_bad_run_json_on_the_replay_box_is_one_line(tmp_path, caplog):
-    from app.inspect_view import build_inspect_tab
+    from app.views.inspect_view import build_inspect_tab
     with gr.Blocks() as demo:
         build_inspect_tab()
     on_upload = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "on_upload")
     bad = tmp_path / "run.json"
     bad.write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="app.inspect_view"), pytest.raises(gr.Error) as e:
+    with caplog.at_level(logging.WARNING, logger="app.views.inspect_view"), pytest.raises(gr.Error) as e:
         on_upload(str(bad))
     assert e.value.print_exception is False                       # Gradio prints no traceback
     assert e.value.__cause__ is None and e.value.__suppress_context__   # and none is chained
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.inspect_view"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.views.inspect_view"]
     assert len(lines) == 1 and "could not read" in lines[0] and "\n" not in lines[0]

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from app.backend import Backend
-from app.engine import SpecvlmFacade
-from app.progress import LayerProgress, LayerTicks
-from app.settings import RunRequest
+from app.inputs.settings import RunRequest
+from app.runs.backend import Backend
+from app.runs.facade import SpecvlmFacade
+from app.runs.progress import LayerProgress, LayerTicks
 from specvlm import assets
 from specvlm.models.stopping import checked_layers
 

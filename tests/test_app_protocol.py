@@ -1,4 +1,4 @@
-"""The app talks to the library through one typed protocol (app.engine.Facade): the real facade and every
+"""The app talks to the library through one typed protocol (app.runs.facade.Facade): the real facade and every
 test fake implement it, so a fake that drifts from the engine's calls fails here, not silently in the app
 tests that use it."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from helpers.engines import IOEngine, TinyEngine
 from helpers.fakes import FakeEngine, ProbingEngine
 
-from app.engine import Facade, SpecvlmFacade
+from app.runs.facade import Facade, SpecvlmFacade
 from helpers.app_fakes import ClipEngine, MarginEngine, NoLoadEngine, OOMEngine, ProbingFake, RecordingEngine
 
 MEMBERS = sorted(n for n, v in vars(Facade).items() if callable(v) and not n.startswith("_"))

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from app.backend import Backend
-from app.settings import RunRequest, RunSettings
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs.backend import Backend
 
 from specvlm.bench import clipfiles
 from specvlm.bench import synth

@@ -5,10 +5,10 @@ import pytest
 
 from helpers.fakes import FakeEngine
 
-from app.backend import Backend
-from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs
-from app.timing import MIN_DECODE_S, SUGGESTED_REPEATS, LoadMeter, speed_note
-from app.summary import comparison_json
+from app.inputs.settings import Limits, RunRequest, RunSettings, UserError, build_configs
+from app.runs.backend import Backend
+from app.runs.timing import MIN_DECODE_S, SUGGESTED_REPEATS, LoadMeter, speed_note
+from app.views.summary import comparison_json
 from specvlm.analysis.metrics import median_speedup
 
 
@@ -63,7 +63,7 @@ def test_a_short_decode_gets_a_caveat_and_the_page_offers_a_repeat():
     assert "Timing caveat: a decode took only" in last["summary"] and last["speed_note"]
     assert f"median of {SUGGESTED_REPEATS} interleaved runs" in last["summary"]
     assert "Timing caveat" in comparison_json(view)["speed_note"]
-    from app.ui import _button_updates, build_demo
+    from app.page.ui import _button_updates, build_demo
     c = build_demo(Backend(FakeEngine()), examples=[]).specvlm_components
     assert _button_updates(c, "idle", last["speed_note"], 1)[c["repeat"]]["visible"] is True
     assert _button_updates(c, "idle", "", 1)[c["repeat"]]["visible"] is False

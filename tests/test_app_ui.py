@@ -13,11 +13,11 @@ import pytest
 from helpers.app_fakes import MarginEngine
 from helpers.fakes import STAGE1, STAGE2, FakeEngine, prefill_info, stream_endings
 
-from app import plots
-from app.backend import Backend
-from app.models_notes import parse_model_spec
-from app.settings import Limits, RunRequest, RunSettings, UserError, build_configs
-from app.view import OUTPUT_KEYS, pick_heatmaps
+from app.inputs.model_messages import parse_model_spec
+from app.inputs.settings import Limits, RunRequest, RunSettings, UserError, build_configs
+from app.runs.backend import Backend
+from app.views import plots
+from app.views.run_view import OUTPUT_KEYS, pick_heatmaps
 
 
 def _blend(base, rgb, a=plots.OVERLAY_ALPHA):
@@ -246,7 +246,7 @@ def test_subtitles_text():
 def test_build_demo_wires_components(tmp_path):
     import gradio as gr
 
-    from app.ui import GPU_QUEUE, build_demo
+    from app.page.ui import GPU_QUEUE, build_demo
     vid = tmp_path / "clip.mp4"
     vid.write_bytes(b"\x00")
     b = Backend(FakeEngine())
@@ -315,7 +315,7 @@ def _truth_file(path, text=True):
 
 def _compare_fn(backend):
     """The ``/compare`` handler of a page built over ``backend`` (called directly, no server)."""
-    from app.ui import build_demo
+    from app.page.ui import build_demo
     demo = build_demo(backend, examples=[])
     fns = {fn.api_name: fn for fn in demo.fns.values()}
     return fns["compare"], demo.specvlm_components
@@ -438,7 +438,7 @@ def test_malformed_srt_gives_a_readable_error_then_the_app_keeps_working(tmp_pat
 
 def test_bad_subtitle_mode_is_refused():
     b = Backend(FakeEngine(step_s=0.0))
-    from app.settings import check_subtitle_mode
+    from app.inputs.settings import check_subtitle_mode
     assert check_subtitle_mode("Target only") == "target" and check_subtitle_mode("none") == "none"
     assert check_subtitle_mode(None) == "both"
     _, last = _run(b, subtitle_mode="everyone")
@@ -446,7 +446,7 @@ def test_bad_subtitle_mode_is_refused():
 
 
 def test_examples_carry_the_ground_truth_sidecar(tmp_path):
-    from app.examples import example_rows, find_examples
+    from app.page.examples import example_rows, find_examples
     folder = tmp_path / "examples"
     folder.mkdir()
     for stem in ("a", "b"):
@@ -464,7 +464,7 @@ def test_examples_carry_the_ground_truth_sidecar(tmp_path):
 
 
 def test_the_failure_case_example_picks_the_sparse_pair_and_withholds_the_subtitles_from_the_draft(tmp_path):
-    from app.examples import FAILURE_CLIP, FAILURE_SETUP, example_rows, failure_example, find_examples
+    from app.page.examples import FAILURE_CLIP, FAILURE_SETUP, example_rows, failure_example, find_examples
     from specvlm.models.presets import SPARSE_SELF
     folder, model = tmp_path / "videos", tmp_path / "target"
     folder.mkdir()
@@ -481,7 +481,7 @@ def test_the_failure_case_example_picks_the_sparse_pair_and_withholds_the_subtit
 
 
 def test_the_first_example_streams_long_enough_to_watch():
-    from app.examples import FAILURE_LABEL, STREAMING_CLIP, default_examples
+    from app.page.examples import FAILURE_LABEL, STREAMING_CLIP, default_examples
     rows, labels = default_examples(max_new_tokens=300)
     first = rows[0]
     assert Path(first[0]).name == STREAMING_CLIP and first[4] is True and first[5] == 300  # capped by the limit
@@ -492,7 +492,7 @@ def test_the_first_example_streams_long_enough_to_watch():
 
 
 def test_a_real_world_example_is_offered():
-    from app.examples import real_world_examples
+    from app.page.examples import real_world_examples
     from specvlm.video import probe_video
 
     rows = real_world_examples()
@@ -522,12 +522,12 @@ def test_a_finished_run_does_not_stop_the_next_one(monkeypatch):
 
 
 def test_preset_info_shows_project_paths_relative():
-    from app.models_notes import shown_name as _shown
+    from app.inputs.model_messages import shown_name as _shown
     from specvlm.models.presets import PRESETS
     root = Path(__file__).resolve().parents[1]
     assert _shown(str(root / "assets" / "model" / "target")) == "assets/model/target"
     assert _shown("Qwen/Qwen2.5-VL-7B-Instruct") == "Qwen/Qwen2.5-VL-7B-Instruct"
-    from app.engine import SpecvlmFacade
+    from app.runs.facade import SpecvlmFacade
     b = Backend(SpecvlmFacade())
     bundled = next(n for n, p in PRESETS.items() if not p.requires_cuda and p.draft)
     text, _, _ = b.preset_info(bundled)
@@ -540,7 +540,7 @@ def test_a_stopped_runs_upload_stays_for_the_run_held_behind_it():
     import uuid
     from types import SimpleNamespace
 
-    from app.ui import build_demo, gradio_upload_dir
+    from app.page.ui import build_demo, gradio_upload_dir
     b = Backend(FakeEngine(step_s=0.01), update_interval_s=0.02)
     demo = build_demo(b, examples=[])
     compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
@@ -564,8 +564,8 @@ def test_a_stopped_runs_upload_stays_for_the_run_held_behind_it():
 
 
 def test_a_speedup_before_both_runs_finished_says_so():
-    from app.summary import summary_md
-    from app.view import RunPanel
+    from app.views.run_view import RunPanel
+    from app.views.summary import summary_md
     from specvlm.analysis.run import RunRecord
     from specvlm.types import StepEvent
 

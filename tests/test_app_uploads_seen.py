@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from app.preview import upload_view
-from app.settings import UserError
-from app.uploads import check_box, load_truth
+from app.inputs.preview import upload_view
+from app.inputs.settings import UserError
+from app.inputs.uploads import check_box, load_truth
 
 
 def _probe(path):
-    from app.engine import SpecvlmFacade
+    from app.runs.facade import SpecvlmFacade
     return SpecvlmFacade().probe_video(path)
 
 

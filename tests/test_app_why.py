@@ -7,8 +7,8 @@ import pytest
 from helpers.app_fakes import ClipEngine
 from helpers.media import make_clip
 
-from app import why_view as wv
-from app.engine import SpecvlmFacade
+from app.runs.facade import SpecvlmFacade
+from app.views import why_view as wv
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig, PruneConfig
 from specvlm.engine.prepare import prepare
@@ -100,8 +100,8 @@ def test_the_why_names_one_explanation_the_shares_support(explained):
 
 
 def test_the_comparison_comes_before_the_explanation_and_stop_keeps_it(pairs):
-    from app.view import RunView
-    from app.worker import DecodeWorker, Phase, Record, RunJob
+    from app.runs.worker import DecodeWorker, Phase, Record, RunJob
+    from app.views.run_view import RunView
     from specvlm.analysis.run import Comparison
     from specvlm.config import VideoConfig
     from specvlm.types import Stopped
@@ -134,7 +134,7 @@ def test_browser_why_shows_the_input_shares_and_whole_frame_captions(explained):
     an ellipsis)."""
     import gradio as gr
 
-    from app import inspect_view as iv
+    from app.views import inspect_view as iv
     from helpers.browser import chromium, served_page
     from helpers.fakes import free_port
 

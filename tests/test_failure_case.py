@@ -89,10 +89,10 @@ def test_the_app_example_shows_the_failure():
     """The page's failure-case example row, run through the app's backend as clicking it sets the page (the
     row's preset brings its frame count and draft tree): τ is lower than with the subtitles given to both
     models, and the outputs are identical in both runs."""
-    from app.backend import Backend
-    from app.engine import SpecvlmFacade
-    from app.examples import EXAMPLE_COLUMNS, example_rows, failure_example
-    from app.settings import RunRequest, RunSettings
+    from app.inputs.settings import RunRequest, RunSettings
+    from app.page.examples import EXAMPLE_COLUMNS, example_rows, failure_example
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
     from specvlm.models.presets import PRESETS
 
     (row,) = example_rows(failure_example(), 128)
@@ -147,8 +147,8 @@ def test_the_readme_failure_case_figures_come_from_the_run():
     example (scripts/failure_case_figures.py, no timing): τ with the transcript given to both and withheld, the
     first rows of the Inspect tab's lowest-acceptance table, their transcript shares and their one explanation.
     Its timings are stated with their spread and not checked (noise)."""
-    from app.backend import Backend
-    from app.engine import SpecvlmFacade
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
     from scripts.failure_case_figures import figures
 
     got = figures(Backend(SpecvlmFacade(), device="cpu", dtype="float32"))

@@ -11,7 +11,7 @@ import torch
 
 from helpers.media import make_clip
 
-from app import inspect_view as iv
+from app.views import inspect_view as iv
 from specvlm.analysis import records as ins
 from specvlm.config import DecodeConfig
 from specvlm.engine.stream import stream

@@ -76,7 +76,8 @@ def test_the_wheel_carries_every_bundled_file(tmp_path, monkeypatch):
                if pkg.startswith("specvlm._assets") for f in files}
     wanted = {p.resolve() for p in (ROOT / "assets").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert wanted and wanted <= shipped, sorted(str(p) for p in wanted - shipped)[:5]
-    assert {"specvlm", "specvlm.video", "specvlm.models", "app"} <= set(dist.packages)
+    assert {"specvlm", "specvlm.video", "specvlm.models", "app", "app.inputs", "app.runs", "app.views",
+            "app.page"} <= set(dist.packages)
     assert not {p for p in dist.packages if p.split(".")[0] in ("training", "scripts", "tests")}, dist.packages
 
 

@@ -1,6 +1,6 @@
 """A public server offers the operator's models only, and its messages name nothing of the server.
 
-The policy (:mod:`app.access`) is checked through the backend with the fake engine, and through
+The policy (:mod:`app.inputs.access`) is checked through the backend with the fake engine, and through
 ``app.py``'s own :func:`serve` started as a public deployment starts it (a Space's environment,
 ``--host 0.0.0.0``, ``--share`` with Gradio's tunnel faked), driven by ``gradio_client`` over
 ``/compare_json`` and ``/compare`` with the real engine and the bundled model. Offline throughout: the
@@ -20,10 +20,10 @@ from helpers.fakes import ROOT, FakeEngine, free_port, sample_video
 
 pytest.importorskip("gradio_client")
 
-from app.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom  # noqa: E402
-from app.backend import Backend  # noqa: E402
-from app.engine import SpecvlmFacade  # noqa: E402
-from app.settings import RunRequest, RunSettings, UserError  # noqa: E402
+from app.inputs.access import MAX_FIELD_CHARS, AccessError, ModelAccess, exposure, resolve_custom  # noqa: E402
+from app.inputs.settings import RunRequest, RunSettings, UserError  # noqa: E402
+from app.runs.backend import Backend  # noqa: E402
+from app.runs.facade import SpecvlmFacade  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,7 +74,7 @@ def test_flags_and_environment_build_the_access(tmp_path, capsys):
     assert args.access == ModelAccess("--host 0.0.0.0", False, ("a/b", "c/d"), str(tmp_path), 20.0)
     env = {"SPACE_ID": "o/s", "SPECVLM_ALLOW_CUSTOM_MODELS": "1", "SPECVLM_MODELS_DIR": str(tmp_path),
            "SPECVLM_ALLOWED_MODELS": "e/f", "SPECVLM_MAX_MODEL_GB": "7.5"}
-    from app.access import access_from_args
+    from app.inputs.access import access_from_args
     got = access_from_args(mod.parse_args([]), env)
     assert got == ModelAccess("a Hugging Face Space", True, ("e/f",), str(tmp_path), 7.5)
     for argv, words in ((["--models-dir", str(tmp_path / "none")], "--models-dir (SPECVLM_MODELS_DIR) must name"),
@@ -140,7 +140,7 @@ class SizedEngine(FakeEngine):
 
 
 def test_a_custom_model_too_large_is_refused_before_it_loads(monkeypatch):
-    monkeypatch.setattr("app.access.device_memory", lambda device: 16e9)   # a 16 GB machine
+    monkeypatch.setattr("app.inputs.access.device_memory", lambda device: 16e9)   # a 16 GB machine
     big = SizedEngine({"org/huge": 70e9, "org/small": 1e9, "org/draft": 0.5e9})
     access = ModelAccess("--host 0.0.0.0", allow_custom=True)
     err = _run(Backend(big, device="cpu", access=access), "org/huge")["error"]

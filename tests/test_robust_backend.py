@@ -26,10 +26,10 @@ from helpers.engines import IOEngine, fake_settings, run_to_end
 from helpers.fakes import FakeEngine
 from helpers.media import marker_frame, palette_frame, write_audio_only, write_png, write_video
 
-from app.backend import WORKER_PREFIX, Backend
-from app.engine import SpecvlmFacade
-from app.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError
-from app.uploads import UploadJanitor
+from app.inputs.settings import DEFAULT_PROMPT, Limits, RunRequest, RunSettings, UserError
+from app.inputs.uploads import UploadJanitor
+from app.runs.backend import WORKER_PREFIX, Backend
+from app.runs.facade import SpecvlmFacade
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,8 +23,8 @@ from helpers.app_fakes import ProbingFake
 from helpers.engines import TINY, TinyEngine
 from helpers.fakes import FakeEngine, free_port
 
-from app.backend import WORKER_PREFIX, Backend
-from app.settings import Limits
+from app.inputs.settings import Limits
+from app.runs.backend import WORKER_PREFIX, Backend
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,7 +67,7 @@ def server(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"  # per-request temporary files (gallery PNGs) go here
     scratch.mkdir()
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(upload_dir))
-    from app.ui import build_demo
+    from app.page.ui import build_demo
 
     def launch(engine=None, limits=None, max_file_size=None):
         backend = Backend(engine or TinyEngine(), device="cpu", dtype="float32", update_interval_s=0.05,
@@ -164,7 +164,7 @@ def test_gradio_rejects_uploads_over_max_file_size(server):
 def test_gallery_images_are_written_as_files_in_the_request_folder(tmp_path):
     from PIL import Image
 
-    from app.gradio_io import gallery_files, request_scratch
+    from app.page.gradio_io import gallery_files, request_scratch
     img = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
     with request_scratch(str(tmp_path)) as d:
         (path, cap), (url, none) = gallery_files([(img, "frames 0-1"), ("http://x/y.png", None)], d)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Limits, RunRequest, RunSettings, build_configs
+from app.inputs.settings import Limits, RunRequest, RunSettings, build_configs
 from specvlm.cli import build_parser
 from specvlm.cli.args import decode_config
 from specvlm.config import BUNDLED_STD_TREE, TreeConfig
@@ -63,7 +63,7 @@ def test_the_presets_tree_stays_whole_until_an_option_changes_it():
 @pytest.mark.timeout(600)
 def test_app_random_pruning_honours_the_seed():
     """Through the app's own run path: the same seed keeps the same video tokens, another seed others."""
-    from app.backend import Backend
+    from app.runs.backend import Backend
     from helpers.fakes import real_engine, sample_video
 
     engine, preset = real_engine()
@@ -83,7 +83,7 @@ def test_app_random_pruning_honours_the_seed():
 
 
 def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
-    from app.settings import FIELDS, server_engine
+    from app.inputs.settings import FIELDS, server_engine
     from specvlm.config import ENGINE_BY_DEVICE
 
     assert [f.name for f in FIELDS[-3:]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
@@ -93,6 +93,6 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     assert RunRequest.from_inputs({"video": "v.mp4", "engine": "static"}).settings.engine == "static"
     assert server_engine(None, True) == "static" and server_engine("cpu", True) == "eager"
     assert server_engine("cuda:1", False) == "static" and server_engine(None, False) == "eager"
-    from app.settings import UserError
+    from app.inputs.settings import UserError
     with pytest.raises(UserError, match="Invalid setting: engine 'fast' is unknown: use one of eager, static"):
         build_configs(RunSettings(engine="fast"), Limits())

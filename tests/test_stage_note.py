@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.stage_note import stage1_note, stage_split
+from app.views.stage_note import stage1_note, stage_split
 from specvlm.types import PruneResult
 
 
@@ -38,8 +38,8 @@ def test_a_budget_full_before_lambda_and_methods_without_two_stages():
 
 def test_the_default_pair_says_stage_one_kept_almost_nothing():
     """The bundled default pair on its long clip: Stage I keeps one token, and both pages say so with its share."""
-    from app.inspect_view import maps_note
-    from app.worker import heatmaps
+    from app.runs.worker import heatmaps
+    from app.views.inspect_view import maps_note
     from specvlm import assets
     from specvlm.analysis.records import record_from_events
     from specvlm.config import DecodeConfig, VideoConfig

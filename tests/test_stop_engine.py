@@ -133,9 +133,9 @@ def test_stop_during_a_long_prefill_of_the_bundled_model_through_the_app():
     it ends the Run as stopped before the prefill produced anything, and leaves no thread behind."""
     from gradio.media import get_video
 
-    from app.backend import Backend
-    from app.engine import SpecvlmFacade
-    from app.settings import RunRequest, RunSettings
+    from app.inputs.settings import RunRequest, RunSettings
+    from app.runs.backend import Backend
+    from app.runs.facade import SpecvlmFacade
     from specvlm.models.presets import default_preset_name
     produced, started = [], threading.Event()
 

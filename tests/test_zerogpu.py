@@ -24,10 +24,10 @@ import pytest
 
 from helpers.fakes import FakeEngine, FakeTokenizer
 
-from app import zerogpu
-from app.backend import Backend
-from app.settings import RunRequest, RunSettings
-from app.worker import RunJob
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs import zerogpu
+from app.runs.backend import Backend
+from app.runs.worker import RunJob
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,8 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
         assert len(back) == len(batch) and isinstance(back, list)
         for msg, again in zip(batch, back):
             kinds.add(type(msg).__name__)
-            assert type(msg).__module__ in ("app.worker", "app.timing", "app.progress", "specvlm.analysis.run")
+            assert type(msg).__module__ in ("app.runs.worker", "app.runs.timing", "app.runs.progress",
+                                            "specvlm.analysis.run")
             assert type(again) is type(msg)
             if type(msg).__name__ != "Heatmaps":
                 assert again == msg

@@ -126,7 +126,7 @@ def install_worker_standins() -> None:
 def drive(captured: dict, out: dict) -> None:
     from helpers.fakes import sample_video
 
-    from app import inspect_view
+    from app.views import inspect_view
     from specvlm.analysis.records import RunRecord, load_json
 
     while "demo" not in captured or not getattr(captured["demo"], "server_port", None):
@@ -220,7 +220,7 @@ def through_server(port: int, video: str, max_new: int = 24) -> dict:
     ``/compare_json`` with the same inputs: the final panels' text and the JSON's texts."""
     from gradio_client import Client, handle_file
 
-    from app.downloads import panel_text
+    from app.views.downloads import panel_text
 
     client = Client(f"http://127.0.0.1:{port}/", verbose=False)
     labels = [r["label"] for r in client.view_api(return_format="dict", print_info=False)
@@ -266,11 +266,11 @@ def main(plain: bool = False) -> None:
     if not plain:
         install_worker_standins()
 
-    import app.engine
-    import app.ui
+    import app.runs.facade
+    import app.page.ui
 
     captured: dict = {"streams": []}
-    build_demo, stream = app.ui.build_demo, app.engine.SpecvlmFacade.stream
+    build_demo, stream = app.page.ui.build_demo, app.runs.facade.SpecvlmFacade.stream
 
     def capturing_build_demo(backend, *a, **k):  # in the main thread, after loading, before the launch
         captured["backend"], captured["note"] = backend, k.get("footer", "")
@@ -285,7 +285,7 @@ def main(plain: bool = False) -> None:
         captured["streams"].append(os.getpid())  # the worker process changes only its own copy of this list
         return stream(self, *a, **k)
 
-    app.ui.build_demo, app.engine.SpecvlmFacade.stream = capturing_build_demo, counting_stream
+    app.page.ui.build_demo, app.runs.facade.SpecvlmFacade.stream = capturing_build_demo, counting_stream
     out: dict = {}
 
     def driver() -> None:

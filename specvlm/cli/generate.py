@@ -154,6 +154,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"decode {res.decode_s:.2f} s, "
           f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
+    if cfg.speculative and (cfg.prune.adaptive_r or cfg.reselect.enabled):
+        fired = [s for s in res.steps if s.added]
+        print(f"[{res.prefill.r_reason}" + (f" Re-selection added {sum(len(s.added) for s in fired)} video tokens at "
+                                            f"{len(fired)} steps." if cfg.reselect.enabled else "") + "]", file=sys.stderr)
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
         div, speed = out["divergence"], out["speedup"]

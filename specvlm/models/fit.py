@@ -7,7 +7,7 @@ for activations and the CUDA context. :func:`plan_placement` then puts the pair 
 GPU when it fits there (weights load straight to that device), shards it over all GPUs
 with ``device_map="auto"`` when only their sum is enough, and otherwise refuses with a
 one-line message naming needed and available memory. :func:`fitting_presets` lists the presets
-that fit given GPUs (the app offers only those on ZeroGPU, :func:`app.zerogpu.fitting_presets`).
+that fit given GPUs (the app offers only those on ZeroGPU, :func:`app.runs.zerogpu.fitting_presets`).
 
 Parameter counts of the presets' checkpoints are listed in :data:`KNOWN_SIZES` (from
 the checkpoints' published ``config.json`` and safetensors index, so no download is

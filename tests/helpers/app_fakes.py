@@ -11,7 +11,7 @@ from helpers.engines import TINY, IOEngine
 from helpers.fakes import FakeEngine
 from helpers.media import make_clip
 
-from app.engine import SpecvlmFacade
+from app.runs.facade import SpecvlmFacade
 
 
 class NoLoadEngine(SpecvlmFacade):

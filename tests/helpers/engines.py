@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from helpers.fakes import FakeEngine
 
-from app.engine import SpecvlmFacade
-from app.settings import RunRequest, RunSettings
+from app.inputs.settings import RunRequest, RunSettings
+from app.runs.facade import SpecvlmFacade
 
 
 TINY = "Tiny (in-process)"

@@ -38,7 +38,7 @@ class FakeTokenizer:
 
 
 class FakeEngine:
-    """An :class:`app.engine.Facade` with deterministic token streams (keeps no run record).
+    """An :class:`app.runs.facade.Facade` with deterministic token streams (keeps no run record).
 
     Args:
         step_s: sleep per vanilla token (the speculative run sleeps the same per verify step).
@@ -219,7 +219,7 @@ def sample_video() -> Path:
 
 def real_engine():
     """(engine, preset name): the app's real engine with the bundled Std-SD pair (committed in assets/model)."""
-    from app.engine import SpecvlmFacade
+    from app.runs.facade import SpecvlmFacade
     from specvlm.models.presets import BUNDLED_STD, PRESETS
 
     assert Path(PRESETS[BUNDLED_STD].target).exists(), "the bundled pair is committed in assets/model"
@@ -235,7 +235,7 @@ class ProbingEngine(FakeEngine):
         self.read: list[str] = []
 
     def probe_video(self, path):
-        from app.engine import SpecvlmFacade
+        from app.runs.facade import SpecvlmFacade
         return SpecvlmFacade().probe_video(path)
 
     def load_video(self, path, config, **kw):

@@ -80,7 +80,7 @@ class LayerTicks:
 
 
 def expected_polls(engine: Any, pair: Any, method: str) -> int | None:
-    """``engine.prefill_layers(pair, method)`` (:meth:`app.engine.SpecvlmFacade.prefill_layers`), or None when the
+    """``engine.prefill_layers(pair, method)`` (:meth:`app.runs.facade.SpecvlmFacade.prefill_layers`), or None when the
     engine has no such method or it fails: progress is a display aid and never fails a run.
 
     Source: this module (no external reference).
@@ -124,7 +124,7 @@ def prefill_layers(pair: Any, method: str, checked: Callable[[Any], int]) -> int
 
 
 def phase_span(phase: str, phases: dict[str, tuple[float, str]]) -> tuple[float, float]:
-    """(start, end) of a phase on the progress bar: from its fraction in ``phases`` (:data:`app.view.PHASES`,
+    """(start, end) of a phase on the progress bar: from its fraction in ``phases`` (:data:`app.views.run_view.PHASES`,
     name -> (fraction, description)) to the next phase's.
 
     Source: this module (no external reference).

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from app.models_notes import is_hub_id, missing_from_hub, needs_hub_error, parse_model_spec
-from app.settings import UserError
+from app.inputs.model_messages import is_hub_id, missing_from_hub, needs_hub_error, parse_model_spec
+from app.inputs.settings import UserError
 
 log = logging.getLogger(__name__)
 

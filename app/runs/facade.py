@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from app.settings import Limits
+from app.inputs.settings import Limits
 from specvlm.analysis.run import RunRecord
 from specvlm.types import PrefillInfo, StepEvent
 
@@ -165,8 +165,8 @@ class SpecvlmFacade:
 
     def prefill_layers(self, pair: Any, method: str) -> int | None:
         """How often one prefill of ``method`` polls ``should_stop`` (once per vision block and decoder layer,
-        :func:`app.progress.prefill_layers`); the page's progress counts these polls."""
-        from app.progress import prefill_layers
+        :func:`app.runs.progress.prefill_layers`); the page's progress counts these polls."""
+        from app.runs.progress import prefill_layers
         from specvlm.models.stopping import checked_layers
         return prefill_layers(pair, method, checked_layers)
 

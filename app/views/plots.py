@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from app.chart_style import themed
+from app.views.chart_style import themed
 from specvlm.spec.grid import grid_cells, grid_shape
 
 

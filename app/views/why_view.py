@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from app import plots
+from app.views import plots
 from specvlm.spec.grid import grid_shape
 
 SEEN_RGB = (34, 197, 94)

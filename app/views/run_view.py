@@ -1,4 +1,4 @@
-"""The run view, in the main process: folds the worker's plain messages (:mod:`app.worker`) into the
+"""The run view, in the main process: folds the worker's plain messages (:mod:`app.runs.worker`) into the
 library's run records (:class:`specvlm.analysis.run.RunRecord`, one per panel) and builds the page's
 updates from them (dicts keyed by :data:`OUTPUT_KEYS`): streaming panels, stats, summary, charts, heatmap
 gallery, status, record.
@@ -15,12 +15,12 @@ import re
 import time
 from typing import Any
 
-from app import plots
-from app.settings import HEATMAP_MODES, PLOT_INTERVAL_S
-from app.summary import Speed, summary_md
-from app.timing import MachineLoad, PairTiming, speed_note
-from app.progress import LayerProgress, decode_status, layer_status
-from app.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
+from app.inputs.settings import HEATMAP_MODES, PLOT_INTERVAL_S
+from app.runs.progress import LayerProgress, decode_status, layer_status
+from app.runs.timing import MachineLoad, PairTiming, speed_note
+from app.runs.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
+from app.views import plots
+from app.views.summary import Speed, summary_md
 from specvlm.analysis.metrics import median_speedup
 from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
 from specvlm.types import StepEvent
@@ -160,14 +160,14 @@ class RunView:
         return {}
 
     def _layer(self, msg: LayerProgress, progress: Any) -> dict[str, Any]:
-        """Progress inside a long call, one message per layer (:func:`app.progress.layer_status`)."""
+        """Progress inside a long call, one message per layer (:func:`app.runs.progress.layer_status`)."""
         frac, desc, status = layer_status(msg, PHASES, self.runs["spec"].name, self.num_frames, self.notes_text())
         if progress is not None:
             progress(frac, desc)
         return {"status": status}
 
     def _decoding(self, msg: RunEvents, progress: Any) -> None:
-        """Progress after each decode step of a batch (:func:`app.progress.decode_status`)."""
+        """Progress after each decode step of a batch (:func:`app.runs.progress.decode_status`)."""
         if progress is None:
             return
         budget = int(getattr(self.dec, "max_new_tokens", 0) or 0)

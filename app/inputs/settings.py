@@ -23,7 +23,7 @@ from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES,
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
-from app.timing import MAX_REPEATS
+from app.runs.timing import MAX_REPEATS
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ CPU_MAX_NEW_TOKENS = 128
 """The app's token budget on a CPU when the preset names none (``DecodeConfig.max_new_tokens`` with CUDA)."""
 
 HEATMAP_MODES = {"Pruning stages": "stages", "Raw attention scores": "scores"}
-"""Heatmap toggle label -> :func:`app.plots.heatmap_gallery` mode."""
+"""Heatmap toggle label -> :func:`app.views.plots.heatmap_gallery` mode."""
 
 SUBTITLE_MODE_CHOICES = tuple(zip(
     ("Both models", "Target only", "Draft only", "Neither (ignore them)"), SUBTITLE_MODES))
@@ -147,7 +147,7 @@ class RunSettings:
         fixed_length: ignore EOS and generate exactly ``max_new_tokens`` (``DecodeConfig.stop_at_eos``
             False; the CLI's ``--no-eos``): a decode long enough to watch, stop and time.
         timing_pairs: interleaved vanilla / speculative pairs of runs; the speedup is their median
-            (1 to :data:`app.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
+            (1 to :data:`app.runs.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
         engine: the decode loop of both runs (:data:`specvlm.config.ENGINES`); "" = the default of the device
             the server decodes on (:func:`specvlm.config.default_engine`), so the speedup is always over vanilla
             on the same engine.

@@ -1,7 +1,7 @@
 """Uploaded files: checks before any model work (video, subtitles, ground truth) and
 :class:`UploadJanitor`, which deletes uploads as soon as nobody needs them.
 
-Every check raises :class:`app.settings.UserError` with one message naming the file (its name,
+Every check raises :class:`app.inputs.settings.UserError` with one message naming the file (its name,
 never the server's temporary folder).
 
 Source: docs/design.md §8 (video and subtitle traps); docs/design.md §1 (the app).
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from app.settings import MAX_TRUTH_MB, MB, Limits, UserError, duration_text
+from app.inputs.settings import MAX_TRUTH_MB, MB, Limits, UserError, duration_text
 
 log = logging.getLogger(__name__)
 

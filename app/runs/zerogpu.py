@@ -5,7 +5,7 @@ On ZeroGPU (``SPACES_ZERO_GPU=true``; the platform installs the ``spaces`` packa
 to ``cuda`` in the main process, at start, under the ``spaces`` CUDA emulation (its torch modes are
 thread-local, so the library loads the weights in the calling thread there:
 :func:`specvlm.models.loading.synchronous_loading`).
-A Run's GPU work is :meth:`app.worker.DecodeWorker.run` decorated with ``spaces.GPU``
+A Run's GPU work is :meth:`app.runs.worker.DecodeWorker.run` decorated with ``spaces.GPU``
 (:func:`gpu_function`): it asks for a whole GPU (``size="xlarge"``) only when the pair's memory
 estimate exceeds the ``large`` half, and for a duration sized from the Run's frames and new tokens
 (:class:`GpuTime`); the duration ``spaces`` schedules counts against the visitor's daily quota.
@@ -184,7 +184,7 @@ def settings_note(target: str, draft: str | None, frames: int, tokens: int) -> s
     """:func:`reserve_note` for a pair at these frames and new tokens ("" off ZeroGPU or when unknown)."""
     if not active():
         return ""
-    from app.worker import RunJob
+    from app.runs.worker import RunJob
     from specvlm.config import DecodeConfig, VideoConfig
     try:
         return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens),

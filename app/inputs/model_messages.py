@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from app.settings import UserError
+from app.inputs.settings import UserError
 
 def shown_name(model: str) -> str:
     """A model id as shown in the UI: local folders inside the project relative to it, Hub ids as they are."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         path = Path(model)
         return path.resolve().relative_to(root).as_posix() if path.exists() else model

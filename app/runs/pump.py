@@ -34,7 +34,7 @@ def pump(work: Callable[[Callable[[], bool]], Iterable[Any]], name: str,
         work: called once in the thread with a ``should_stop() -> bool`` callback; it returns an
             iterable whose items are handed over in order (e.g. the engine's event stream, or a
             one-item list holding a decoded clip).
-        name: the thread's name (``app.worker.WORKER_PREFIX`` + the run's name).
+        name: the thread's name (``app.runs.worker.WORKER_PREFIX`` + the run's name).
         interval_s: minimum seconds between non-empty batches (items are collected meanwhile).
 
     Yields:

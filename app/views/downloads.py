@@ -17,7 +17,7 @@ FILE_NAME = "specvlm-comparison.md"
 
 
 def panel_text(panel_html: str | None) -> str:
-    """The generated text a panel's HTML (``app.plots.plain_text_html`` / ``tokens_html``) shows; "" while it
+    """The generated text a panel's HTML (``app.views.plots.plain_text_html`` / ``tokens_html``) shows; "" while it
     shows only its placeholder (``waiting…``)."""
     text = str(panel_html or "")
     start = text.find('class="specvlm-tokens"')

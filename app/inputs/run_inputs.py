@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.settings import RunRequest, UserError, check_subtitle_mode
+from app.inputs.settings import RunRequest, UserError, check_subtitle_mode
 
 FIXED_LENGTH_NOTE = ("fixed length: decoding goes on past the end-of-text token, where a model writes whatever "
                      "followed an answer in its training; the bundled model writes more chat turns there "

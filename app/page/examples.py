@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.settings import DEFAULT_PROMPT, SUBTITLE_MODES
+from app.inputs.settings import DEFAULT_PROMPT, SUBTITLE_MODES
 from specvlm import assets
 from specvlm.models.presets import SPARSE_SELF, SPARSE_TARGET
 

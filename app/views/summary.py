@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from specvlm.analysis.run import Comparison, run_speedup
 
 if TYPE_CHECKING:
-    from app.view import RunPanel, RunView
+    from app.views.run_view import RunPanel, RunView
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Speed:
         speedup: the decode speedup (:func:`specvlm.analysis.metrics.speedup`); the median over the
             interleaved pairs when there are several (None until both runs finished).
         runs: each pair's speedup (the first pair's first).
-        note: :func:`app.timing.speed_note` ("" when nothing says the figure is noisy).
+        note: :func:`app.runs.timing.speed_note` ("" when nothing says the figure is noisy).
     """
 
     speedup: float | None

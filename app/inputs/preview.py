@@ -129,9 +129,9 @@ def source_of(video: Any, previews: dict[str, str]) -> Any:
 
 
 def upload_view_for(backend: Any, path: str) -> UploadView:
-    """:func:`upload_view` with ``backend``'s probe and time limit (:class:`app.backend.Backend`) and a new folder
+    """:func:`upload_view` with ``backend``'s probe and time limit (:class:`app.runs.backend.Backend`) and a new folder
     in Gradio's upload folder for the preview."""
-    from app.gradio_io import gradio_upload_dir
+    from app.page.gradio_io import gradio_upload_dir
 
     def folder() -> Path:  # served as is, deleted with the upload
         made = Path(gradio_upload_dir()) / f"preview-{uuid.uuid4().hex[:12]}"

@@ -4,9 +4,9 @@
   Gradio's video upload checks the browser's MIME type against ``video/*``, and a GIF is
   ``image/gif``, so such files are handed to it re-typed as ``video/<ext>`` (same bytes).
 * The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
-  preview, :mod:`app.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
+  preview, :mod:`app.inputs.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
 * Run brings the live panels into view and turns Stop red at once (class ``specvlm-running``); the
-  run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.ui``).
+  run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.page.ui``).
 * A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one is ignored unless Stop was
   clicked or the server enabled Run again in between (the server disables Run while a run decodes,
   but its first update takes a moment; Run holds clicks made while the previous run stops, so a
@@ -19,7 +19,7 @@
   where the user put it until they scroll back to its end (within :data:`FOLLOW_SLACK_PX`).
 * The charts' titles, legends and axis labels take the page's text colour, so they read in the light
   and the dark theme (``?__theme=dark``) alike (the figures have transparent backgrounds and grey grid
-  lines, :func:`app.plots.themed`); the Inspect table's headers break between words only.
+  lines, :func:`app.views.plots.themed`); the Inspect table's headers break between words only.
 
 Source: docs/design.md §1 (the app), §8 (Gradio traps).
 """
@@ -49,7 +49,7 @@ DOUBLE_CLICK_MS = 1500
 FOLLOW_SLACK_PX = 24
 """A text panel scrolled to within this many pixels of its end follows the newest text."""
 FOLLOW_PANELS = ("vanilla-text", "spec-text")
-"""Element ids of the streaming text panels (``app.ui``)."""
+"""Element ids of the streaming text panels (``app.page.ui``)."""
 
 
 def page_js() -> str:

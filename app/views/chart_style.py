@@ -1,6 +1,6 @@
 """The charts' shared look: readable in the light and the dark theme (``?__theme=dark``) and on a page
 800 px wide. The figures have transparent backgrounds, so the page's own shows through, and the page's
-style sheet (:mod:`app.page_js`) gives their text the page's text colour.
+style sheet (:mod:`app.page.page_js`) gives their text the page's text colour.
 
 Source: docs/design.md §1 (the app).
 """
@@ -16,7 +16,7 @@ TITLE_PX = 14
 
 def themed(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
     """Give ``fig`` the charts' shared look: transparent backgrounds and grey grid lines, readable in the light
-    and the dark theme (``app.page_js`` gives the text the page's colour); the title at the top left (the
+    and the dark theme (``app.page.page_js`` gives the text the page's colour); the title at the top left (the
     chart's block shows no label over it); the legend under the x-axis title, in rows that wrap on a narrow page.
 
     Args:

@@ -10,7 +10,7 @@ import logging
 import traceback
 from typing import Any
 
-from app.settings import UserError
+from app.inputs.settings import UserError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the target's token where it diverged), :func:`lowest_table`, :func:`accept_color
 (tokens coloured by their step's accepted length), :func:`prune_maps` (Stage I / II
 maps of the frames), and :func:`build_inspect_tab` which lays out the Gradio components
 (upload a run JSON to replay without a model, pick a step by clicking a bar, a row or the
-step box). ``app/ui.py`` puts it in the "Inspect" tab.
+step box). ``app/page/ui.py`` puts it in the "Inspect" tab.
 
 Source: docs/design.md §4.8-4.9 (trees, acceptance), §4.12 (τ).
 """
@@ -23,10 +23,10 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from app import plots
-from app.chart_style import themed
-from app.stage_note import stage1_note
-from app.why_view import WHY_LEGEND, visible_token, why_html, why_maps
+from app.views import plots
+from app.views.chart_style import themed
+from app.views.stage_note import stage1_note
+from app.views.why_view import WHY_LEGEND, visible_token, why_html, why_maps
 from specvlm.analysis.records import (RecordError, RunRecord, StepTree, TreeNodeView, load_json,
                                       lowest_accept_steps, save_json, step_tree)
 from specvlm.spec.grid import grid_shape
@@ -289,7 +289,7 @@ def _refresh(record: RunRecord | None, mode: str = "stages"):
 
 
 def maps_note(record: RunRecord) -> str:
-    """What Stage I kept and why (:func:`app.stage_note.stage1_note`, λ from the record's settings), in
+    """What Stage I kept and why (:func:`app.views.stage_note.stage1_note`, λ from the record's settings), in
     italics; "" for a method without both stages."""
     top_p = (record.settings.get("prune") or {}).get("top_p") if isinstance(record.settings, dict) else None
     note = stage1_note(record.prefill.prune, top_p)

@@ -4,19 +4,19 @@ the library's :class:`specvlm.analysis.run.Comparison`, numbers, lists, numpy ar
 dataclasses.
 
 On a Hugging Face ZeroGPU Space :meth:`DecodeWorker.run` is decorated with ``spaces.GPU`` (see
-:func:`app.zerogpu.gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
+:func:`app.runs.zerogpu.gpu_function`): it then runs in a forked worker process, its argument (:class:`RunJob`) and
 every batch it yields are pickled, and what it changes stays in that process. The page's updates
-are built from the yielded data in the main process (:mod:`app.view`). Off ZeroGPU the decorator
+are built from the yielded data in the main process (:mod:`app.views.run_view`). Off ZeroGPU the decorator
 is a no-op and the same generator runs in the request's thread.
 
 Each speculative or vanilla run decodes in its own thread that consumes the engine's stream as
 fast as it can, so pickling and page rendering never add to the measured decode time; the
 generator yields batched messages at most every ``update_interval_s`` (and an empty batch at
-least every :data:`app.pump.HEARTBEAT_S`). The video is read in such a thread too. Stop is a close:
+least every :data:`app.runs.pump.HEARTBEAT_S`). The video is read in such a thread too. Stop is a close:
 when the consumer closes this generator (Stop, a closed page; on ZeroGPU ``spaces`` closes it in
 the worker process), ``GeneratorExit`` ends the thread through the engine's ``should_stop``, which
 the engine polls between frames, between prefill layers and before every decode step
-(:mod:`app.pump`).
+(:mod:`app.runs.pump`).
 
 Source: docs/design.md §1-3; §9 (ZeroGPU); SpecVLM (arXiv 2508.16201) Sec. 4.12 (metrics).
 """
@@ -28,15 +28,15 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app import plots
-from app.engine import Facade
-from app.progress import LayerTicks, expected_polls
-from app.pump import pump
-from app.failures import free_memory, handle_failure
-from app.settings import UserError
-from app.stage_note import stage1_note
-from app.timing import LoadMeter, PairTiming
-from app.uploads import upload_name
+from app.inputs.settings import UserError
+from app.inputs.uploads import upload_name
+from app.runs.facade import Facade
+from app.runs.failures import free_memory, handle_failure
+from app.runs.progress import LayerTicks, expected_polls
+from app.runs.pump import pump
+from app.runs.timing import LoadMeter, PairTiming
+from app.views import plots
+from app.views.stage_note import stage1_note
 from specvlm.analysis.run import RunRecord, compare_runs, prefill_to_dict, run_speedup
 from specvlm.types import PrefillInfo, StepEvent, Stopped
 
@@ -60,9 +60,9 @@ class RunJob:
         subtitles: parsed cues (empty: no transcript).  subtitle_mode: who sees them.
         truth: a generated clip's ground truth (forces the on-screen-text tokens), or None.
         record_meta: JSON-ready settings added to the run record's ``meta``.
-        slot: the device the Run holds (:class:`app.devices.Slot`; None: the backend's first).
+        slot: the device the Run holds (:class:`app.runs.devices.Slot`; None: the backend's first).
         pairs: interleaved vanilla / speculative pairs of runs; pairs after the first are timed only
-            (:class:`app.timing.PairTiming`), for the median speedup.
+            (:class:`app.runs.timing.PairTiming`), for the median speedup.
     """
 
     video: str
@@ -137,11 +137,13 @@ class DecodeWorker:
     """Runs :class:`RunJob` s over the engine; :meth:`run` is the (decorated) GPU function.
 
     Args:
-        engine: the ``specvlm`` facade (:class:`app.engine.Facade`: :class:`app.engine.SpecvlmFacade` or a fake).
+        engine: the ``specvlm`` facade (:class:`app.runs.facade.Facade`: :class:`app.runs.facade.SpecvlmFacade` or
+            a fake).
         get_pair: ``(target, draft, slot) -> ModelPair`` from the backend's cache for the Run's device
             (loaded at app start; a fresh worker process loads what it lacks).
         update_interval_s: minimum seconds between yielded batches while decoding.
-        public: the server is public: a failure's message names no exception (:func:`app.failures.failure_message`).
+        public: the server is public: a failure's message names no exception
+            (:func:`app.runs.failures.failure_message`).
     """
 
     def __init__(self, engine: Facade, get_pair: Callable[..., Any], update_interval_s: float,
@@ -303,7 +305,7 @@ def _plain(ev: Any) -> dict | StepEvent:
 
 def heatmaps(clip: Any, info: Any, top_p: float | None = None) -> dict[str, Any]:
     """Both gallery variants for the heatmap toggle (see :class:`Heatmaps`), computed once per run; the note says
-    what Stage I kept and why (:func:`app.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
+    what Stage I kept and why (:func:`app.views.stage_note.stage1_note`, ``top_p`` = the run's λ)."""
     p = info.prune
     fpt = int(getattr(info, "frames_per_token", 1) or 1)
     common = dict(keep=p.keep, stage1=p.stage1, stage2=p.stage2, frames_per_token=fpt,

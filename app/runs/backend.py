@@ -1,14 +1,14 @@
 """The app's backend: owns the loaded model pairs and the order of a Run.
 
-A Run is checked here first, in the main process and before any model work (:mod:`app.settings`
-for settings and limits, :mod:`app.uploads` for the files); its model pair is loaded (once: pairs
+A Run is checked here first, in the main process and before any model work (:mod:`app.inputs.settings`
+for settings and limits, :mod:`app.inputs.uploads` for the files); its model pair is loaded (once: pairs
 are cached, and ``app.py`` loads the default pair at start so a GPU window is spent decoding); then
-the GPU function (:meth:`app.worker.DecodeWorker.run`, decorated with ``spaces.GPU`` where the
-``spaces`` package is installed) decodes and yields plain data, which :class:`app.view.RunView`
+the GPU function (:meth:`app.runs.worker.DecodeWorker.run`, decorated with ``spaces.GPU`` where the
+``spaces`` package is installed) decodes and yields plain data, which :class:`app.views.run_view.RunView`
 turns into the page's updates. Stop closes the worker's generator: the close reaches the decode
 loop (on ZeroGPU through the ``spaces`` worker process) and ends it at its next step.
 
-Update dicts use the keys in :data:`app.view.OUTPUT_KEYS` (plus ``"error"``, a readable message the
+Update dicts use the keys in :data:`app.views.run_view.OUTPUT_KEYS` (plus ``"error"``, a readable message the
 UI also shows as a toast); each carries only what changed, the last one everything.
 
 Source: docs/design.md §1-3; §8 (Gradio traps); §9 (ZeroGPU).
@@ -24,21 +24,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from app import uploads
-from app.access import ModelAccess, resolve_custom
-from app.devices import DevicePool, Slot, wait_in_line
-from app.extras import cues_text, request_extras
-from app.models_notes import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
-                               shown_name, synthetic_caveat)
-from app.runs import RunRegistry
-from app.engine import Facade, SpecvlmFacade
-from app.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
-                          device_type_of, preset_tree, server_engine)
-from app.summary import comparison_json
-from app.view import RunView, final_status
-from app import zerogpu
-from app.failures import drop_frames, handle_failure
-from app.worker import WORKER_PREFIX, DecodeWorker, RunJob
+from app.inputs import uploads
+from app.inputs.access import ModelAccess, resolve_custom
+from app.inputs.model_messages import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
+                                       shown_name, synthetic_caveat)
+from app.inputs.run_inputs import cues_text, request_extras
+from app.inputs.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
+                                 device_type_of, preset_tree, server_engine)
+from app.runs import zerogpu
+from app.runs.devices import DevicePool, Slot, wait_in_line
+from app.runs.facade import Facade, SpecvlmFacade
+from app.runs.failures import drop_frames, handle_failure
+from app.runs.sessions import RunRegistry
+from app.runs.worker import WORKER_PREFIX, DecodeWorker, RunJob
+from app.views.run_view import RunView, final_status
+from app.views.summary import comparison_json
 
 __all__ = ["Backend", "WORKER_PREFIX"]
 
@@ -49,12 +49,12 @@ class Backend:
     """Loads and caches model pairs, checks and runs comparisons, yields UI updates.
 
     Args:
-        engine: the ``specvlm`` facade (:class:`app.engine.Facade`; default :class:`app.engine.SpecvlmFacade`);
-            tests pass a fake.
+        engine: the ``specvlm`` facade (:class:`app.runs.facade.Facade`; default
+            :class:`app.runs.facade.SpecvlmFacade`); tests pass a fake.
         device: device for models (None: the engine picks, CUDA if available).
         dtype: model dtype name (None: the engine picks).
         devices: one entry per device that serves Runs at once, each with its own pair
-            (:class:`app.devices.DevicePool`; e.g. ``["cuda:0", "cuda:1"]``); None: ``[device]``.
+            (:class:`app.runs.devices.DevicePool`; e.g. ``["cuda:0", "cuda:1"]``); None: ``[device]``.
         max_cached_pairs: model pairs kept loaded per device (1 frees the old pair before loading a new one).
         update_interval_s: minimum seconds between streamed updates.
         plot_interval_s: minimum seconds between chart updates while decoding.
@@ -86,7 +86,7 @@ class Backend:
 
     def preset_names(self) -> list[str]:
         """Preset names for the dropdown: on ZeroGPU those that fit its whole GPU
-        (:func:`app.zerogpu.fitting_presets`), elsewhere all (empty, with a warning, if the presets cannot
+        (:func:`app.runs.zerogpu.fitting_presets`), elsewhere all (empty, with a warning, if the presets cannot
         be read)."""
         try:
             presets = self.engine.presets()
@@ -124,7 +124,7 @@ class Backend:
 
     def preset_info(self, name: str) -> tuple[str, int, int]:
         """(Markdown description, suggested frames, suggested max new tokens) of a preset (on ZeroGPU capped by
-        :func:`app.zerogpu.default_budget`)."""
+        :func:`app.runs.zerogpu.default_budget`)."""
         from specvlm.config import DecodeConfig
         d = RunSettings()
         fallback_tokens = DecodeConfig().max_new_tokens if self._cuda() else d.max_new_tokens
@@ -279,7 +279,7 @@ class Backend:
             raise UserError(f"Could not read the subtitle file: {uploads.upload_name(e, path)}") from e
 
     def load_truth(self, path: str | None) -> dict[str, Any] | None:
-        """A generated clip's ground truth (see :func:`app.uploads.load_truth`)."""
+        """A generated clip's ground truth (see :func:`app.inputs.uploads.load_truth`)."""
         return uploads.load_truth(path)
 
     # ---- stop ------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ class Backend:
 
     def run_json(self, request: RunRequest, *, session: str | None = None) -> dict[str, Any]:
         """Run the comparison to the end and return it as one JSON-ready object
-        (:func:`app.summary.comparison_json`; errors are returned in it, never raised)."""
+        (:func:`app.views.summary.comparison_json`; errors are returned in it, never raised)."""
         views: list[RunView] = []
         error, device = None, None
         for upd in self.run(request, session=session, views=views):
@@ -331,7 +331,7 @@ class Backend:
             waiting: Runs waiting before they reach the backend (the page's queue), for the status line.
 
         Yields:
-            Update dicts (keys of :data:`app.view.OUTPUT_KEYS`, plus ``"error"`` on failure,
+            Update dicts (keys of :data:`app.views.run_view.OUTPUT_KEYS`, plus ``"error"`` on failure,
             ``"device"``, the device that ran it, in the last one, and ``"ui_state"``: ``running``
             first, ``stopping`` once Stop is noticed, and last ``idle``, or ``queued`` when a Run waits
             for this one). Errors never raise: they end the run with a readable ``status``. The device
