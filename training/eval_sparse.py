@@ -99,9 +99,15 @@ def fact_positions(tokenizer, token_ids: list[int]) -> list[int]:
     (``" <kind> <value>"`` with the space that starts its first word, as a byte-level BPE writes a word; a
     kind of :data:`specvlm.bench.synth.FACT_KINDS`; the value as written, right or wrong); [] when it
     writes none."""
+    return sentence_positions(tokenizer, token_ids, synth.FACT_KINDS)
+
+
+def sentence_positions(tokenizer, token_ids: list[int], first_words: tuple[str, ...]) -> list[int]:
+    """Output positions whose token overlaps the first sentence ``" <word> <rest>"`` whose first word is one
+    of ``first_words`` (with the space before it); [] when the output writes none."""
     ends = [len(tokenizer.decode(token_ids[:i + 1])) for i in range(len(token_ids))]
     text = tokenizer.decode(token_ids)
-    m = re.search(r"(?:^|\. )((?:" + "|".join(synth.FACT_KINDS) + r") [^.]+)\.", text)
+    m = re.search(r"(?:^|\. )((?:" + "|".join(first_words) + r") [^.]+)\.", text)
     if m is None:
         return []
     start, stop = m.start(1), m.end(1)
@@ -142,7 +148,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
            "size": [truth.height, truth.width], "video_tokens": given.num_video_tokens,
            "truth": captions.describe(truth), "pred": van.text, "correct": score(van.text, truth),
            "has_fact": truth.fact is not None, "tau": {}, "identical": {}, "kept": {}}
-    targets = _sparse_tokens(truth, given, clips.cell_pixels(pair.target))
+    targets = sparse_tokens(truth, given, clips.cell_pixels(pair.target))
     runs = [(m, given, shared) for m in args.methods]
     if truth.fact is not None:
         withheld = prepare(pair, clip, args.prompt, subtitles=cues, subtitle_mode="target")
@@ -168,7 +174,7 @@ def eval_clip(job: tuple[str, int]) -> dict:
     return rec
 
 
-def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
+def sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, set]:
     """Video-token indices under the flash (``flash``) and under the on-screen text (``text``); ``cell_px``:
     :func:`training.eval_clips.cell_pixels`."""
     import dataclasses
@@ -188,6 +194,9 @@ def _sparse_tokens(truth: synth.SceneTruth, inputs, cell_px: int) -> dict[str, s
 def paired_difference(recs: list[dict], a_key: str, b_key: str, n_boot: int = 2000, seed: int = 0) -> dict | None:
     """Pooled τ of ``a_key`` minus ``b_key`` with a paired percentile bootstrap over clips (95%).
 
+    ``r["tau"][key]`` is a (numerator, denominator) pair per clip; any pooled ratio works the same way
+    (denominators may be fractional, e.g. seconds).
+
     Returns:
         {"diff", "lo", "hi", "wins", "ties", "losses", "clips"}, or None when no clip has both.
     """
@@ -199,8 +208,9 @@ def paired_difference(recs: list[dict], a_key: str, b_key: str, n_boot: int = 20
     if a[:, 1].sum() == 0 or b[:, 1].sum() == 0:
         return None
     idx = np.random.default_rng(seed).integers(0, len(both), size=(n_boot, len(both)))
-    boot = (a[idx, 0].sum(1) / np.maximum(a[idx, 1].sum(1), 1) - b[idx, 0].sum(1) / np.maximum(b[idx, 1].sum(1), 1))
-    per = a[:, 0] / np.maximum(a[:, 1], 1) - b[:, 0] / np.maximum(b[:, 1], 1)
+    boot = (a[idx, 0].sum(1) / np.maximum(a[idx, 1].sum(1), 1e-12)
+            - b[idx, 0].sum(1) / np.maximum(b[idx, 1].sum(1), 1e-12))
+    per = a[:, 0] / np.maximum(a[:, 1], 1e-12) - b[:, 0] / np.maximum(b[:, 1], 1e-12)
     return {"diff": float(a[:, 0].sum() / a[:, 1].sum() - b[:, 0].sum() / b[:, 1].sum()),
             "lo": float(np.percentile(boot, 2.5)), "hi": float(np.percentile(boot, 97.5)),
             "wins": int((per > 1e-9).sum()), "ties": int((np.abs(per) <= 1e-9).sum()),
