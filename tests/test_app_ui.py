@@ -136,6 +136,20 @@ def _run(backend, **kw):
     return ups, ups[-1]
 
 
+def test_every_run_starts_by_clearing_what_the_last_one_showed():
+    """The first update of a Run empties both panels, stats, summary, charts and heatmaps (a Run held while the
+    last one stopped otherwise shows the stopped run's results while it reads the video)."""
+    b = Backend(FakeEngine(step_s=0.0), update_interval_s=0.0)
+    _run(b)
+    first = next(iter(b.run(RunRequest("clip.mp4", "Describe.", _settings()), session="s")))
+    assert first["status"] == "Starting…" and first["ui_state"] == "running" and "record" not in first
+    assert _text_of(first["vanilla_html"]) == _text_of(first["spec_html"]) == "waiting…"
+    assert first["vanilla_stats"] == first["spec_stats"] == first["summary"] == "" and first["gallery"] == []
+    assert first["heatmaps"] is None
+    for key in ("accept_plot", "time_plot"):
+        assert isinstance(first[key], go.Figure) and all(len(t.x or ()) == 0 for t in first[key].data)
+
+
 def test_backend_run_streams_both_panels_and_summary():
     eng = FakeEngine(step_s=0.0)
     b = Backend(eng, update_interval_s=0.0)

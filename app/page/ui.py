@@ -26,7 +26,7 @@ from app.runs.backend import Backend
 from app.runs.timing import SUGGESTED_REPEATS
 from app.views.downloads import comparison_file
 from app.views.inspect_view import build_inspect_tab
-from app.views.run_view import OUTPUT_KEYS, blank_outputs, pick_heatmaps
+from app.views.run_view import OUTPUT_KEYS, blank_outputs, final_status, pick_heatmaps
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +187,9 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
                    show_progress="hidden")
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
                    concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
-                   ).then(lambda *shown: gr.update(value=(path := comparison_file(*shown)), visible=path is not None),
-                          [c["vanilla_html"], c["spec_html"], c["summary"]], [c["compare_download"]], queue=False,
-                          api_visibility="private", show_progress="hidden")   # what the page shows, as a file
+                   ).then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
+                          [c["compare_download"]], queue=False, api_visibility="private",
+                          show_progress="hidden")   # what the page shows, as a file
     c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
@@ -197,6 +197,13 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     c["repeat"].click(lambda: SUGGESTED_REPEATS, inputs=None, outputs=[c["timing_pairs"]], queue=False,
                       api_visibility="private", show_progress="hidden").then(
         None, None, None, js="() => document.getElementById('run').click()")  # the same Run, timed N times
+
+
+def _download(vanilla_html: str, spec_html: str, summary: str, status: str | None) -> dict[str, Any]:
+    """The Compare download after a Run: the finished panels and summary as a file, or hidden when there is
+    nothing to download or a held Run starts now (its panels start empty)."""
+    path = None if final_status(True, True) in (status or "") else comparison_file(vanilla_html, spec_html, summary)
+    return gr.update(value=path, visible=path is not None)
 
 
 def _keep_for_next_run(janitor: UploadJanitor, session: str | None, files: list[str | None]) -> None:

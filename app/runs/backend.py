@@ -37,7 +37,7 @@ from app.runs.facade import Facade, SpecvlmFacade
 from app.runs.failures import drop_frames, handle_failure
 from app.runs.sessions import RunRegistry
 from app.runs.worker import WORKER_PREFIX, DecodeWorker, RunJob
-from app.views.run_view import RunView, final_status
+from app.views.run_view import RunView, final_status, fresh_outputs
 from app.views.summary import comparison_json
 
 __all__ = ["Backend", "WORKER_PREFIX"]
@@ -331,8 +331,8 @@ class Backend:
         Yields:
             Update dicts (keys of :data:`app.views.run_view.OUTPUT_KEYS`, plus ``"error"`` on failure,
             ``"device"``, the device that ran it, in the last one, and ``"ui_state"``: ``running``
-            first, ``stopping`` once Stop is noticed, and last ``idle``, or ``queued`` when a Run waits
-            for this one). Errors never raise: they end the run with a readable ``status``. The device
+            first (with every panel, chart and summary cleared: ``fresh_outputs``), ``stopping`` once Stop
+            is noticed, and last ``idle``, or ``queued`` when a Run waits for this one). Errors never raise: they end the run with a readable ``status``. The device
             goes back to :attr:`pool` when the run ends (done, stopped, failed, or the generator closed).
         """
         progress = progress or (lambda f, d: None)
@@ -341,7 +341,7 @@ class Backend:
         views = [] if views is None else views
         failure, free = None, False
         try:
-            yield {"status": "Starting…", "ui_state": "running"}
+            yield fresh_outputs() | {"status": "Starting…", "ui_state": "running"}   # nothing of the last run
             try:
                 yield from self._run(request, sid, stop, progress, views, waiting or (lambda: 0))
             except Exception as e:  # the server keeps running whatever happens

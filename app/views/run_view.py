@@ -387,3 +387,11 @@ def blank_outputs() -> dict[str, Any]:
             "accept_plot": None, "time_plot": None, "heatmaps": None}
 
 
+def fresh_outputs() -> dict[str, Any]:
+    """What every Run shows first, before its own results: both panels ``waiting…``, no stats or summary, empty
+    charts and no heatmaps (nothing of the run before it); ``status`` and ``record`` are left to the caller."""
+    out = blank_outputs()
+    del out["status"]
+    return out | {"accept_plot": plots.accept_length_figure([]), "time_plot": plots.tokens_over_time_figure({})}
+
+
