@@ -162,10 +162,10 @@ def _replay(page, tmp_path) -> None:
     page.locator("#specvlm-inspect-chart .js-plotly-plot .gtitle").first.wait_for(timeout=30_000)
 
 
-def _shot(page, name: str) -> None:
+def _shot(page, name: str, full_page: bool = True) -> None:
     shot = ROOT / "artifacts" / name
     shot.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(shot), full_page=True)
+    page.screenshot(path=str(shot), full_page=full_page)
 
 
 PANEL = "#vanilla-text .specvlm-tokens"
@@ -264,3 +264,32 @@ def test_at_800_px_titles_are_whole_and_headers_keep_their_words(chrome, instant
     assert not [h for h in heads if h["broken"]], heads                    # no "st/ep"
     last = heads[5]
     assert 0 <= last["left"] and last["right"] <= inspect["viewport"], last   # "text after" on screen
+
+
+IN_VIEW_JS = """() => ['#status', '#stop', '#run'].map((s) => { const r = document.querySelector(s).getBoundingClientRect();
+  return [s, Math.round(r.top), Math.round(r.bottom), r.top >= -1 && r.bottom <= innerHeight + 1]; })"""
+
+
+@pytest.mark.parametrize("size", [(1280, 900), (800, 900)])
+def test_progress_and_stop_stay_in_view_through_a_long_prefill(chrome, size):
+    """During a slow prefill the status line, Run and Stop are inside the window right after Run, the live
+    panels start on screen, and they all stay in view when the user scrolls down to the charts."""
+    demo, port = _serve(FakeEngine(step_s=0.0, prefill_s=20.0))       # the default examples: the real layout
+    with served_page(demo, port, chrome, viewport=size) as page:
+        page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#video input[type=file]").set_input_files(str(sample_video()))
+        page.locator("#video video").wait_for(state="attached", timeout=60_000)
+        page.locator("#run").click()
+        page.locator("#status").get_by_text("Prefill (vanilla)").first.wait_for(timeout=60_000)
+        at_start = page.evaluate(IN_VIEW_JS)
+        panels = page.evaluate("() => document.getElementById('live-panels').getBoundingClientRect().top")
+        page.mouse.wheel(0, 1500)                                          # the user looks at the charts
+        page.wait_for_timeout(500)
+        scrolled = page.evaluate(IN_VIEW_JS)
+        moved = page.evaluate("() => window.scrollY")
+        _shot(page, f"app_in_view_{size[0]}.png", full_page=False)   # the window the user sees
+        page.locator("#stop").click()
+        page.locator("#status").get_by_text("Stopped").first.wait_for(timeout=60_000)
+    assert all(ok for *_, ok in at_start), at_start
+    assert 0 <= panels < size[1] - 150, panels                             # the panels start on screen
+    assert moved > 0 and all(ok for *_, ok in scrolled), (moved, scrolled)

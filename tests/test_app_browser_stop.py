@@ -109,3 +109,30 @@ def test_the_summary_offers_a_timing_repeat_that_runs_the_median(page_and_engine
     assert page.locator("#timing-pairs input[type=number]").input_value() == "5"
     page.wait_for_function("() => { const b = document.getElementById('repeat-timing');"
                            " return !b || b.offsetParent === null; }", timeout=30_000)  # no offer at 5 pairs
+
+
+def test_a_run_held_while_the_last_one_stops_starts_with_empty_panels(page_and_engine):
+    """Stop during vanilla decoding, Run at once: while the held Run reads the video, both panels say
+    ``waiting…`` and the summary and download of the stopped run are gone."""
+    page, eng = page_and_engine
+    eng.step_s = 0.02
+    page.evaluate("() => { window.__statuses = []; }")
+    page.locator("#run").click()
+    page.wait_for_function("() => /\\w/.test((document.querySelector('#vanilla-text') || {}).innerText || '')"
+                           " && !document.querySelector('#vanilla-text').innerText.includes('waiting')", timeout=60_000)
+    page.locator("#stop").click()
+    eng.step_s, eng.frame_s = 0.0, 0.15     # the held Run reads its 40 frames for ~6 s
+    try:
+        page.locator("#run").click()
+        page.wait_for_function("() => { const s = window.__statuses || []; const i = s.findIndex(t => "
+                               "t.startsWith('Stopped.')); return i >= 0 && s.slice(i).some(t => "
+                               "t.startsWith('Decoding video frames')); }", timeout=60_000)
+        panels = [page.locator(p).inner_text().strip() for p in ("#vanilla-text", "#spec-text")]
+        summary, download = page.locator("#summary").inner_text(), page.locator("#compare-download")
+        shown = download.count() and download.is_visible()
+        page.locator("#status").get_by_text("Done").wait_for(timeout=60_000)
+    finally:
+        eng.frame_s = 0.0
+    assert panels == ["waiting…", "waiting…"], panels
+    assert "not compared" not in summary and not summary.strip(), summary
+    assert not shown

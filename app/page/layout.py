@@ -64,7 +64,7 @@ def input_column(backend: Backend) -> dict[str, Any]:
 
 
 def model_column(backend: Backend) -> dict[str, Any]:
-    """Preset, custom model, settings accordion (paper defaults), Run / Stop, status.
+    """Preset, custom model and the settings accordion (paper defaults).
 
     Args:
         backend: the page's backend (presets, default settings, access and limits).
@@ -138,14 +138,26 @@ def model_column(backend: Backend) -> dict[str, Any]:
             c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
                                             label="Nucleus top-p (sampling)", elem_id="top-p-sampling")
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
-    with gr.Row():
-        c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
-        c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
-    c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     for f in (f for f in FIELDS if f.renamed_to):   # old API names (top_p, max_new): None unless an API caller
         c[f.name] = gr.Number(value=None, visible=False, label=f"{f.name} (old name of {f.renamed_to})",   # sets them
                               precision=0 if isinstance(getattr(d, f.setting), int) else None,
                               elem_id=f"old-{f.name.replace('_', '-')}")
+    return c
+
+
+def run_bar() -> dict[str, Any]:
+    """Run, Stop and the status line (with Gradio's progress) in one full-width bar right above the live panels;
+    the page keeps it at the top of the window while a Run works (``#run-bar`` in :mod:`app.page.page_js`).
+
+    Returns:
+        Component name -> component (``run``, ``stop``, ``status``), inside the caller's open Gradio block.
+    """
+    c: dict[str, Any] = {}
+    with gr.Column(elem_id="run-bar"):
+        with gr.Row():
+            c["run"] = gr.Button(RUN_LABELS["idle"], variant="primary", elem_id="run")
+            c["stop"] = gr.Button("Stop", variant="secondary", elem_id="stop")  # red while a run is active
+        c["status"] = gr.Markdown("Ready.", label="Status", elem_id="status")
     return c
 
 

@@ -5,8 +5,10 @@
   ``image/gif``, so such files are handed to it re-typed as ``video/<ext>`` (same bytes).
 * The player's "Video not playable" toast is replaced by a note (the server then swaps in an H.264
   preview, :mod:`app.inputs.preview`): a file the browser cannot play (HEVC, GIF) is still read as uploaded.
-* Run brings the live panels into view and turns Stop red at once (class ``specvlm-running``); the
-  run's own updates then keep Stop red (``variant="stop"``) until it stops or ends (``app.page.ui``).
+* Run scrolls the page so its Run / Stop / status bar (``#run-bar``) is at the top of the window with the live
+  panels right under it, and turns Stop red at once (class ``specvlm-running``); the run's own updates then keep
+  Stop red (``variant="stop"``) until it stops or ends (``app.page.ui``). While a Run works the bar stays at the
+  top of the window (``position: sticky``), so its progress and Stop stay in view wherever the user scrolls.
 * A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one is ignored unless Stop was
   clicked or the server enabled Run again in between (the server disables Run while a run decodes,
   but its first update takes a moment; Run holds clicks made while the previous run stops, so a
@@ -39,10 +41,15 @@ PAGE_CSS = """
 #specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
   overflow-wrap: normal !important; hyphens: none !important; }
 #video-note:empty, #truth-note:empty, #hub-note:empty { display: none; }
+.gradio-container { overflow: clip !important; }
+#run-bar:has(#stop.specvlm-running, #stop.stop, #run:disabled) { position: sticky; top: 0; z-index: 100;
+  background: var(--background-fill-primary); box-shadow: 0 2px 6px rgba(0, 0, 0, 0.2); }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
 """
-"""Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room; chart
+"""While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
+either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
+scroll box the bar sticks in, and it never scrolls). Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room; chart
 text takes the page's text colour (light or dark theme); the Inspect table's headers break between words only."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
@@ -61,13 +68,14 @@ def page_js() -> str:
 
 SCROLL_JS = """
 () => {
-  const el = document.getElementById('live-panels');
-  if (el) el.scrollIntoView({behavior: 'instant', block: 'start'});
+  const bar = document.getElementById('run-bar');  // the page only: panels scroll inside themselves
+  if (bar) window.scrollBy({top: bar.getBoundingClientRect().top, behavior: 'instant'});
   const stop = document.getElementById('stop');
   if (stop) stop.classList.add('specvlm-running');
 }
 """
-"""Run's browser-side step: scroll the two live panels to the top of the window and make Stop red."""
+"""Run's browser-side step: scroll the page so the Run / Stop / status bar is at the top of the window with the
+live panels right under it, and make Stop red."""
 
 _JS = """
 () => {

@@ -20,7 +20,7 @@ from app.inputs.settings import COMPARE_INPUTS, RunRequest, UserError, bind_inpu
 from app.inputs.uploads import UploadJanitor
 from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.page.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
-from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section
+from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
 from app.runs.timing import SUGGESTED_REPEATS
@@ -78,6 +78,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             if examples:
                 gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
                             example_labels=labels, cache_examples=False, elem_id="examples")
+            c.update(run_bar())
             c.update(output_section())
         with gr.Tab("Inspect", elem_id="tab-inspect"):
             gr.Markdown("Where speculation breaks: click a bar (a verify step) to see its draft tree, the path "
