@@ -599,3 +599,17 @@ def test_a_speedup_before_both_runs_finished_says_so():
     assert "**Decode speedup 2.00x** (tokens/s ratio so far, before a run finished)" in summary_md(van, spec)
     spec.done = True
     assert "**Decode speedup 2.00x** (tokens/s ratio)" in summary_md(van, spec)
+
+
+def test_an_empty_panel_says_which_part_of_the_work_runs():
+    from app.runs.progress import LayerProgress
+    from app.views.run_view import RunView
+    view = RunView("SpecVLM", None)
+    upd = view.fold([LayerProgress("vanilla", 12, 39)], None)
+    assert upd["status"].startswith("Prefill (vanilla)")
+    assert _text_of(upd["vanilla_html"]) == _text_of(upd["spec_html"]) == "waiting · prefill (vanilla): part 12 of 39"
+    view.runs["vanilla"].done = True
+    upd = view.fold([LayerProgress("spec", 3, 40, 2.5)], None)
+    assert "vanilla_html" not in upd                        # a finished panel keeps its text
+    assert _text_of(upd["spec_html"]) == "waiting · prefill + pruning (SpecVLM): part 3 of 40 · 2 s"
+    assert set(view.fold([LayerProgress("explain", 1, 9)], None)) == {"status"}

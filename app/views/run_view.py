@@ -160,11 +160,19 @@ class RunView:
         return {}
 
     def _layer(self, msg: LayerProgress, progress: Any) -> dict[str, Any]:
-        """Progress inside a long call, one message per part or tick (:func:`app.runs.progress.layer_status`)."""
+        """Progress inside a long call, one message per part or tick (:func:`app.runs.progress.layer_status`); a
+        text panel still empty says ``waiting ·`` and the part that runs."""
         frac, desc, status = layer_status(msg, PHASES, self.runs["spec"].name, self.num_frames, self.notes_text())
         if progress is not None:
             progress(frac, desc)
-        return {"status": status}
+        upd: dict[str, Any] = {"status": status}
+        wait = f"waiting · {desc[:1].lower()}{desc[1:]}"   # an empty panel says what the run is doing
+        van, spec = self.runs["vanilla"], self.runs["spec"]
+        if msg.phase != "explain" and not (van.record.text or van.done or van.stopped):
+            upd["vanilla_html"] = plots.plain_text_html("", placeholder=wait)
+        if msg.phase != "explain" and not (spec.record.pieces() or spec.done or spec.stopped):
+            upd["spec_html"] = plots.tokens_html([], legend=False, placeholder=wait)
+        return upd
 
     def _decoding(self, msg: RunEvents, progress: Any) -> None:
         """Progress after each decode step of a batch (:func:`app.runs.progress.decode_status`)."""
