@@ -266,7 +266,8 @@ def test_at_800_px_titles_are_whole_and_headers_keep_their_words(chrome, instant
     assert 0 <= last["left"] and last["right"] <= inspect["viewport"], last   # "text after" on screen
 
 
-IN_VIEW_JS = """() => ['#status', '#stop', '#run'].map((s) => { const r = document.querySelector(s).getBoundingClientRect();
+IN_VIEW_JS = """() => ['#status', '#stop', '#run'].map((s) => {
+  const r = document.querySelector(s).getBoundingClientRect();
   return [s, Math.round(r.top), Math.round(r.bottom), r.top >= -1 && r.bottom <= innerHeight + 1]; })"""
 
 

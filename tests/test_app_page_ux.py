@@ -80,7 +80,8 @@ def test_the_download_button_follows_a_run():
     upd = then[0].fn(plain_text_html("done text"), tokens_html([("done text", True)]), "summary", "**Done.**")
     assert upd["visible"] is True and open(upd["value"], encoding="utf-8").read().count("done text") == 2
     assert then[0].fn(plain_text_html("", "waiting…"), tokens_html([]), "", "**Done.**")["visible"] is False
-    held = then[0].fn(plain_text_html("old"), tokens_html([("old", True)]), "s", "**Stopped.** The next run starts now.")
+    held = then[0].fn(plain_text_html("old"), tokens_html([("old", True)]), "s",
+                      "**Stopped.** The next run starts now.")
     assert held["visible"] is False and held["value"] is None   # a held Run starts: no file of the stopped one
 
 

@@ -49,8 +49,9 @@ PAGE_CSS = """
 """
 """While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
 either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
-scroll box the bar sticks in, and it never scrolls). Heatmap captions wrap (they name frames, times and kept counts); an empty video note takes no room; chart
-text takes the page's text colour (light or dark theme); the Inspect table's headers break between words only."""
+scroll box the bar sticks in, and it never scrolls). Heatmap captions wrap (they name frames, times and kept
+counts); an empty video note takes no room; chart text takes the page's text colour (light or dark theme); the
+Inspect table's headers break between words only."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
 FOLLOW_SLACK_PX = 24

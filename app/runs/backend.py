@@ -332,8 +332,9 @@ class Backend:
             Update dicts (keys of :data:`app.views.run_view.OUTPUT_KEYS`, plus ``"error"`` on failure,
             ``"device"``, the device that ran it, in the last one, and ``"ui_state"``: ``running``
             first (with every panel, chart and summary cleared: ``fresh_outputs``), ``stopping`` once Stop
-            is noticed, and last ``idle``, or ``queued`` when a Run waits for this one). Errors never raise: they end the run with a readable ``status``. The device
-            goes back to :attr:`pool` when the run ends (done, stopped, failed, or the generator closed).
+            is noticed, and last ``idle``, or ``queued`` when a Run waits for this one). Errors never raise: they
+            end the run with a readable ``status``. The device goes back to :attr:`pool` when the run ends
+            (done, stopped, failed, or the generator closed).
         """
         progress = progress or (lambda f, d: None)
         sid = session or "default"
