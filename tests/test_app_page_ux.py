@@ -75,7 +75,10 @@ def test_the_download_button_follows_a_run():
     b = Backend(FakeEngine(step_s=0.0), update_interval_s=0.0)
     demo, _ = _demo(b)
     c = demo.specvlm_components
-    then = [fn for fn in demo.fns.values() if c["compare_download"] in fn.outputs]
+    fns = [fn for fn in demo.fns.values() if c["compare_download"] in fn.outputs]
+    then = [fn for fn in fns if fn.inputs]
+    click = [fn for fn in fns if not fn.inputs]   # every Run click hides the last run's file at once
+    assert len(click) == 1 and click[0].fn(None)[2] == {"__type__": "update", "visible": False}
     assert len(then) == 1 and [x.elem_id for x in then[0].inputs] == ["vanilla-text", "spec-text", "summary", "status"]
     upd = then[0].fn(plain_text_html("done text"), tokens_html([("done text", True)]), "summary", "**Done.**")
     assert upd["visible"] is True and open(upd["value"], encoding="utf-8").read().count("done text") == 2

@@ -178,14 +178,16 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
             gr.Info(msg)
 
     def run_clicked(request: gr.Request):
-        """A Run click while the previous run is stopping waits for it (the page holds the click): say so."""
+        """A Run click hides the last run's download; while the previous run is stopping the click waits for it
+        (the page holds the click): say so."""
+        hidden = gr.update(visible=False)
         if not backend.queue_next(getattr(request, "session_hash", None)):
-            return gr.skip(), gr.skip()
-        return "Waiting for the previous run to stop…", gr.update(value=RUN_LABELS["queued"], interactive=False)
+            return gr.skip(), gr.skip(), hidden
+        return "Waiting for the previous run to stop…", gr.update(value=RUN_LABELS["queued"], interactive=False), hidden
 
     c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
-    c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"]], queue=False, api_visibility="private",
-                   show_progress="hidden")
+    c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"], c["compare_download"]], queue=False,
+                   api_visibility="private", show_progress="hidden")
     c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
                    concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
                    ).then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
