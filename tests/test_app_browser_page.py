@@ -104,11 +104,15 @@ LAYOUT_JS = """
     const b = box(th);
     headers.push({text: text.trim(), broken, right: b.right, left: b.left, width: b.width});
   }
-  return {charts, headers, viewport: window.innerWidth};
+  const captions = [...document.querySelectorAll(
+      ':is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label')]
+    .filter((c) => box(c).width > 0)
+    .map((c) => ({text: c.textContent.trim(), cut: c.scrollWidth > c.clientWidth + 1}));
+  return {charts, headers, captions, viewport: window.innerWidth};
 }
 """
-"""Chart titles (cut at the chart's edges? overlapping its legend?) and the Inspect table's headers (a word
-split over lines? where on screen?)."""
+"""Chart titles (cut at the chart's edges? overlapping its legend?), the Inspect table's headers (a word
+split over lines? where on screen?) and the frame maps' captions (cut?)."""
 
 
 def _serve(engine: FakeEngine, examples: list | None = None):
@@ -264,6 +268,8 @@ def test_at_800_px_titles_are_whole_and_headers_keep_their_words(chrome, instant
     assert not [h for h in heads if h["broken"]], heads                    # no "st/ep"
     last = heads[5]
     assert 0 <= last["left"] and last["right"] <= inspect["viewport"], last   # "text after" on screen
+    captions = compare["captions"] + inspect["captions"]
+    assert compare["captions"] and not [c for c in captions if c["cut"]], captions   # frame map captions whole
 
 
 IN_VIEW_JS = """() => ['#status', '#stop', '#run'].map((s) => {

@@ -34,8 +34,8 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 """File types the video box accepts: every container the video reader decodes (FFmpeg through PyAV)."""
 
 PAGE_CSS = """
-#heatmaps .caption-label { white-space: normal !important; overflow: visible !important; max-width: 100% !important;
-  text-overflow: clip !important; line-height: 1.25; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label { white-space: normal !important;
+  overflow: visible !important; max-width: 100% !important; text-overflow: clip !important; line-height: 1.25; }
 .js-plotly-plot .main-svg :is(.infolayer, .xaxislayer-above, .yaxislayer-above) text {
   fill: var(--body-text-color) !important; }
 #specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
@@ -49,9 +49,9 @@ PAGE_CSS = """
 """
 """While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
 either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
-scroll box the bar sticks in, and it never scrolls). Heatmap captions wrap (they name frames, times and kept
-counts); an empty video note takes no room; chart text takes the page's text colour (light or dark theme); the
-Inspect table's headers break between words only."""
+scroll box the bar sticks in, and it never scrolls). Heatmap captions (Compare and Inspect) wrap: they name
+frames, times, shares and kept counts; an empty video note takes no room; chart text takes the page's text colour
+(light or dark theme); the Inspect table's headers break between words only."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
 FOLLOW_SLACK_PX = 24

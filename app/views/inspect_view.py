@@ -337,7 +337,7 @@ def build_inspect_tab(record_state: Any = None) -> dict[str, Any]:
         with gr.Column(scale=2):
             c["map_mode"] = gr.Radio(["stages", "scores"], value="stages", label="Frame maps")
             c["maps"] = gr.Gallery(label="Stage I / Stage II kept tokens (same at every step)", columns=4,
-                                   height=260)
+                                   height="auto", elem_id="specvlm-inspect-maps")
             c["maps_note"] = gr.Markdown(elem_id="specvlm-inspect-stage-note")
     c["table"] = gr.Dataframe(headers=TABLE_HEADERS, label="Lowest accepted-length steps (click a row)",
                               elem_id="specvlm-inspect-table", column_widths=TABLE_WIDTHS,
