@@ -9,8 +9,8 @@
   panels right under it, and turns Stop red at once (class ``specvlm-running``); the run's own updates then keep
   Stop red (``variant="stop"``) until it stops or ends (``app.page.ui``). While a Run works the bar stays at the
   top of the window (``position: sticky``), so its progress and Stop stay in view wherever the user scrolls.
-* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one is ignored unless Stop was
-  clicked or the server enabled Run again in between (the server disables Run while a run decodes,
+* A second Run click within :data:`DOUBLE_CLICK_MS` of an accepted one is ignored unless Stop or the
+  timing repeat was clicked or the server enabled Run again in between (the server disables Run while a run decodes,
   but its first update takes a moment; Run holds clicks made while the previous run stops, so a
   double-click would otherwise run twice).
 * The subtitle and ground-truth boxes accept any file (so a wrong one gets a clear message instead of
@@ -123,7 +123,7 @@ _JS = """
   let lastRun = 0;
   document.addEventListener('click', (ev) => {  // a double-click on Run starts one run, not two
     const el = (sel) => ev.target && ev.target.closest && ev.target.closest(sel);
-    if (el('#stop')) lastRun = 0;  // after Stop, the next Run click counts
+    if (el('#stop') || el('#repeat-timing')) lastRun = 0;  // after Stop or a timing repeat, the next Run counts
     if (!el('#run')) return;
     if (Date.now() - lastRun < __DOUBLE_CLICK_MS__) { ev.stopImmediatePropagation(); ev.preventDefault(); return; }
     lastRun = Date.now();
