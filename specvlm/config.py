@@ -11,17 +11,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, field, replace
 
-PRUNE_METHODS = (
-    "specvlm",
-    "none",
-    "random",
-    "uniform",
-    "window-front",
-    "window-middle",
-    "window-end",
-    "frame",
-    "attention",
-)
+PRUNE_METHODS = ("specvlm", "none", "random", "uniform", "window-front", "window-middle", "window-end", "frame",
+                 "attention")
 """Video-token pruning methods for the draft (docs/design.md §4.6)."""
 
 DECODE_METHODS = ("vanilla",) + PRUNE_METHODS
@@ -104,31 +95,45 @@ class PruneConfig:
             _check_range(name, float(getattr(self, name)), lo, hi)
 
 
+RESELECT_TRIGGERS = ("refused", "every")   # when re-selection acts (ReselectConfig.trigger)
+
+
 @dataclass(frozen=True)
 class ReselectConfig:
     """Re-selection: the draft's video tokens follow the generation (:mod:`specvlm.engine.reselect`).
 
-    At a refused verify step, when more than ``min_share`` of the target's video attention from the diverging
-    position falls on video tokens the draft lacks, the most attended of them enter the draft's cache at their
-    original positions. The output does not change (the target verifies every token). Eager engine only.
+    After a verify step, when more than ``min_share`` of the target's video attention from the position that
+    chose the next token falls on video tokens the draft lacks, the most attended of them enter the draft's
+    cache at their original positions. The output does not change (the target verifies every token); eager.
 
     Attributes:
-        enabled: re-select at refused steps (off = the paper's one selection at prefill).
-        min_share: share of the diverging position's video attention on tokens the draft lacks above which
-            a refused step re-selects, in [0, 1].
+        enabled: re-select during decoding (off = the paper's one selection at prefill).
+        min_share: share of that position's video attention on tokens the draft lacks above which a step
+            re-selects, in [0, 1].
         step_tokens: most video tokens added at one step (1..4096); total_tokens: most added per request.
+        trigger: ``refused`` (steps whose draft the target refused) or ``every`` (every step, from the
+            position after the accepted path); :data:`RESELECT_TRIGGERS`.
+        track: also add each picked token's cell in up to this many frame groups either side (0..64).
+        sync: Self-SD on the target's own prompt: at each measured step the draft's cache becomes the
+            target's keys and values at every token it holds (its own drift: they saw the pruned context).
 
     Raises:
-        ConfigError: an out-of-range value.
+        ConfigError: an out-of-range value or unknown trigger.
     """
 
     enabled: bool = False
     min_share: float = 0.5
     step_tokens: int = 16
     total_tokens: int = 128
+    trigger: str = "refused"
+    track: int = 0
+    sync: bool = False
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("min_share", 0.0, 1.0), ("step_tokens", 1, 4096), ("total_tokens", 1, 1_000_000)):
+        if self.trigger not in RESELECT_TRIGGERS:
+            raise ConfigError(f"reselect trigger {self.trigger!r} is unknown: use {' or '.join(RESELECT_TRIGGERS)}.")
+        for name, lo, hi in (("min_share", 0.0, 1.0), ("step_tokens", 1, 4096), ("total_tokens", 1, 1_000_000),
+                             ("track", 0, 64)):
             _check_range(f"reselect {name}", getattr(self, name), lo, hi)
 
 
@@ -303,18 +308,16 @@ class DecodeConfig:
     """One decoding request's settings.
 
     Attributes:
-        method: ``vanilla`` or a pruning method (speculative decoding); for speculative
-            methods it overrides ``prune.method``.
+        method: ``vanilla`` or a pruning method (speculative decoding; it overrides ``prune.method``).
         max_new_tokens: generation budget in tokens (1..4096).
-        prune: video-token pruning for the draft.
-        tree: draft tree shape.
+        prune, tree: the draft's video-token pruning and tree shape.
         stop_at_eos: stop at the first EOS (False = fixed-length generation).
         sampling: temperature / nucleus / seed; temperature 0 = greedy.
         engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
             growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
             with device-side lengths (capturable, at most one host read per step). Both give the same
             tokens. The default is the CPU's (:func:`default_engine`); front ends choose per device.
-        reselect: re-selection of the draft's video tokens at refused steps (:class:`ReselectConfig`).
+        reselect: re-selection of the draft's video tokens during decoding (:class:`ReselectConfig`).
 
     Raises:
         ConfigError: unknown method or engine, out-of-range value, a nested setting of the wrong class,
@@ -362,8 +365,7 @@ class VideoConfig:
             (fps takes precedence, so ``VideoConfig(num_frames=4, fps=2.0)`` samples at 2 fps).
         fps: sample at this rate instead (frames per second, > 0), capped by max_frames.
         max_frames: hard cap on sampled frames (memory bound).
-        max_pixels: frames larger than this (H*W) are downscaled while decoding
-            (:func:`specvlm.video.load_video`).
+        max_pixels: frames larger than this (H*W) are downscaled while decoding (:func:`specvlm.video.load_video`).
         even_frames: round the count down to an even number (Qwen2.5-VL temporal patch 2).
 
     Raises:
@@ -440,11 +442,9 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
     """
     return DecodeConfig(
         method=method, max_new_tokens=DecodeConfig.max_new_tokens if max_new_tokens is None else max_new_tokens,
-        stop_at_eos=stop_at_eos,
-        prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed, adaptive_r=adaptive_r),
+        stop_at_eos=stop_at_eos, prune=PruneConfig(drop_rate=drop_rate, top_p=top_p, seed=seed, adaptive_r=adaptive_r),
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
         engine=engine or ("eager" if reselect is not None and reselect.enabled else default_engine(device_type)),
-        reselect=reselect or ReselectConfig(),
-    )
+        reselect=reselect or ReselectConfig())

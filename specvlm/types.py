@@ -124,8 +124,9 @@ class StepEvent:
             an incomplete UTF-8 sequence has "" and the next one carries it), or [] when not split.
         added: video-token indices (the index space of :attr:`PruneResult.keep`) that re-selection added to
             the draft after this step's verify (:class:`specvlm.config.ReselectConfig`), ascending; [] otherwise.
-        unseen_share: at a refused step with re-selection on, the share of the target's video attention from
-            the diverging position on video tokens the draft lacked, in [0, 1]; None where not measured.
+        unseen_share: at a step re-selection measured (a refused one, or any with ``trigger="every"``), the
+            share of the target's video attention from the measured position on video tokens the draft
+            lacked, in [0, 1]; None where not measured.
     """
 
     step: int

@@ -55,7 +55,7 @@ from training import reselect_stats as stats  # noqa: E402
 PAIRS = ("self", "std")
 SETTINGS_KEYS = ("target", "draft", "seed_base", "long_frames", "long_side", "long_fps", "short_frames",
                  "prompt", "max_new_tokens", "drop_rate", "top_p", "seed", "min_share", "step_tokens",
-                 "total_tokens", "r_min", "r_max", "r_mass")
+                 "total_tokens", "trigger", "track", "sync", "r_min", "r_max", "r_mass")
 """Arguments a row depends on: the first line of the rows file records them, and a resume must match."""
 
 
@@ -84,7 +84,8 @@ def decode_config(args, pair: str, run: str):
                         top_p=args.top_p, seed=args.seed, adaptive_r=run == "adaptive", r_min=args.r_min,
                         r_max=args.r_max, r_mass=args.r_mass)
     reselect = ReselectConfig(enabled=run == "reselect", min_share=args.min_share, step_tokens=args.step_tokens,
-                              total_tokens=args.total_tokens)
+                              total_tokens=args.total_tokens, trigger=args.trigger, track=args.track,
+                              sync=args.sync)
     tree = BUNDLED_SELF_TREE if pair == "self" else BUNDLED_STD_TREE
     return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, tree=tree, prune=prune,
                         reselect=reselect)
@@ -114,8 +115,8 @@ def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
     info = res.prefill
     steps = [s for s in res.steps if s.step > 0]
     ctx0 = info.num_draft_prompt_tokens
-    added: list[int] = []
-    kcost, steps_added = 0.0, 0
+    added: list[int] = [int(i) for s in res.steps if s.step == 0 for i in s.added]   # before the first draft
+    kcost, steps_added = 0.0, int(bool(added))
     for s in steps:
         generated_before = s.num_generated - len(s.token_ids)
         kcost += (ctx0 + len(added) + generated_before) * s.tree_size / 1000
@@ -129,7 +130,7 @@ def result_row(res, vanilla_ids: list[int] | None, targets: dict) -> dict:
            "decoded": max(0, len(res.token_ids) - 1), "decode_s": res.decode_s, "draft_s": res.draft_s,
            "verify_s": res.verify_s, "kcost": kcost if vanilla_ids is not None else 0.0,
            "draft_video_tokens": len(keep), "added": len(added), "steps_added": steps_added,
-           "added_at": [[int(s.step), len(s.added)] for s in steps if s.added],
+           "added_at": [[int(s.step), len(s.added)] for s in res.steps if s.added],
            "unseen_shares": [round(float(s.unseen_share), 4) for s in steps if s.unseen_share is not None],
            "refused_at": refused_at(steps),
            "r_used": info.r_used, "r_reason": info.r_reason,
@@ -200,6 +201,9 @@ def settings_of(args) -> dict:
     """The arguments the rows depend on (:data:`SETTINGS_KEYS`; model folders inside the repository relative
     to its root, so another checkout resumes the same file)."""
     out = {k: getattr(args, k) for k in SETTINGS_KEYS}
+    for k in ("trigger", "track", "sync"):   # at their defaults they are left out: rows files without them resume
+        if out[k] == getattr(ReselectConfig, k):
+            del out[k]
     for k in ("target", "draft"):
         path = Path(out[k]).resolve()
         out[k] = str(path.relative_to(eb.ROOT)) if path.is_relative_to(eb.ROOT) else str(path)
@@ -267,6 +271,9 @@ def parse_args(argv=None):
     ap.add_argument("--min-share", type=float, default=ReselectConfig.min_share, help="re-selection's threshold")
     ap.add_argument("--step-tokens", type=int, default=ReselectConfig.step_tokens, help="most added per step")
     ap.add_argument("--total-tokens", type=int, default=ReselectConfig.total_tokens, help="most added per decode")
+    ap.add_argument("--trigger", default=ReselectConfig.trigger, help="re-selection's steps: refused or every")
+    ap.add_argument("--track", type=int, default=ReselectConfig.track, help="frame groups either side added too")
+    ap.add_argument("--sync", action="store_true", help="Self-SD: rebuild the draft's cache from the target's")
     ap.add_argument("--r-min", type=float, default=PruneConfig.r_min, help="adaptive r's lower bound")
     ap.add_argument("--r-max", type=float, default=PruneConfig.r_max, help="adaptive r's upper bound")
     ap.add_argument("--r-mass", type=float, default=PruneConfig.r_mass, help="adaptive r's attention share")

@@ -27,6 +27,8 @@ class TargetPrefill:
         embeds: float (1, L, D) prompt embeddings (reused by a Self-SD draft).
         scores: float32 (V,) text-to-video attention scores, or None.
         last_logits: float (vocab,) target logits after the prompt (first token under sampling).
+        last_row: float32 (V,) the last prompt position's (it chose the first token) attention over the video
+            tokens, heads then layers averaged, or None without scores.
         side: float (S, V, D) the video tokens' side features (e.g. DeepStack), or None; reused,
             cut to the kept tokens, by a Self-SD draft.
         draft_video: a Std-SD draft's own :func:`prompt_video` result (float (1, L, Dd)
@@ -41,6 +43,7 @@ class TargetPrefill:
     last_logits: torch.Tensor | None = None
     side: torch.Tensor | None = None
     draft_video: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    last_row: torch.Tensor | None = None
 
 
 def attention_scores(per_layer: list[torch.Tensor], video_index: torch.Tensor) -> torch.Tensor:
@@ -108,11 +111,15 @@ def prefill_target(pair: ModelPair, inputs: ModelInputs, with_scores: bool,
             raise ValueError("the target's language model does not run this engine's attention: build the pair "
                              "with specvlm.models.pair.pair_from_models or load_pair.")
         sink: list[torch.Tensor] = []   # per layer, pass B's weights averaged over heads and queries
-        with attention_weights(lambda w: sink.append(w[0].float().mean(dim=(0, 1)))):
+        last: list[torch.Tensor] = []   # per layer, the last prompt position's weights averaged over heads
+        with attention_weights(lambda w: (sink.append(w[0].float().mean(dim=(0, 1))),
+                                          last.append(w[0, :, -1].float().mean(0)))):
             logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
         if not sink:
             raise RuntimeError("no attention weights were computed in the scoring pass.")
         scores = attention_scores(sink, inputs.video_index)
+        return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1], side,
+                             last_row=attention_scores(last, inputs.video_index))
     else:
         logits = lm_forward(model, ad, emb[:, split:], inputs.positions[:, split:], cache)
     return TargetPrefill(cache, int(logits[-1].argmax()), emb, scores, logits[-1], side)

@@ -5,8 +5,10 @@ diverging position (the query that chose the target's own token) says where it l
 forward's query states are kept (:func:`specvlm.models.attention.query_tap`: no second forward) and
 only that one row is scored against the target's cached keys, every layer, heads averaged: the
 quantity Stage I ranks video tokens by and the Inspect "why" view shows
-(:func:`specvlm.analysis.why.input_attention_at`). When more than ``min_share`` of its video part falls
-on video tokens the draft lacks, the most attended of them enter the draft's cache
+(:func:`specvlm.analysis.why.input_attention_at`). With ``trigger="every"`` a step whose drafted path the
+target took whole is measured too, from the row after that path (the one that chose the bonus token).
+When more than ``min_share`` of the row's video part falls on video tokens the draft lacks, the most
+attended of them (and, with ``track``, their cells in neighbouring frame groups) enter the draft's cache
 (:func:`specvlm.spec.adaptive.reselect_tokens`), at their original positions:
 
 * Self-SD (the target drafts for itself): their keys and values are copied from the target's cache
@@ -49,6 +51,7 @@ class ReselectState:
         draft_held: bool (Vd,) the same in the draft's own token grid when it differs, else None.
         added: video tokens added so far.
         queries: the last verify forward's per-layer (query (B, H, n, d), scale).
+        synced: the last step rebuilt the draft's cache from the target's (it then holds the accepted tokens).
 
     Source: docs/design.md §4.7 (the draft's kept set).
     """
@@ -58,6 +61,7 @@ class ReselectState:
     draft_held: torch.Tensor | None = None
     added: int = 0
     queries: list[tuple[torch.Tensor, float]] = field(default_factory=list)
+    synced: bool = False
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[None]:
@@ -89,6 +93,30 @@ def start(config: ReselectConfig, keep: torch.Tensor, num_video: int, draft_keep
     return ReselectState(config, held, d_held)
 
 
+def begin(state: ReselectState, pair: Any, runner: Any, tp: Any, sp_in: tuple[Any, Any],
+          draft_video: Any, grids: Any) -> list[int]:
+    """Before the first draft: with trigger ``every``, the tokens the last prompt position (it chose the first
+    token; :attr:`specvlm.engine.prefill.TargetPrefill.last_row`) asks for enter the draft; with ``sync``
+    (Self-SD on the target's own prompt) the draft's cache becomes the target's prefill keys and values at
+    the tokens it holds (:func:`sync_from_target`). Returns the video tokens added, ascending.
+
+    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance); Self-SD drafts with the target's weights.
+    """
+    t_in, d_in = sp_in
+    added = torch.empty(0, dtype=torch.long)
+    if state.config.trigger == "every" and tp.last_row is not None:
+        pick = reselect_tokens(tp.last_row, state.held, state.config, state.config.total_tokens,
+                               t_in.token_grid if state.config.track else None)
+        added = pick.added
+    state.held[added] = True
+    state.added += int(added.numel())
+    if state.config.sync and pair.self_sd and d_in is t_in:
+        sync_from_target(runner, tp.cache, held_positions(state.held, t_in.video_index, tp.cache))
+    elif added.numel():
+        _add(state, pair, runner, tp.cache, added, t_in, d_in, draft_video, grids)
+    return added.tolist()
+
+
 def diverging_row(tree: DraftTree, path: list[int]) -> int | None:
     """The verify block's row whose query chose the target's own token, or None when the target took the
     whole drafted path (nothing refused): row 0 is the root, row i + 1 node i.
@@ -99,6 +127,19 @@ def diverging_row(tree: DraftTree, path: list[int]) -> int | None:
     if last not in set(tree.parents.tolist()):
         return None
     return last + 1
+
+
+def measured_row(tree: DraftTree, path: list[int], trigger: str) -> int | None:
+    """The verify row re-selection reads: the diverging row (:func:`diverging_row`); with trigger ``every``
+    also, when the target took the whole drafted path, the row after its last node (it chose the bonus token,
+    and the next draft starts right after it).
+
+    Source: :class:`specvlm.config.ReselectConfig` (``trigger``).
+    """
+    row = diverging_row(tree, path)
+    if row is None and trigger == "every":
+        return path[-1] + 1 if path else 0
+    return row
 
 
 def video_attention(queries: list[tuple[torch.Tensor, float]], cache: Any, row: int,
@@ -112,7 +153,7 @@ def video_attention(queries: list[tuple[torch.Tensor, float]], cache: Any, row: 
     Args:
         queries: per layer (query (1, H, n, d) after RoPE, scale) of the verify forward.
         cache: the target's KV cache after the commit (keys (1, KV, L, d) per layer).
-        row: the verify row (:func:`diverging_row`).
+        row: the verify row (:func:`measured_row`).
         video_index: int64 (V,) sequence positions of the video tokens in the target's prompt.
 
     Returns:
@@ -134,7 +175,7 @@ def video_attention(queries: list[tuple[torch.Tensor, float]], cache: Any, row: 
 def step(state: ReselectState, pair: Any, runner: Any, target_cache: Any, tree: DraftTree, path: list[int],
          t_in: Any, d_in: Any, draft_video: tuple[torch.Tensor, torch.Tensor | None] | None,
          grids: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[list[int], float | None]:
-    """After a verify and its commit: measure the diverging row and add the tokens it asks for.
+    """After a verify and its commit: measure the row :func:`measured_row` names and add the tokens it asks for.
 
     Args:
         state: the request's state (its :attr:`ReselectState.queries` from this verify).
@@ -144,31 +185,78 @@ def step(state: ReselectState, pair: Any, runner: Any, target_cache: Any, tree: 
         draft_video: a Std-SD draft's (embeddings (1, Ld, Dd), side features or None) of its prompt.
         grids: (target grid, draft grid) when the draft has its own token grid, else None.
 
-    Returns:
-        (video-token indices added, ascending; the unseen share, or None when nothing was refused).
+    With ``sync`` (Self-SD on the target's own prompt) a measured step rebuilds the draft's cache from the
+    target's instead (:func:`sync_from_target`) and sets :attr:`ReselectState.synced`.
 
-    Source: SpecVLM Sec. 3.2, re-applied at a refused step; docs/design.md §4.7.
+    Returns:
+        (video-token indices added, ascending; the unseen share, or None when no row was measured).
+
+    Source: SpecVLM Sec. 3.2, re-applied during decoding; docs/design.md §4.7.
     """
-    row = diverging_row(tree, path)
+    row = measured_row(tree, path, state.config.trigger)
+    state.synced = False
     if row is None or not state.queries:
         return [], None
     att = video_attention(state.queries, target_cache, row, t_in.video_index)
     state.queries = []
-    pick = reselect_tokens(att, state.held, state.config, state.config.total_tokens - state.added)
-    if pick.added.numel() == 0:
-        return [], pick.unseen_share
+    pick = reselect_tokens(att, state.held, state.config, state.config.total_tokens - state.added,
+                           t_in.token_grid if state.config.track else None)
     state.held[pick.added] = True
     state.added += int(pick.added.numel())
-    if pair.self_sd:
-        copy_target_kv(runner, target_cache, t_in.video_index[pick.added])
-    else:
-        d_idx = pick.added if grids is None else map_keep(pick.added, *grids)
-        if state.draft_held is not None:
-            d_idx = d_idx[~state.draft_held[d_idx]]
-            state.draft_held[d_idx] = True
-        if d_idx.numel():
-            prefill_video(runner, pair, d_in, draft_video, d_idx)
+    if state.config.sync and pair.self_sd and d_in is t_in:
+        sync_from_target(runner, target_cache, held_positions(state.held, t_in.video_index, target_cache))
+        state.synced = True
+    elif pick.added.numel():
+        _add(state, pair, runner, target_cache, pick.added, t_in, d_in, draft_video, grids)
     return pick.added.tolist(), pick.unseen_share
+
+
+def _add(state: ReselectState, pair: Any, runner: Any, target_cache: Any, added: torch.Tensor, t_in: Any,
+         d_in: Any, draft_video: Any, grids: Any) -> None:
+    """Put video tokens ``added`` (A,) into the draft's cache: Self-SD copies the target's keys and values,
+    Std-SD runs a partial draft prefill (in its own token grid when it has one)."""
+    if pair.self_sd:
+        copy_target_kv(runner, target_cache, t_in.video_index[added])
+        return
+    d_idx = added if grids is None else map_keep(added, *grids)
+    if state.draft_held is not None:
+        d_idx = d_idx[~state.draft_held[d_idx]]
+        state.draft_held[d_idx] = True
+    if d_idx.numel():
+        prefill_video(runner, pair, d_in, draft_video, d_idx)
+
+
+def held_positions(held: torch.Tensor, video_index: torch.Tensor, target_cache: Any) -> torch.Tensor:
+    """int64 (P,) ascending sequence positions of the target's cache the draft holds: every non-video token
+    and the held video tokens (``held`` bool (V,), ``video_index`` int64 (V,) their sequence positions).
+
+    Source: docs/design.md §4.7 (the draft's sequence: all non-video tokens + kept video tokens).
+    """
+    keep = torch.ones(kv.cache_length(target_cache), dtype=torch.bool)
+    keep[video_index.cpu()[~held.cpu()]] = False
+    return keep.nonzero().flatten()
+
+
+def sync_from_target(runner: Any, target_cache: Any, seq_pos: torch.Tensor) -> None:
+    """Self-SD: the draft's cache becomes the target's keys and values at sequence positions ``seq_pos`` (P,)
+    (the whole committed cache: the next draft feeds only the bonus token).
+
+    Source: docs/design.md §7 (per-layer keys/values (B, KV, L, d)); Self-SD drafts with the target's weights.
+    """
+    n = int(seq_pos.numel())
+    if isinstance(runner, FastDraftRunner):
+        runner._reserve(n)
+        for i, layer in enumerate(target_cache.layers):
+            idx = seq_pos.to(layer.keys.device)
+            runner.k[i][:, :n] = layer.keys[0].index_select(-2, idx)
+            runner.v[i][:, :n] = layer.values[0].index_select(-2, idx)
+        runner.length = 0
+        _advance_fast(runner, n)
+        return
+    for src, dst in zip(target_cache.layers, runner.cache.layers):
+        idx = seq_pos.to(src.keys.device)
+        dst.keys, dst.values = src.keys.index_select(-2, idx), src.values.index_select(-2, idx)
+    runner.base = kv.cache_length(runner.cache)
 
 
 def copy_target_kv(runner: Any, target_cache: Any, seq_pos: torch.Tensor) -> None:

@@ -149,10 +149,12 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     t_in, d_in, tp, d_cache = sp.t_in, sp.d_in, sp.tp, sp.d_cache
     yield sp.info
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
-    yield event
-
     runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     rs = _reselect_state(config, sp)
+    if rs is not None:   # beyond the paper: before the first draft
+        grids = (t_in.token_grid, d_in.token_grid) if rs.draft_held is not None else None
+        event.added = reselect.begin(rs, pair, runner, tp, (t_in, d_in), tp.draft_video, grids)
+    yield event
     pos, root, pending, step = t_in.next_position, first, [first], 0
     d_rows, d_sub = draft_substitute(pair)
     config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
@@ -174,7 +176,8 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
         accepted = [int(tree.tokens[i]) for i in path]
         new, pieces = em.emit(accepted + [bonus])
         n_acc = min(len(accepted), len(new))
-        pending, root, pos = accepted + [bonus], bonus, pos + len(accepted) + 1
+        synced = rs is not None and rs.synced                # the draft's cache already holds the accepted path
+        pending, root, pos = ([bonus] if synced else accepted + [bonus]), bonus, pos + len(accepted) + 1
         rec = None
         if record_trees:
             rec = DraftTreeRecord(tree.tokens.tolist(), tree.parents.tolist(), tree.scores.tolist(), path, bonus)

@@ -5,8 +5,9 @@ Two pure rules over attention rows:
 * :func:`adaptive_drop_rate`: r per clip from the target's Stage I scores. A clip whose attention sits
   on a few tokens gets a high r (a small draft budget); one whose attention is spread (an
   information-dense video) gets a lower r, within [r_min, r_max].
-* :func:`reselect_tokens`: at a refused verify step, which video tokens the draft lacks should enter
-  its cache, from the target's attention at the diverging position.
+* :func:`reselect_tokens`: after a verify step, which video tokens the draft lacks should enter its
+  cache, from the target's attention at the position that chose the next token (optionally with the
+  same cell in neighbouring frame groups, :func:`track_cells`).
 
 Neither changes the output: the target verifies every drafted token (docs/design.md §4.9).
 
@@ -50,7 +51,7 @@ def adaptive_drop_rate(scores: torch.Tensor, config: PruneConfig) -> tuple[float
 
 @dataclass(frozen=True)
 class Reselection:
-    """What one refused step's attention says about the draft's video tokens.
+    """What one verify step's attention says about the draft's video tokens.
 
     Attributes:
         unseen_share: share of the video attention row on tokens the draft lacks, in [0, 1].
@@ -65,21 +66,23 @@ class Reselection:
 
 
 def reselect_tokens(video_row: torch.Tensor, held: torch.Tensor, config: ReselectConfig,
-                    budget_left: int) -> Reselection:
+                    budget_left: int, token_grid: torch.Tensor | None = None) -> Reselection:
     """The most attended video tokens the draft lacks, when enough attention falls on them.
 
     Args:
-        video_row: float (V,) the target's attention from the diverging position over the V video tokens
+        video_row: float (V,) the target's attention from the measured position over the V video tokens
             (any scale; it is normalised here).
         held: bool (V,) video tokens already in the draft's cache.
-        config: ``min_share`` and ``step_tokens``.
+        config: ``min_share``, ``step_tokens`` and ``track``.
         budget_left: tokens the request may still add (``total_tokens`` minus those added so far).
+        token_grid: int (V, 3) (frame group, row, col) of each video token, for ``track`` (None = no track).
 
     Returns:
         :class:`Reselection`: the unseen share, and up to min(step_tokens, budget_left) indices of
-        unheld tokens with positive attention, most attended first then sorted ascending.
+        unheld tokens, sorted ascending: the most attended ones with positive attention, each followed by
+        its cell in up to ``track`` frame groups either side (nearest first) while the budget lasts.
 
-    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance), re-applied at a refused step.
+    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance), re-applied during decoding.
     """
     row = video_row.detach().float().cpu().clamp(min=0).reshape(-1)
     lack = ~held.cpu().reshape(-1)
@@ -89,6 +92,41 @@ def reselect_tokens(video_row: torch.Tensor, held: torch.Tensor, config: Reselec
     if share <= config.min_share or n <= 0:
         return Reselection(share, torch.empty(0, dtype=torch.long))
     w = torch.where(lack, row, torch.full_like(row, -1.0))
-    top = torch.topk(w, n)
-    picked = top.indices[top.values > 0]
-    return Reselection(share, torch.sort(picked).values.long())
+    if config.track == 0 or token_grid is None:
+        top = torch.topk(w, n)
+        return Reselection(share, torch.sort(top.indices[top.values > 0]).values.long())
+    order = torch.argsort(w, descending=True, stable=True)
+    order = order[w[order] > 0]
+    return Reselection(share, track_cells(order, lack, token_grid, config.track, n))
+
+
+def track_cells(order: torch.Tensor, lack: torch.Tensor, token_grid: torch.Tensor, track: int,
+                n: int) -> torch.Tensor:
+    """Up to ``n`` tokens: each of ``order`` in turn, then its grid cell in the frame groups 1..``track``
+    before and after it (nearest first), keeping only tokens in ``lack`` and each once.
+
+    Args:
+        order: int64 (C,) candidate video tokens, most wanted first; lack: bool (V,) tokens that may be added.
+        token_grid: int (V, 3) (frame group, row, col); track: frame groups either side; n: most tokens.
+
+    Returns:
+        int64 (<= n,) sorted ascending.
+
+    Source: the draft's missing objects persist across frames (a picked cell's track).
+    """
+    grid = torch.as_tensor(token_grid).long().reshape(-1, 3).cpu()
+    dims = (grid.max(0).values + 1).tolist()
+    cell = torch.full(dims, -1, dtype=torch.long)
+    cell[grid[:, 0], grid[:, 1], grid[:, 2]] = torch.arange(grid.shape[0])
+    free = lack.clone()
+    out: list[int] = []
+    for i in order.tolist():
+        t, r, c = grid[i].tolist()
+        for j in [i] + [int(cell[t + s * d, r, c]) for d in range(1, track + 1) for s in (-1, 1)
+                        if 0 <= t + s * d < dims[0]]:
+            if j >= 0 and free[j] and len(out) < n:
+                free[j] = False
+                out.append(j)
+        if len(out) >= n:
+            break
+    return torch.tensor(sorted(out), dtype=torch.long)
