@@ -15,16 +15,21 @@ from specvlm.engine import draft as draft_mod
 from specvlm.engine import kv, reselect
 from specvlm.engine.draft import DraftRunner
 from specvlm.engine.fastdraft import FastDraftRunner
+from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate, stream
 from specvlm.spec.adaptive import adaptive_drop_rate, reselect_tokens
 from specvlm.spec.pruning import kept_count
+from specvlm.spec.tree import DraftTree
 
 PROMPT = "describe this video in detail"
 N = 48
 FIRE = ReselectConfig(enabled=True, min_share=0.0, step_tokens=3, total_tokens=10)
 """Re-selects at every refused step with any attention outside the draft (the tiny models' attention is diffuse)."""
+EVERY = ReselectConfig(enabled=True, min_share=0.0, step_tokens=3, total_tokens=12, trigger="every", track=1,
+                       sync=True)
+"""Re-selects before the first draft and after every step, with each token's track; Self-SD syncs its cache."""
 
 
 def _cfg(method="specvlm", reselect=None, **kw):
@@ -61,6 +66,19 @@ def test_reselect_tokens_takes_the_most_attended_unheld_tokens_within_the_budget
     assert reselect_tokens(zero, torch.tensor([True, False, False, False]), cfg, 100).added.tolist() == [2]
 
 
+def test_track_adds_the_picked_cells_in_neighbouring_frame_groups_within_the_budget():
+    grid = torch.tensor([[t, r, c] for t in range(4) for r in range(2) for c in range(2)])   # 4 frame groups of 2 x 2
+    row = torch.zeros(16)
+    row[5], row[14] = 0.6, 0.3                            # (1, 0, 1) first, then (3, 1, 0)
+    held = torch.zeros(16, dtype=torch.bool)
+    held[9] = True                                        # (2, 0, 1) is already in the draft
+    cfg = ReselectConfig(enabled=True, min_share=0.0, step_tokens=4, total_tokens=100, track=1)
+    assert reselect_tokens(row, held, cfg, 100, grid).added.tolist() == [1, 5, 10, 14]   # 5, its t-1 (1); then 14, 10
+    assert reselect_tokens(row, held, dataclasses.replace(cfg, track=2), 100, grid).added.tolist() == [1, 5, 13, 14]
+    assert reselect_tokens(row, held, cfg, 2, grid).added.tolist() == [1, 5]           # the budget bounds the track
+    assert reselect_tokens(row, held, dataclasses.replace(cfg, track=0), 100, grid).added.tolist() == [5, 14]
+
+
 def test_adaptive_r_covers_the_attention_mass_within_its_bounds():
     cfg = PruneConfig(adaptive_r=True, r_min=0.5, r_max=0.95, r_mass=0.8)
     peaked = torch.zeros(100)
@@ -82,6 +100,10 @@ def test_settings_are_validated_with_the_setting_named():
         ReselectConfig(min_share=1.5)
     with pytest.raises(ConfigError, match="reselect step_tokens=0"):
         ReselectConfig(step_tokens=0)
+    with pytest.raises(ConfigError, match="reselect trigger 'always' is unknown: use refused or every"):
+        ReselectConfig(trigger="always")
+    with pytest.raises(ConfigError, match="reselect track=65"):
+        ReselectConfig(track=65)
     with pytest.raises(ConfigError, match="r_max=0.6 is out of range"):
         PruneConfig(r_min=0.7, r_max=0.6)
     with pytest.raises(ConfigError, match="re-selection runs on the eager engine: use engine='eager'"):
@@ -117,6 +139,54 @@ def test_reselection_is_lossless_self_and_std_sd(pairs, inputs, vanilla, fam, mo
     _check_added(res, res.prefill.prune.keep, FIRE)
 
 
+@pytest.mark.parametrize("fam", ["qwen", "llava"])
+@pytest.mark.parametrize("mode", ["self", "std"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_step_trigger_is_lossless_and_fires_before_and_after_each_step(pairs, inputs, vanilla, fam, mode, fast,
+                                                                          monkeypatch):
+    if not fast:
+        monkeypatch.setattr("specvlm.engine.stream.make_draft_runner",
+                            lambda *a, **k: draft_mod.make_draft_runner(*a, fast=False, **k))
+    res = generate(pairs[(fam, mode)], inputs[(fam, mode)], _cfg(reselect=EVERY))
+    assert res.token_ids == vanilla[fam]
+    _check_added(res, res.prefill.prune.keep, EVERY)
+    assert res.steps[0].added                                   # before the first draft, from the last prompt row
+    verify = [s for s in res.steps if s.step > 0]
+    assert all(s.unseen_share is not None for s in verify)     # every step measured, refused or not
+
+
+def test_the_measured_row_is_the_diverging_one_or_with_every_the_one_after_a_whole_path():
+    chain = DraftTree.chain([5, 6, 7], [0.0, -1.0, -2.0])                 # root -> 0 -> 1 -> 2: rows 0..3
+    for trigger in ("refused", "every"):
+        assert reselect.measured_row(chain, [], trigger) == 0              # refused at the root
+        assert reselect.measured_row(chain, [0], trigger) == 1             # refused after node 0
+    assert reselect.measured_row(chain, [0, 1, 2], "refused") is None      # whole path taken: not measured
+    assert reselect.measured_row(chain, [0, 1, 2], "every") == 3           # the row that chose the bonus token
+
+
+@pytest.mark.parametrize("cls", [FastDraftRunner, DraftRunner])
+def test_a_synced_self_sd_draft_holding_every_token_is_the_target(pairs, inputs, cls):
+    """Sync puts the target's keys and values in the draft's cache: holding every video token, the Self-SD draft's
+    next-token distribution is the target's own."""
+    pair, inp = pairs[("qwen", "self")], inputs[("qwen", "self")]
+    with torch.inference_mode():
+        sp = speculative_prefill(pair, inp, _cfg(reselect=EVERY), None, None)
+        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), sp.d_in.positions.shape[0])
+        before = runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position)
+        runner.rollback()
+        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), sp.d_in.positions.shape[0])
+        held = torch.ones(inp.num_video_tokens, dtype=torch.bool)
+        reselect.sync_from_target(runner, sp.tp.cache, reselect.held_positions(held, sp.t_in.video_index,
+                                                                                sp.tp.cache))
+        got = runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position)
+        cache = kv.clone_cache(pair.target, sp.tp.cache)
+        pos = torch.full((sp.t_in.positions.shape[0], 1), sp.t_in.next_position)
+        want = torch.log_softmax(lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [sp.tp.first_token]),
+                                            pos, cache)[-1, :pair.shared_vocab].float(), -1)
+    assert torch.allclose(got, want, atol=1e-4)
+    assert not torch.allclose(before, want, atol=1e-4)          # the pruned draft's own cache differs
+
+
 def test_reselection_equals_hf_generate(pairs, inputs, vanilla):
     pair = pairs[("qwen", "std")]
     clip = make_clip()
@@ -125,8 +195,9 @@ def test_reselection_equals_hf_generate(pairs, inputs, vanilla):
                          return_tensors="pt")
     out = pair.target.generate(**enc, max_new_tokens=N, min_new_tokens=N, do_sample=False)
     for mode in ("self", "std"):
-        res = generate(pairs[("qwen", mode)], inputs[("qwen", mode)], _cfg(reselect=FIRE))
-        assert res.token_ids == out[0, enc["input_ids"].shape[1]:].tolist() == vanilla["qwen"]
+        for cfg in (FIRE, EVERY):
+            res = generate(pairs[("qwen", mode)], inputs[("qwen", mode)], _cfg(reselect=cfg))
+            assert res.token_ids == out[0, enc["input_ids"].shape[1]:].tolist() == vanilla["qwen"]
 
 
 def test_reselection_changes_the_draft(pairs, inputs):

@@ -94,27 +94,28 @@ def start(config: ReselectConfig, keep: torch.Tensor, num_video: int, draft_keep
 
 
 def begin(state: ReselectState, pair: Any, runner: Any, tp: Any, sp_in: tuple[Any, Any],
-          draft_video: Any, grids: Any) -> list[int]:
+          draft_video: Any, grids: Any) -> tuple[list[int], float | None]:
     """Before the first draft: with trigger ``every``, the tokens the last prompt position (it chose the first
     token; :attr:`specvlm.engine.prefill.TargetPrefill.last_row`) asks for enter the draft; with ``sync``
     (Self-SD on the target's own prompt) the draft's cache becomes the target's prefill keys and values at
-    the tokens it holds (:func:`sync_from_target`). Returns the video tokens added, ascending.
+    the tokens it holds (:func:`sync_from_target`). Returns (the video tokens added, ascending; the unseen share
+    of the last prompt position, or None when not measured).
 
     Source: SpecVLM Sec. 3.2 (the verifier's attention as importance); Self-SD drafts with the target's weights.
     """
     t_in, d_in = sp_in
-    added = torch.empty(0, dtype=torch.long)
+    added, share = torch.empty(0, dtype=torch.long), None
     if state.config.trigger == "every" and tp.last_row is not None:
         pick = reselect_tokens(tp.last_row, state.held, state.config, state.config.total_tokens,
                                t_in.token_grid if state.config.track else None)
-        added = pick.added
+        added, share = pick.added, pick.unseen_share
     state.held[added] = True
     state.added += int(added.numel())
     if state.config.sync and pair.self_sd and d_in is t_in:
         sync_from_target(runner, tp.cache, held_positions(state.held, t_in.video_index, tp.cache))
     elif added.numel():
         _add(state, pair, runner, tp.cache, added, t_in, d_in, draft_video, grids)
-    return added.tolist()
+    return added.tolist(), share
 
 
 def diverging_row(tree: DraftTree, path: list[int]) -> int | None:
@@ -253,9 +254,10 @@ def sync_from_target(runner: Any, target_cache: Any, seq_pos: torch.Tensor) -> N
         runner.length = 0
         _advance_fast(runner, n)
         return
-    for src, dst in zip(target_cache.layers, runner.cache.layers):
+    kv.truncate(runner.cache, 0)
+    for i, src in enumerate(target_cache.layers):
         idx = seq_pos.to(src.keys.device)
-        dst.keys, dst.values = src.keys.index_select(-2, idx), src.values.index_select(-2, idx)
+        runner.cache.update(src.keys.index_select(-2, idx), src.values.index_select(-2, idx), i)
     runner.base = kv.cache_length(runner.cache)
 
 

@@ -153,7 +153,7 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     rs = _reselect_state(config, sp)
     if rs is not None:   # beyond the paper: before the first draft
         grids = (t_in.token_grid, d_in.token_grid) if rs.draft_held is not None else None
-        event.added = reselect.begin(rs, pair, runner, tp, (t_in, d_in), tp.draft_video, grids)
+        event.added, event.unseen_share = reselect.begin(rs, pair, runner, tp, (t_in, d_in), tp.draft_video, grids)
     yield event
     pos, root, pending, step = t_in.next_position, first, [first], 0
     d_rows, d_sub = draft_substitute(pair)
