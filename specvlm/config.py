@@ -122,12 +122,12 @@ class ReselectConfig:
     """
 
     enabled: bool = False
-    min_share: float = 0.5
-    step_tokens: int = 16
-    total_tokens: int = 128
-    trigger: str = "refused"
+    min_share: float = 0.2
+    step_tokens: int = 64
+    total_tokens: int = 512
+    trigger: str = "every"
     track: int = 0
-    sync: bool = False
+    sync: bool = True
 
     def __post_init__(self) -> None:
         if self.trigger not in RESELECT_TRIGGERS:

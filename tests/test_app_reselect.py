@@ -51,8 +51,9 @@ def test_the_added_tokens_are_shown(runs):
     maps = inspect_view.prune_maps(rec)                                  # the Inspect tab's maps
     assert any(f"added at step {steps[0]}" in c or f"added at steps {steps[0]}" in c for _, c in maps)
     assert f"re-selection added {rec.num_added} video tokens" in inspect_view.summary_md(rec)
-    text = why_view.why_html(rec, steps[0])                              # the why view of a step that fired
-    ev = next(s for s in rec.steps if s.step == steps[0])
+    fired = next(s for s in steps if s > 0)                              # a verify step (step 0: before the first draft)
+    text = why_view.why_html(rec, fired)                                 # the why view of a step that fired
+    ev = next(s for s in rec.steps if s.step == fired)
     assert f"Re-selection fired: {ev.unseen_share:.0%} of the target's video attention" in text
     assert f"the {len(ev.added)} most attended of them were added" in text
     quiet = next((s for s in rec.verify_steps if s.unseen_share is not None and not s.added), None)

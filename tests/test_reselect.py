@@ -25,7 +25,7 @@ from specvlm.spec.tree import DraftTree
 
 PROMPT = "describe this video in detail"
 N = 48
-FIRE = ReselectConfig(enabled=True, min_share=0.0, step_tokens=3, total_tokens=10)
+FIRE = ReselectConfig(enabled=True, min_share=0.0, step_tokens=3, total_tokens=10, trigger="refused", sync=False)
 """Re-selects at every refused step with any attention outside the draft (the tiny models' attention is diffuse)."""
 EVERY = ReselectConfig(enabled=True, min_share=0.0, step_tokens=3, total_tokens=12, trigger="every", track=1,
                        sync=True)
@@ -220,7 +220,7 @@ def test_sampling_with_reselection_runs_and_stays_in_budget(pairs, inputs, mode)
     assert again.token_ids == res.token_ids                               # seeded: reproducible
 
 
-@pytest.mark.parametrize("cfg", [ReselectConfig(enabled=True, min_share=1.0), FIRE], ids=["measure-only", "adding"])
+@pytest.mark.parametrize("cfg", [dataclasses.replace(FIRE, min_share=1.0), FIRE], ids=["measure-only", "adding"])
 def test_the_diverging_rows_share_equals_the_why_views(pairs, inputs, cfg):
     """The share measured from the verify pass (one row, no second forward) is the share the Inspect "why" view
     computes with its own full forward, at every refused step, over the tokens the draft held at that step."""
@@ -292,6 +292,11 @@ def test_cli_flags_reach_the_config(capsys):
                                           "--adaptive-r"])
         cfg = decode_config(args, "specvlm", None, "cuda")
         assert cfg.reselect == ReselectConfig(enabled=True, min_share=0.3, step_tokens=4, total_tokens=20)
+        assert (cfg.reselect.trigger, cfg.reselect.sync) == ("every", True)                  # the defaults
+        more = build_parser().parse_args([*command, "--reselect", "--reselect-trigger", "refused", "--reselect-track",
+                                          "2", "--no-reselect-sync"])
+        got = decode_config(more, "specvlm", None, "cpu").reselect
+        assert (got.trigger, got.track, got.sync) == ("refused", 2, False)
         assert cfg.prune.adaptive_r and cfg.engine == "eager"
         plain = decode_config(build_parser().parse_args(command), "specvlm", None, "cpu")
         assert not plain.reselect.enabled and not plain.prune.adaptive_r

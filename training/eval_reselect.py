@@ -8,8 +8,9 @@ drafting for itself; ``std``: the bundled 1-layer draft), each with its preset's
 
 * ``none``: the draft sees every video token (r = 0);
 * ``specvlm``: SpecVLM pruning at r = 0.9, λ = 0.4;
-* ``reselect``: the same plus re-selection at refused steps (``DecodeConfig.reselect``; its threshold and
-  budgets: ``--min-share``, ``--step-tokens``, ``--total-tokens``, by default ``ReselectConfig``'s);
+* ``reselect``: the same plus re-selection during decoding (``DecodeConfig.reselect``; its threshold, budgets and
+  mode: ``--min-share``, ``--step-tokens``, ``--total-tokens``, ``--trigger``, ``--track``, ``--sync``, by default
+  ``ReselectConfig``'s);
 * ``textkept`` (on request, a diagnostic): SpecVLM with every video token under the clip's on-screen text forced
   into the kept set (same budget);
 * ``adaptive``: SpecVLM with r chosen per clip (``PruneConfig.adaptive_r``; ``--r-min``, ``--r-max``,
@@ -201,8 +202,8 @@ def settings_of(args) -> dict:
     """The arguments the rows depend on (:data:`SETTINGS_KEYS`; model folders inside the repository relative
     to its root, so another checkout resumes the same file)."""
     out = {k: getattr(args, k) for k in SETTINGS_KEYS}
-    for k in ("trigger", "track", "sync"):   # at their defaults they are left out: rows files without them resume
-        if out[k] == getattr(ReselectConfig, k):
+    for k, plain in (("trigger", "refused"), ("track", 0), ("sync", False)):   # left out when plain: rows files
+        if out[k] == plain:                                                     # without them resume
             del out[k]
     for k in ("target", "draft"):
         path = Path(out[k]).resolve()
@@ -273,7 +274,8 @@ def parse_args(argv=None):
     ap.add_argument("--total-tokens", type=int, default=ReselectConfig.total_tokens, help="most added per decode")
     ap.add_argument("--trigger", default=ReselectConfig.trigger, help="re-selection's steps: refused or every")
     ap.add_argument("--track", type=int, default=ReselectConfig.track, help="frame groups either side added too")
-    ap.add_argument("--sync", action="store_true", help="Self-SD: rebuild the draft's cache from the target's")
+    ap.add_argument("--sync", action=argparse.BooleanOptionalAction, default=ReselectConfig.sync,
+                    help="Self-SD: rebuild the draft's cache from the target's")
     ap.add_argument("--r-min", type=float, default=PruneConfig.r_min, help="adaptive r's lower bound")
     ap.add_argument("--r-max", type=float, default=PruneConfig.r_max, help="adaptive r's upper bound")
     ap.add_argument("--r-mass", type=float, default=PruneConfig.r_mass, help="adaptive r's attention share")

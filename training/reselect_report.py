@@ -105,10 +105,10 @@ def _diagnosis(s: dict) -> list[str]:
     res = s["runs"].get("reselect")
     if res is not None:
         u = res.get("unseen_share") or {"measured": 0}
-        line = (f"- re-selection: {u['measured']} refused steps, tokens added after {res['steps_added']} of them, "
+        line = (f"- re-selection: {u['measured']} measured steps, tokens added after {res['steps_added']} of them, "
                 f"in {res['clips_added']} of {s['clips']} clips")
         if u["measured"]:
-            line += (f"; share of the diverging position's video attention on tokens the draft lacked: mean "
+            line += (f"; share of the measured position's video attention on tokens the draft lacked: mean "
                      f"{100 * u['mean']:.0f}%, median {100 * u['median']:.0f}%, above the threshold at "
                      f"{u['above_min']} of them")
         L.append(line)

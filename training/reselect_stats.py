@@ -159,7 +159,7 @@ def _run_stats(clips: dict, run: str, min_share: float) -> dict:
 def summarise_pair(rows: list[dict], kind: str, pair: str, runs: tuple, n_boot: int = 2000,
                    min_share: float = ReselectConfig.min_share) -> dict | None:
     """Everything the report shows for one set and pair, over the clips that finished every run
-    (``min_share``: re-selection's threshold, to count the refused steps above it).
+    (``min_share``: re-selection's threshold, to count the measured steps above it).
 
     Returns:
         {"clips", "runs": {run: stats}, "diff": {name: paired_ci}, "recovered_share", "vanilla": accuracy},

@@ -153,7 +153,7 @@ class RunSettings:
             the server decodes on (:func:`specvlm.config.default_engine`), so the speedup is always over vanilla
             on the same engine (the eager one with re-selection on).
         reselect, reselect_min_share, reselect_step_tokens, reselect_total_tokens: re-selection of the draft's
-            video tokens at refused steps (:class:`specvlm.config.ReselectConfig`; off by default).
+            video tokens during decoding (:class:`specvlm.config.ReselectConfig`; off by default).
         adaptive_r: r per clip from the target's attention (:attr:`specvlm.config.PruneConfig.adaptive_r`).
     """
 

@@ -117,7 +117,7 @@ def model_column(backend: Backend) -> dict[str, Any]:
             "both runs, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python"))
         with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
             c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens at refused steps",
-                                        info="when the target refuses the draft while looking at video tokens the "
+                                        info="when the target, choosing the next token, looks at video tokens the "
                                              "draft lacks, add the most attended of them to the draft; output "
                                              "unchanged; eager engine", elem_id="reselect")
             c["adaptive_r"] = gr.Checkbox(value=d.adaptive_r, label="Adaptive r",
@@ -126,7 +126,7 @@ def model_column(backend: Backend) -> dict[str, Any]:
         with gr.Row():
             c["reselect_min_share"] = gr.Slider(0.0, 1.0, value=d.reselect_min_share, step=0.05,
                                                 label="Re-select above this unseen share",
-                                                info="of the target's video attention at the refused position",
+                                                info="of the target's video attention where it chose the next token",
                                                 elem_id="reselect-min-share")
             c["reselect_step_tokens"] = gr.Slider(1, 256, value=d.reselect_step_tokens, step=1, precision=0,
                                                   label="Tokens added per step", elem_id="reselect-step-tokens")

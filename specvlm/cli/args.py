@@ -9,7 +9,7 @@ import argparse
 import os
 
 from specvlm.config import (DEFAULT_PROMPT, DTYPES, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
-                            PruneConfig, ReselectConfig, VideoConfig, config_from_settings)
+                            PruneConfig, RESELECT_TRIGGERS, ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 
 
@@ -83,15 +83,24 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                         f"the target's Stage I attention, r bounded to [{d.prune.r_min}, {d.prune.r_max}] "
                         "(--drop-rate is then unused; off = the paper's fixed r)")
     g.add_argument("--reselect", action="store_true",
-                   help="re-selection: at a refused verify step whose target attention falls mostly on video tokens "
-                        "the draft lacks, add the most attended of them to the draft (output unchanged; eager engine)")
+                   help="re-selection: when the target's attention at the position choosing the next token falls "
+                        "mostly on video tokens the draft lacks, add the most attended of them to the draft (output "
+                        "unchanged; eager engine)")
     g.add_argument("--reselect-min-share", type=float, default=r.min_share, metavar="S",
-                   help="share of the diverging position's video attention on tokens the draft lacks above which "
-                        "a refused step re-selects, in [0, 1] (default %(default)s)")
+                   help="share of that position's video attention on tokens the draft lacks above which "
+                        "a step re-selects, in [0, 1] (default %(default)s)")
     g.add_argument("--reselect-step-tokens", type=int, default=r.step_tokens, metavar="N",
                    help="most video tokens added at one step (default %(default)s)")
     g.add_argument("--reselect-total-tokens", type=int, default=r.total_tokens, metavar="N",
                    help="most video tokens added per request (default %(default)s)")
+    g.add_argument("--reselect-trigger", choices=RESELECT_TRIGGERS, default=r.trigger,
+                   help="re-select after refused steps only, or before the first draft and after every step "
+                        "(default %(default)s)")
+    g.add_argument("--reselect-track", type=int, default=r.track, metavar="N",
+                   help="also add each picked token's cell in up to N frame groups either side (default %(default)s)")
+    g.add_argument("--reselect-sync", action=argparse.BooleanOptionalAction, default=r.sync,
+                   help="Self-SD: the draft's cache takes the target's keys and values at every re-selection step "
+                        "(default %(default)s)")
     g.add_argument("--engine", choices=ENGINES, default=None,
                    help="decode loop: eager (each step issued from Python) or static (fixed-shape step functions "
                         "over preallocated KV buffers, captured on CUDA); same tokens either way. Default per "
@@ -190,7 +199,9 @@ def reselect_config(args: argparse.Namespace) -> ReselectConfig:
     return ReselectConfig(enabled=bool(getattr(args, "reselect", False)),
                           min_share=getattr(args, "reselect_min_share", d.min_share),
                           step_tokens=getattr(args, "reselect_step_tokens", d.step_tokens),
-                          total_tokens=getattr(args, "reselect_total_tokens", d.total_tokens))
+                          total_tokens=getattr(args, "reselect_total_tokens", d.total_tokens),
+                          trigger=getattr(args, "reselect_trigger", d.trigger),
+                          track=getattr(args, "reselect_track", d.track), sync=getattr(args, "reselect_sync", d.sync))
 
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
