@@ -123,7 +123,8 @@ class StepEvent:
         pieces: the text delta of each entry of ``token_ids`` (they join to ``text``; an entry that ends in
             an incomplete UTF-8 sequence has "" and the next one carries it), or [] when not split.
         added: video-token indices (the index space of :attr:`PruneResult.keep`) that re-selection added to
-            the draft after this step's verify (:class:`specvlm.config.ReselectConfig`), ascending; [] otherwise.
+            the draft after this step's verify (step 0: before the first draft; :class:`specvlm.config.ReselectConfig`),
+            ascending; [] otherwise.
         unseen_share: at a step re-selection measured (a refused one, or any with ``trigger="every"``), the
             share of the target's video attention from the measured position on video tokens the draft
             lacked, in [0, 1]; None where not measured.

@@ -98,8 +98,16 @@ def begin(state: ReselectState, pair: Any, runner: Any, tp: Any, sp_in: tuple[An
     """Before the first draft: with trigger ``every``, the tokens the last prompt position (it chose the first
     token; :attr:`specvlm.engine.prefill.TargetPrefill.last_row`) asks for enter the draft; with ``sync``
     (Self-SD on the target's own prompt) the draft's cache becomes the target's prefill keys and values at
-    the tokens it holds (:func:`sync_from_target`). Returns (the video tokens added, ascending; the unseen share
-    of the last prompt position, or None when not measured).
+    the tokens it holds (:func:`sync_from_target`).
+
+    Args:
+        state: the request's state; pair: the model pair; runner: the draft runner after the draft prefill.
+        tp: the target prefill (its cache of L prompt tokens and ``last_row`` float32 (V,)).
+        sp_in: (the target's, the draft's) prepared inputs.
+        draft_video, grids: as :func:`step`.
+
+    Returns:
+        (video-token indices added, ascending; the last prompt position's unseen share, or None when not measured).
 
     Source: SpecVLM Sec. 3.2 (the verifier's attention as importance); Self-SD drafts with the target's weights.
     """

@@ -149,12 +149,17 @@ def _stream_speculative(pair, inputs, config, reuse, should_stop, record_trees):
     t_in, d_in, tp, d_cache = sp.t_in, sp.d_in, sp.tp, sp.d_cache
     yield sp.info
     em, pick, t_dec, first, event = _first_token(pair, config, tp.last_logits)
-    runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     rs = _reselect_state(config, sp)
+    if rs is None:
+        yield event
+    runner = make_draft_runner(pair, d_cache, _rope_dims(d_in), d_in.next_position - t_in.next_position)
     if rs is not None:   # beyond the paper: before the first draft
         grids = (t_in.token_grid, d_in.token_grid) if rs.draft_held is not None else None
-        event.added, event.unseen_share = reselect.begin(rs, pair, runner, tp, (t_in, d_in), tp.draft_video, grids)
-    yield event
+        with Timer(pair.draft.device) as t_r:
+            event.added, event.unseen_share = reselect.begin(rs, pair, runner, tp, (t_in, d_in), tp.draft_video,
+                                                             grids)
+        event.draft_ms = t_r.ms   # in the decode clock, as every step's re-selection
+        yield event
     pos, root, pending, step = t_in.next_position, first, [first], 0
     d_rows, d_sub = draft_substitute(pair)
     config = replace(config, tree=config.tree.for_prompt(int(t_in.input_ids.shape[1])))  # a long prompt's tree
