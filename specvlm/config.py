@@ -308,8 +308,9 @@ class DecodeConfig:
     reselect: ReselectConfig = field(default_factory=ReselectConfig)
 
     def __post_init__(self) -> None:
-        if self.engine == "" and isinstance(self.reselect, ReselectConfig):
-            auto = "eager" if self.reselect.enabled and self.method != "vanilla" else ENGINE_BY_DEVICE["cpu"]
+        if self.engine == "":
+            reselect = isinstance(self.reselect, ReselectConfig) and self.reselect.enabled
+            auto = "eager" if reselect and self.method != "vanilla" else ENGINE_BY_DEVICE["cpu"]
             object.__setattr__(self, "engine", auto)
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
