@@ -99,6 +99,10 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     assert out["num_prompt_tokens"] == plain["num_prompt_tokens"] + out["target_subtitle_tokens"]
     assert out["identical"] is True                        # lossless with the transcript too
     assert out["divergence"] is None and out["speedup"] > 0 and out["speedup_runs"] == [out["speedup"]]
+    assert (out["engine"], out["vanilla_engine"]) == ("static", "static")
+    # re-selection runs SpecVLM on the eager loop; the vanilla it is compared with stays on the fastest, static
+    out = json.loads(cli(*base, "--compare", "--reselect").stdout)
+    assert (out["engine"], out["vanilla_engine"], out["identical"]) == ("eager", "static", True)
     # target only: the draft's prompt skips the transcript
     out = json.loads(cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
     assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == 0

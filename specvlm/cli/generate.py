@@ -146,6 +146,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         van_cfg = vanilla_config(cfg)
         van = generate(pair, inputs, van_cfg)
         out["vanilla"] = result_json(van, van_cfg)
+        out["vanilla_engine"] = van_cfg.engine
         out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:
         print(json.dumps(out))
@@ -162,7 +163,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
         div, speed = out["divergence"], out["speedup"]
-        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
+        print(f"[vanilla, {out['vanilla_engine']} engine] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
               f"{'n/a' if speed is None else f'{speed:.2f}x'} "
               f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}"
               + (f" ({div['kind']} at token {div['index']}, target margin {div['margin']:.3g})"
