@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="devices that each hold a pair and serve one Run at a time, e.g. cuda:0,cuda:1 (Runs beyond "
                         "that wait in line); default: every visible GPU that holds the default preset by itself, "
                         "else one device")
-    from specvlm.config import DTYPES
+    from specvlm.dtypes import DTYPES
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="model dtype (default: float32 on CPU, bfloat16 on CUDA)")
     from app.inputs.settings import Limits

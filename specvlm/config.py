@@ -24,33 +24,8 @@ DEFAULT_PROMPT = "Describe this video in detail."
 """The prompt used when none is given (CLI, app, bench); the bundled CPU model was trained on it."""
 
 
-NEAR_TIE_MARGIN: dict[str, float] = {"float32": 1e-3, "float16": 0.125, "bfloat16": 0.5}
-"""Largest target top-1 minus top-2 logit margin (logit units) at which greedy speculative output may
-legitimately differ from vanilla output, per model dtype; see :func:`specvlm.analysis.metrics.compare_outputs`
-for how the numbers were chosen."""
-
-
 class ConfigError(ValueError):
     """A setting is out of range; the message names the setting and the valid range."""
-
-
-DTYPES = ("float32", "bfloat16", "float16")
-"""Model dtypes the library runs, by name. Without a choice a model loads in float32 on a CPU and in bfloat16 on
-CUDA (float16 on GPUs without native bfloat16): :func:`specvlm.models.loading.load_pair`."""
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-
-
-def dtype_name(dtype: object) -> str:
-    """The name in :data:`DTYPES` of a torch dtype (``torch.bfloat16``) or of a name or alias (``"bf16"``).
-
-    Raises:
-        ConfigError: any other dtype.
-    """
-    name = str(dtype).removeprefix("torch.")
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPES:
-        raise ConfigError(f"dtype {dtype!r} is unknown: use {', '.join(DTYPES)}.")
-    return name
 
 
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
@@ -215,16 +190,14 @@ class TreeConfig:
         return text
 
 
-BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=8, min_prob=0.05,
+BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=4, min_prob=0.0,
                               long_prompt=TreeConfig(shape="chain", depth=12, min_prob=0.1), long_from=8192)
 """Draft tree of the bundled Std-SD pair (assets/model: 4-layer target, 1-layer draft) on a CPU.
 
-A chain of up to 8 with early stop 0.05; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1,
-where a verify costs more decode steps' worth and longer chains pay. A fused draft level costs a small share of
-a target step, so the verify's size and the accepted length decide, and a narrow deep draft wins on short
-captions. Chosen from exact per-step counts on the app's example clips times step-cost ratios measured
-interleaved (:func:`specvlm.bench.stepcost.verify_cost_curve`, :func:`specvlm.bench.stepcost.draft_cost`);
-the trees compared and their figures: docs/benchmark.md, *Measurements behind the engine's choices*.
+A chain of 4 without an early stop; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1, where a
+verify costs more decode steps' worth and longer chains pay. On a CPU every draft level reads the draft's
+weights, so on short captions a short chain wins on both engines (the trees compared and their figures:
+docs/benchmark.md, *The static engine on a CPU*).
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
@@ -275,10 +248,14 @@ class SamplingConfig:
 ENGINES = ("eager", "static")
 """Decode-loop implementations (:attr:`DecodeConfig.engine`); both are token-identical."""
 
-ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "eager", "cuda": "static"}
+ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "static", "cuda": "static"}
 """The decode loop used where none is chosen, per torch device type (the one home of that default; other
-device types get the CPU's). The CLI, the bench and the app read it through
+device types get the CPU's; re-selection picks ``eager``). The CLI, the bench and the app read it through
 :func:`default_engine`."""
+
+VANILLA_ENGINE = "static"
+"""The engine of every vanilla run a speedup is stated against (:func:`vanilla_config`): the fastest plain
+decoding the product has, on a CPU and on a GPU (docs/benchmark.md, *The static engine on a CPU*)."""
 
 
 def default_engine(device_type: str) -> str:
@@ -316,7 +293,7 @@ class DecodeConfig:
         engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
             growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
             with device-side lengths (capturable, at most one host read per step). Both give the same
-            tokens. The default is the CPU's (:func:`default_engine`); front ends choose per device.
+            tokens. "" (the default) = the CPU's (:func:`default_engine`), or ``eager`` with re-selection on.
         reselect: re-selection of the draft's video tokens during decoding (:class:`ReselectConfig`).
 
     Raises:
@@ -330,10 +307,14 @@ class DecodeConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    engine: str = ENGINE_BY_DEVICE["cpu"]
+    engine: str = ""
     reselect: ReselectConfig = field(default_factory=ReselectConfig)
 
     def __post_init__(self) -> None:
+        if self.engine == "":
+            reselect = isinstance(self.reselect, ReselectConfig) and self.reselect.enabled
+            auto = "eager" if reselect and self.method != "vanilla" else ENGINE_BY_DEVICE["cpu"]
+            object.__setattr__(self, "engine", auto)
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
         if self.engine not in ENGINES:
@@ -354,6 +335,15 @@ class DecodeConfig:
     def speculative(self) -> bool:
         """True for every method except ``vanilla``."""
         return self.method != "vanilla"
+
+
+def vanilla_config(config: DecodeConfig) -> DecodeConfig:
+    """The plain decoding a speculative run is compared against: ``config``'s budget, EOS rule and sampling, on
+    :data:`VANILLA_ENGINE` whatever engine the speculative run uses, so a speedup is over the fastest vanilla.
+
+    Source: docs/design.md §4.13 (the honest baseline).
+    """
+    return replace(config, method="vanilla", engine=VANILLA_ENGINE, reselect=ReselectConfig())
 
 
 @dataclass(frozen=True)

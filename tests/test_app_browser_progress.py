@@ -4,46 +4,15 @@ user starts it, with the bundled model: through a 256-frame Run the status line 
 part that runs), the parts it counts go up in order, and Stop ends the Run inside the speculative prefill."""
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import subprocess
-import sys
-import time
 
 from helpers.browser import STATUS_TIMES_JS, browser_page, chromium, set_slider, wait_until
-from helpers.fakes import ROOT, free_port
+from helpers.served import app_process
 
 MAX_GAP_S = 3.0
 """Longest time the status line may stand still during the long blocking work."""
 PART = re.compile(r"^Prefill \+ pruning \(.*\): part (\d+) of (\d+)")
 VANILLA = re.compile(r"^Prefill \(vanilla\)… 256 frames: part (\d+) of (\d+)")
-
-
-@contextlib.contextmanager
-def _app_process(tmp_path):
-    """``python app.py --port P`` in its own process (its own thread settings, the default pair preloaded);
-    yields the page's address once the server says it runs; ends the process afterwards."""
-    port = free_port()
-    log_path = tmp_path / "server.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=tmp_path, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while "is running at" not in log_path.read_text():
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def _gaps(log: list[list]) -> list[tuple[float, str]]:
@@ -56,7 +25,7 @@ def test_status_moves_every_few_seconds_through_a_256_frame_run(tmp_path):
     stopped a dozen parts into the speculative prefill (past both vision towers), which ends it."""
     exe = chromium()
     from gradio.media import get_video
-    with _app_process(tmp_path) as url, browser_page(url, exe) as page:
+    with app_process(tmp_path) as (url, _, _), browser_page(url, exe) as page:
         page.locator("#run").wait_for(timeout=60_000)
         page.locator("#video input[type=file]").set_input_files(get_video("world.mp4"))
         page.locator("#video video").wait_for(state="attached", timeout=60_000)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from helpers.fakes import FakeEngine
 
-from app.inputs.model_messages import families_text, model_error, synthetic_caveat
+from app.inputs.model_messages import SELF_SD_CPU_CAVEAT, families_text, model_error, run_caveat, synthetic_caveat
 from app.inputs.settings import RunRequest, RunSettings
 from app.runs.backend import Backend
 from app.runs.worker import ClipReady
@@ -82,6 +82,23 @@ def test_bundled_model_on_a_real_video_says_it_only_knows_shapes(tmp_path):
     assert as_json["caveat"].startswith("This model only knows synthetic shape videos")
     _, last = _last(backend, copy, preset="Bundled")
     assert "synthetic shape" not in last["summary"] and "Outputs identical" in last["summary"]
+    # this preset is Self-SD (no draft) on a CPU: the summary says why it is not faster than vanilla
+    assert last["summary"].startswith("**Self-SD on a CPU runs slower than vanilla.**")
+
+
+def test_self_sd_on_a_cpu_says_why_it_runs_slower(tmp_path):
+    from specvlm import assets
+    from specvlm.models.presets import BUNDLED_DRAFT, BUNDLED_TARGET
+    clip = str(sorted(assets.path("videos").glob("*.mp4"))[0])
+    assert run_caveat(str(BUNDLED_TARGET), None, clip, "cpu") == SELF_SD_CPU_CAVEAT
+    assert "reads all of its weights" in SELF_SD_CPU_CAVEAT
+    assert run_caveat(str(BUNDLED_TARGET), str(BUNDLED_DRAFT), clip, "cpu") == ""      # Std-SD
+    assert run_caveat(str(BUNDLED_TARGET), None, clip, "cuda") == ""                   # a GPU preset says its own
+    assert run_caveat("org/model", None, clip, "cpu") == SELF_SD_CPU_CAVEAT
+    real = tmp_path / "earth.mp4"
+    real.write_bytes(b"\x00" * 4096)
+    both = run_caveat(str(BUNDLED_TARGET), None, str(real), "cpu").split("\n\n")
+    assert both == [synthetic_caveat(str(BUNDLED_TARGET), str(real)), SELF_SD_CPU_CAVEAT] and both[0]
 
 
 def test_loading_a_model_says_so_once(tmp_path):

@@ -4,37 +4,19 @@ get one line; the log needs no more)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 
-from helpers.fakes import ROOT, free_port
+from helpers.served import app_process
 
 
 def test_server_log_is_quiet_about_ordinary_things(tmp_path):
     from gradio_client import Client, handle_file
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVLM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=tmp_path, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while "is running at" not in log_path.read_text():
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.5)
+    with app_process(tmp_path, {"SPECVLM_THREADS": "1"}) as (url, port, log_path):
         bad = tmp_path / "notes.mp4"
         bad.write_text("this is not a video\n" * 50)
-        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        client = Client(url, verbose=False)
         out = client.predict(handle_file(str(bad)), api_name="/compare_json")
         out = json.loads(out) if isinstance(out, str) else out
         assert out["status"] == "error" and out["error"].startswith("Could not read the video: notes.mp4")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     text = log_path.read_text()
     assert f"SpecVLM Studio is running at http://127.0.0.1:{port}" in text
     assert "share=True" not in text and "public link" not in text

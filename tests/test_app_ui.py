@@ -353,7 +353,7 @@ def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_tim
                            "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
     assert ids[-5:] == ["reselect", "reselect-min-share", "reselect-step-tokens", "reselect-total-tokens",
                         "adaptive-r"]                             # beyond the paper, appended after them
-    assert comps["engine"].value == "eager" and [v for _, v in comps["engine"].choices] == ["eager", "static"]
+    assert comps["engine"].value == "static" and [v for _, v in comps["engine"].choices] == ["eager", "static"]
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]

@@ -24,8 +24,9 @@ PROMPT = "describe this video"
 N = 40
 
 
-def _cfg(method):
-    return DecodeConfig(method=method, max_new_tokens=N, stop_at_eos=False, tree=TreeConfig(shape="dynamic"))
+def _cfg(method):   # the eager loop: its verify forward is the one patched below
+    return DecodeConfig(method=method, max_new_tokens=N, stop_at_eos=False, tree=TreeConfig(shape="dynamic"),
+                        engine="eager")
 
 
 def _std_pair(seed=0):

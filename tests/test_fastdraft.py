@@ -86,11 +86,11 @@ def test_speculative_output_is_token_identical_with_the_fast_runner(pairs, fam, 
     real = dec.make_draft_runner
     monkeypatch.setattr(dec, "make_draft_runner", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     pair, clip = pairs[(fam, "std")], make_clip()
-    cfg = DecodeConfig(method="vanilla", max_new_tokens=40, stop_at_eos=False)
+    cfg = DecodeConfig(method="vanilla", max_new_tokens=40, stop_at_eos=False, engine="eager")
     vanilla = dec.generate(pair, prepare(pair, clip, PROMPT), cfg)
-    for shape in ("dynamic", "chain"):
+    for shape in ("dynamic", "chain"):   # the eager loop, which drafts through the fast runner
         spec = dec.generate(pair, prepare(pair, clip, PROMPT), DecodeConfig(max_new_tokens=40, stop_at_eos=False,
-                                                             tree=TreeConfig(shape=shape)))
+                                                             tree=TreeConfig(shape=shape), engine="eager"))
         assert spec.token_ids == vanilla.token_ids, shape
     assert made and all(isinstance(r, FastDraftRunner) for r in made)
     assert vanilla.token_ids[1:] != vanilla.token_ids[:-1]  # varied output, not one repeated token

@@ -8,7 +8,7 @@ from specvlm.models.presets import BUNDLED_SELF, BUNDLED_STD, PRESETS
 def test_bundled_presets_carry_their_tree_and_name_it():
     std, self_sd = PRESETS[BUNDLED_STD], PRESETS[BUNDLED_SELF]
     assert std.tree == BUNDLED_STD_TREE and self_sd.tree == BUNDLED_SELF_TREE
-    assert std.description.endswith("draft: chain of up to 8, stop < 0.05; "
+    assert std.description.endswith("draft: chain of up to 4; "
                                     "from 8,192 prompt tokens: chain of up to 12, stop < 0.1")
     assert self_sd.description.endswith("draft: chain of up to 12, stop < 0.1")
     for p in PRESETS.values():
@@ -25,9 +25,9 @@ def test_tree_comes_from_the_preset_unless_an_option_changes_it():
     std = PRESETS[BUNDLED_STD].tree
     assert tree_with_options(std) is BUNDLED_STD_TREE
     assert tree_with_options(None) == TreeConfig()
-    assert tree_with_options(std, depth=5) == TreeConfig(shape="chain", depth=5, min_prob=0.05)  # no long variant
-    assert tree_with_options(std, depth=8, min_prob=0.05) is BUNDLED_STD_TREE   # the preset's own values
-    assert tree_with_options(std, min_prob=0.0).min_prob == 0.0
+    assert tree_with_options(std, depth=5) == TreeConfig(shape="chain", depth=5, min_prob=0.0)  # no long variant
+    assert tree_with_options(std, depth=4, min_prob=0.0) is BUNDLED_STD_TREE   # the preset's own values
+    assert tree_with_options(std, min_prob=0.05).min_prob == 0.05
     assert tree_with_options(std, shape="dynamic") == TreeConfig()      # another shape: its own defaults
     assert tree_with_options(std, shape="dynamic", top_k=2) == TreeConfig(top_k=2)
 
@@ -39,7 +39,7 @@ def test_long_prompt_tree():
     assert TreeConfig().for_prompt(10**6) == TreeConfig()
     assert t.without_long_prompt() == TreeConfig(shape="chain", depth=8, min_prob=0.05, long_from=1000)
     assert t.describe() == "chain of up to 8, stop < 0.05; from 1,000 prompt tokens: chain of up to 12, stop < 0.1"
-    assert BUNDLED_STD_TREE.for_prompt(16403).depth == 12 and BUNDLED_STD_TREE.for_prompt(787).depth == 8
+    assert BUNDLED_STD_TREE.for_prompt(16403).depth == 12 and BUNDLED_STD_TREE.for_prompt(787).depth == 4
     import pytest
     from specvlm.config import ConfigError
     with pytest.raises(ConfigError, match="long_from"):

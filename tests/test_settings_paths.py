@@ -55,7 +55,7 @@ def test_cli_and_app_build_the_same_decode_config(preset, kw):
 def test_the_presets_tree_stays_whole_until_an_option_changes_it():
     assert _app(BUNDLED_STD, {}).tree is BUNDLED_STD_TREE          # with its long-prompt tree
     changed = _app(BUNDLED_STD, dict(depth=6)).tree
-    assert changed == TreeConfig(shape="chain", depth=6, min_prob=0.05) and changed.long_prompt is None
+    assert changed == TreeConfig(shape="chain", depth=6, min_prob=0.0) and changed.long_prompt is None
     assert _app(BUNDLED_STD, dict(tree_shape="dynamic", depth=5, top_k=4, total_tokens=16, min_prob=0.0)).tree \
         == TreeConfig()
 
@@ -93,8 +93,15 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
     assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"
     assert RunRequest.from_inputs({"video": "v.mp4", "engine": "static"}).settings.engine == "static"
-    assert server_engine(None, True) == "static" and server_engine("cpu", True) == "eager"
-    assert server_engine("cuda:1", False) == "static" and server_engine(None, False) == "eager"
+    assert server_engine(None, True) == "static" and server_engine("cpu", True) == "static"
+    assert server_engine("cuda:1", False) == "static" and server_engine(None, False) == "static"
+    # re-selection runs on the eager loop; the vanilla run it is compared with stays on the fastest, static
+    from specvlm.config import VANILLA_ENGINE, vanilla_config
+    spec = build_configs(RunSettings(reselect=True), Limits())[0]
+    van = vanilla_config(spec)
+    assert (spec.engine, van.engine, VANILLA_ENGINE) == ("eager", "static", "static")
+    assert van.method == "vanilla" and not van.reselect.enabled and van.max_new_tokens == spec.max_new_tokens
+    assert vanilla_config(build_configs(RunSettings(engine="eager"), Limits())[0]).engine == "static"
     from app.inputs.settings import UserError
     with pytest.raises(UserError, match="Invalid setting: engine 'fast' is unknown: use one of eager, static"):
         build_configs(RunSettings(engine="fast"), Limits())

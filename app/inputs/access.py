@@ -293,7 +293,7 @@ def check_size(engine: Any, models: tuple[str, ...], name: str, access: ModelAcc
             raise UserError(f"The custom model {name!r} cannot be sized from its config, so this server does not "
                             "load it: pick a preset or another model.")
         return
-    from specvlm.config import dtype_name
+    from specvlm.dtypes import dtype_name
     from specvlm.models.fit import OVERHEAD_BYTES, OVERHEAD_SHARE
     from specvlm.models.loading import default_device, load_dtype
 

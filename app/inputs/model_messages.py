@@ -145,3 +145,21 @@ def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok:
     except OSError:
         return ""
     return SYNTHETIC_CAVEAT if hub_ok else SYNTHETIC_CAVEAT_OFFLINE
+
+
+SELF_SD_CPU_CAVEAT = ("**Self-SD on a CPU runs slower than vanilla.** The draft is the target itself: every draft "
+                      "level reads all of its weights, as a vanilla step does, so whatever pruning saves, a "
+                      "speculative step costs several vanilla steps here. This run shows τ and where the pruned "
+                      "draft fails, not a speedup; Std-SD with a small draft is the pair that wins.")
+"""The summary's caveat for a Self-SD run on a CPU (figures: docs/benchmark.md, *The static engine on a CPU*)."""
+
+
+def run_caveat(target: str, draft: str | None, video: str, device_type: str, hub_ok: bool = True) -> str:
+    """The summary's caveats of a Run: :func:`synthetic_caveat` and, for Self-SD (``draft`` None) on a CPU,
+    :data:`SELF_SD_CPU_CAVEAT`, joined by a blank line ("" when neither applies).
+
+    Source: docs/design.md §1 (the app) and §11 (byte ceilings).
+    """
+    parts = [synthetic_caveat(target, video, hub_ok=hub_ok),
+             SELF_SD_CPU_CAVEAT if draft is None and device_type == "cpu" else ""]
+    return "\n\n".join(p for p in parts if p)

@@ -149,9 +149,9 @@ class RunSettings:
             False; the CLI's ``--no-eos``): a decode long enough to watch, stop and time.
         timing_pairs: interleaved vanilla / speculative pairs of runs; the speedup is their median
             (1 to :data:`app.runs.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
-        engine: the decode loop of both runs (:data:`specvlm.config.ENGINES`); "" = the default of the device
-            the server decodes on (:func:`specvlm.config.default_engine`), so the speedup is always over vanilla
-            on the same engine (the eager one with re-selection on).
+        engine: the speculative run's decode loop (:data:`specvlm.config.ENGINES`); "" = the default of the
+            device the server decodes on (:func:`specvlm.config.default_engine`; eager with re-selection on).
+            Vanilla always runs on :data:`specvlm.config.VANILLA_ENGINE` (:func:`specvlm.config.vanilla_config`).
         reselect, reselect_min_share, reselect_step_tokens, reselect_total_tokens: re-selection of the draft's
             video tokens during decoding (:class:`specvlm.config.ReselectConfig`; off by default).
         adaptive_r: r per clip from the target's attention (:attr:`specvlm.config.PruneConfig.adaptive_r`).

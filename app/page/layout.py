@@ -114,7 +114,8 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
         c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine", info=(
-            "both runs, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python"))
+            "SpecVLM's decode loop, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step "
+            "from Python; vanilla always runs on static, the fastest plain decoding"))
         with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
             c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens at refused steps",
                                         info="when the target, choosing the next token, looks at video tokens the "

@@ -27,7 +27,7 @@ from typing import Any
 from app.inputs import uploads
 from app.inputs.access import ModelAccess, resolve_custom
 from app.inputs.model_messages import (HUB_UNREACHABLE, hub_reachable, missing_from_hub, model_error, needs_hub_error,
-                                       shown_name, synthetic_caveat)
+                                       run_caveat, shown_name)
 from app.inputs.run_inputs import cues_text, request_extras
 from app.inputs.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
                                  device_type_of, preset_tree, server_engine)
@@ -443,5 +443,6 @@ class Backend:
         label = "SpecVLM" if dec.method == "specvlm" else f"SD ({dec.method})"
         view = RunView(label, dec, mode=request.heatmap_mode, notes=notes, prompt_note=prompt_note,
                        forced_requested=truth is not None, plot_interval_s=self.plot_interval_s,
-                       caveat=synthetic_caveat(target, path, hub_ok=hub_reachable(self.engine)))
+                       caveat=run_caveat(target, draft, path, device_type_of(self.device, self._cuda()),
+                                         hub_ok=hub_reachable(self.engine)))
         return job, view, name

@@ -38,6 +38,7 @@ from app.runs.timing import LoadMeter, PairTiming
 from app.views import plots
 from app.views.stage_note import stage1_note
 from specvlm.analysis.run import RunRecord, compare_runs, prefill_to_dict, run_speedup
+from specvlm.config import vanilla_config
 from specvlm.models.loading import load_dtype
 from specvlm.types import PrefillInfo, StepEvent, Stopped
 
@@ -55,7 +56,7 @@ class RunJob:
 
     Attributes:
         video: path of the video.  prompt: the question.
-        dec: the speculative run's ``DecodeConfig`` (vanilla uses it with ``method="vanilla"``).
+        dec: the speculative run's ``DecodeConfig`` (vanilla runs :func:`specvlm.config.vanilla_config` of it).
         vid: the ``VideoConfig``.
         model: ``(target, draft)``; draft None = Self-SD.
         subtitles: parsed cues (empty: no transcript).  subtitle_mode: who sees them.
@@ -177,7 +178,7 @@ class DecodeWorker:
         clip = yield from self._load_clip(job.video, vid)
         notes = tuple(getattr(clip, "notes", []) or [])
         yield [ClipReady(len(clip.frames), notes, _subtitle_gap(job.subtitles, clip))]
-        vanilla = dataclasses.replace(job.dec, method="vanilla")
+        vanilla = vanilla_config(job.dec)
         meter = LoadMeter()
         if str(getattr(pair, "device", "cpu")).startswith("cpu"):
             meter.start()

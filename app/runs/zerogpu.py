@@ -125,9 +125,9 @@ class GpuTime:
     max_s: int = 300
 
     def capture_seconds(self, engine: str) -> float:
-        """Seconds of graph capture a Run on ``engine`` does inside the GPU task: ``capture_s`` for ``static``,
-        0 for ``eager`` (nothing is captured)."""
-        return self.capture_s if engine == "static" else 0.0
+        """Seconds of graph capture a Run whose speculative run is on ``engine`` does inside the GPU task:
+        ``capture_s`` for ``static``, half of it for ``eager`` (only the vanilla run, always static, captures)."""
+        return self.capture_s if engine == "static" else self.capture_s / 2
 
     def seconds(self, job: Any) -> int:
         """The GPU time ``job`` may need (whole seconds)."""
@@ -177,9 +177,10 @@ def settings_note(target: str, draft: str | None, frames: int, tokens: int) -> s
     if not active():
         return ""
     from app.runs.worker import RunJob
-    from specvlm.config import DecodeConfig, VideoConfig
+    from specvlm.config import DecodeConfig, VideoConfig, default_engine
     try:
-        return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens),
+        return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens,
+                                                                          engine=default_engine("cuda")),
                                    vid=VideoConfig(num_frames=frames), model=(target, draft)))
     except Exception:  # the note is optional
         return ""

@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from specvlm.analysis.run import Comparison, run_speedup
+from specvlm.config import VANILLA_ENGINE
 
 if TYPE_CHECKING:
     from app.views.run_view import RunPanel, RunView
@@ -69,6 +70,9 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
         if s.num_forced:
             facts.append(f"kept **{s.num_forced}** on-screen-text token{'s' if s.num_forced != 1 else ''} (forced)")
         facts += _beyond(s, dec)
+    if getattr(dec, "engine", None):
+        facts.append(f"vanilla on the {VANILLA_ENGINE} engine (the fastest plain decoding), {spec.name} on "
+                     f"{dec.engine}")
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
     if speed is not None and speed.note:
         lines += [f"*{speed.note}*", ""]

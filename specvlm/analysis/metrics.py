@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from specvlm.config import NEAR_TIE_MARGIN, dtype_name
+from specvlm.dtypes import NEAR_TIE_MARGIN, dtype_name
 # The engine's own measures (it records them while decoding), importable from here as well.
 from specvlm.engine.measures import (RunSummary, Timer, is_cuda, logit_margin, summarize, tau,  # noqa: F401
                                      tokens_per_second, tokens_per_target_forward)
@@ -124,7 +124,7 @@ def near_tie_threshold(dtype: torch.dtype | str) -> float:
         Threshold in logit units.
 
     Raises:
-        ConfigError: a dtype other than float32, bfloat16 or float16 (:func:`specvlm.config.dtype_name`).
+        ConfigError: a dtype other than float32, bfloat16 or float16 (:func:`specvlm.dtypes.dtype_name`).
     """
     return NEAR_TIE_MARGIN[dtype_name(dtype)]
 
@@ -139,7 +139,7 @@ def compare_outputs(vanilla_ids: Sequence[int], spec_ids: Sequence[int], margins
     closer than that noise, either may win: a divergence there is a *near-tie* (allowed); anywhere
     else it is a *mismatch* (a bug, e.g. in positions, masks or the KV commit).
 
-    Thresholds (:data:`specvlm.config.NEAR_TIE_MARGIN`, logit units), for logits of magnitude
+    Thresholds (:data:`specvlm.dtypes.NEAR_TIE_MARGIN`, logit units), for logits of magnitude
     |z| <= 32 (typical of these models' top tokens) after tens of layers:
 
     * float32: 1e-3. One ulp at |z| = 32 is 2**-18 = 3.8e-6; differently ordered sums over a

@@ -15,11 +15,10 @@ Source: docs/design.md §11 (the GPU fast path: at most one device-to-host read 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from specvlm.bench.records import READ_FIELDS  # noqa: F401 - the fields set here
-from specvlm.bench.settings import PEERS, SELF, BenchSettings, base_method
+from specvlm.bench.settings import PEERS, SELF, BenchSettings
 from specvlm.config import DecodeConfig
 from specvlm.engine.hostreads import HostReadCounter
 from specvlm.types import StepEvent
@@ -89,7 +88,7 @@ def count_host_reads(pair: Any, method: str, inputs: Any, enc: dict | Exception 
         enc: the processor output for the peers, or the exception that building it raised.
         settings: the benchmark settings (``config``: budget, engine, tree; ``method`` is replaced).
     """
-    from specvlm.bench.runners import self_sd_pair
+    from specvlm.bench.runners import method_config, self_sd_pair
 
     try:
         if method in PEERS:
@@ -97,7 +96,7 @@ def count_host_reads(pair: Any, method: str, inputs: Any, enc: dict | Exception 
                 return per_step(HostReadCounter(), 0)
             return peer(pair, method, enc, settings.config, settings)
         run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
-        return ours(run_pair, inputs, replace(settings.config, method=base_method(method)))
+        return ours(run_pair, inputs, method_config(settings.config, method))
     except Exception as exc:  # noqa: BLE001 - the timed rounds report the failure itself
         log.warning("host reads of %s not counted: %s", method, exc)
         return per_step(HostReadCounter(), 0)

@@ -43,6 +43,7 @@ from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_r
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.bench.memory import rss_mb
+from specvlm.config import VANILLA_ENGINE
 from specvlm.analysis.metrics import compare_outputs, speedup
 from specvlm.analysis.run import Comparison
 
@@ -194,8 +195,9 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
         "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION, "engine": settings.config.engine,
+        "vanilla_engine": VANILLA_ENGINE,
         "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round, "
-                   f"vanilla on the same engine ({settings.config.engine})",
+                   f"vanilla on the {VANILLA_ENGINE} engine (the fastest plain decoding)",
         "host_reads": "reads of a tensor's value by the host (item, tolist, cpu, bool/int/float of a tensor, nonzero, "
                       "boolean indexing, ...) during the decode steps of one untimed run, per decode step"
                       if settings.host_reads else None,

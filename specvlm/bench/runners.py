@@ -22,7 +22,7 @@ import torch
 from specvlm.bench.hf_peers import processor_inputs, run_hf
 from specvlm.bench.records import empty_run, kv_mb, memory_fields, memory_probe
 from specvlm.bench.settings import LABELS, PEERS, SELF, BenchInput, BenchSettings, base_method
-from specvlm.config import DecodeConfig
+from specvlm.config import DecodeConfig, vanilla_config
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,16 @@ def self_sd_pair(pair: Any) -> Any:
     return pair_from_models(pair.target, pair.processor, name=f"{pair.name} (Self-SD)")
 
 
+def method_config(config: DecodeConfig, method: str) -> DecodeConfig:
+    """``config`` for one of our methods: vanilla on :data:`specvlm.config.VANILLA_ENGINE`
+    (:func:`specvlm.config.vanilla_config`), a speculative method on ``config``'s engine.
+
+    Source: docs/design.md §4.13 (the honest baseline).
+    """
+    base = base_method(method)
+    return vanilla_config(config) if base == "vanilla" else replace(config, method=base)
+
+
 def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: bool | float = False) -> dict:
     """One run of vanilla or a speculative method through :func:`specvlm.engine.stream.generate`.
 
@@ -63,9 +73,8 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
     """
     from specvlm.engine.stream import generate
 
-    base = base_method(method)
     run_pair = self_sd_pair(pair) if method.endswith(SELF) else pair
-    cfg = replace(config, method=base)
+    cfg = method_config(config, method)
     with memory_probe(pair, memory) as mem:
         res = generate(run_pair, inputs, cfg)
     info, n = res.prefill, len(res.token_ids)

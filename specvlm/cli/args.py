@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from specvlm.config import (DEFAULT_PROMPT, DTYPES, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
+from specvlm.dtypes import DTYPES
+from specvlm.config import (DEFAULT_PROMPT, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
                             PruneConfig, RESELECT_TRIGGERS, ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 

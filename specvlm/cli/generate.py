@@ -10,7 +10,7 @@ from typing import Any
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
                               decode_config, load_from_args, resolve_models, video_config)
 from specvlm.analysis.run import RunRecord, compare_runs
-from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT, DecodeConfig
+from specvlm.config import DECODE_METHODS, DEFAULT_PROMPT, DecodeConfig, vanilla_config
 from specvlm.text.prompting import SUBTITLE_MODES, no_transcript_note
 
 
@@ -143,8 +143,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out["notes"] = notes
     out["engine"] = cfg.engine
     if args.compare and cfg.speculative:
-        van = generate(pair, inputs, decode_config(args, "vanilla", preset))
-        out["vanilla"] = result_json(van, decode_config(args, "vanilla", preset))
+        van_cfg = vanilla_config(cfg)
+        van = generate(pair, inputs, van_cfg)
+        out["vanilla"] = result_json(van, van_cfg)
+        out["vanilla_engine"] = van_cfg.engine
         out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:
         print(json.dumps(out))
@@ -161,7 +163,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
         div, speed = out["divergence"], out["speedup"]
-        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
+        print(f"[vanilla, {out['vanilla_engine']} engine] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
               f"{'n/a' if speed is None else f'{speed:.2f}x'} "
               f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}"
               + (f" ({div['kind']} at token {div['index']}, target margin {div['margin']:.3g})"

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from specvlm.config import ConfigError, dtype_name
+from specvlm.config import ConfigError
+from specvlm.dtypes import dtype_name
 from specvlm.models.errors import ModelLoadError
 from specvlm.models.fit import default_gpu_dtype, detect_gpus, estimate_pair, model_size, plan_placement
 from specvlm.models.hub import hub_reachable
@@ -75,7 +76,7 @@ def load_dtype(dtype: str | None, device: str) -> torch.dtype:
     that support it, float16 on older GPUs (:func:`specvlm.models.fit.default_gpu_dtype`), float32 on a CPU.
 
     Raises:
-        ModelLoadError: ``dtype`` is not one of :data:`specvlm.config.DTYPES` or their aliases.
+        ModelLoadError: ``dtype`` is not one of :data:`specvlm.dtypes.DTYPES` or their aliases.
     """
     return _resolve_dtype(dtype, device, detect_gpus() if device.startswith("cuda") else ())
 

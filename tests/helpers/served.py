@@ -2,10 +2,17 @@
 ``gradio_client``, its streamed outputs folded as the browser folds them."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
-from helpers.fakes import ROOT
+from helpers.fakes import ROOT, free_port
 
 
 def app_main() -> ModuleType:
@@ -14,6 +21,32 @@ def app_main() -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@contextlib.contextmanager
+def app_process(folder: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, int, Path]]:
+    """``python app.py --port P`` in its own process, as a user starts it (run in ``folder``; ``env`` added to
+    this process's); yields (page address, port, server log path) once the server says it runs; ends it after.
+    """
+    port = free_port()
+    log_path = Path(folder) / "server.log"
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=folder, env=full,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "is running at" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/", port, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def through_server(port: int, video: str, max_new: int = 24) -> dict:
