@@ -83,7 +83,7 @@ def test_bundled_model_on_a_real_video_says_it_only_knows_shapes(tmp_path):
     _, last = _last(backend, copy, preset="Bundled")
     assert "synthetic shape" not in last["summary"] and "Outputs identical" in last["summary"]
     # this preset is Self-SD (no draft) on a CPU: the summary says why it is not faster than vanilla
-    assert last["summary"].startswith("**Self-SD on a CPU runs slower than vanilla.**")
+    assert last["summary"].startswith("**Self-SD on a CPU is slower than vanilla on short clips.**")
 
 
 def test_self_sd_on_a_cpu_says_why_it_runs_slower(tmp_path):

@@ -147,10 +147,11 @@ def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok:
     return SYNTHETIC_CAVEAT if hub_ok else SYNTHETIC_CAVEAT_OFFLINE
 
 
-SELF_SD_CPU_CAVEAT = ("**Self-SD on a CPU runs slower than vanilla.** The draft is the target itself: every draft "
-                      "level reads all of its weights, as a vanilla step does, so whatever pruning saves, a "
-                      "speculative step costs several vanilla steps here. This run shows τ and where the pruned "
-                      "draft fails, not a speedup; Std-SD with a small draft is the pair that wins.")
+SELF_SD_CPU_CAVEAT = ("**Self-SD on a CPU is slower than vanilla on short clips.** The draft is the target itself: "
+                      "every draft level reads all of its weights, as a vanilla step does, so a speculative step "
+                      "costs several vanilla steps; pruning pays only once the video's cache outweighs the weights "
+                      "(thousands of video tokens). On a short clip this run shows τ and where the pruned draft "
+                      "fails, not a speedup; Std-SD with a small draft is the pair that wins there.")
 """The summary's caveat for a Self-SD run on a CPU (figures: docs/benchmark.md, *The static engine on a CPU*)."""
 
 

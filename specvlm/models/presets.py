@@ -94,7 +94,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_STD_TREE),
     Preset(BUNDLED_SELF, str(BUNDLED_TARGET), None,
            "The bundled target drafting for itself on ~10% of the video tokens (on a CPU every draft level reads "
-           "all of its weights: slower than vanilla, it shows τ)",
+           "all of its weights: slower than vanilla on short clips, it shows τ)",
            num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_SELF_TREE),
     Preset(SPARSE_STD, str(SPARSE_TARGET), str(SPARSE_DRAFT),
            "The bundled sizes trained on long clips with small, brief objects and facts said only in the "
@@ -103,7 +103,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            tree=BUNDLED_STD_TREE),
     Preset(SPARSE_SELF, str(SPARSE_TARGET), None,
            "The bundled sparse target drafting for itself on ~10% of the video (Stage I beats random pruning; "
-           "slower than vanilla on a CPU, it shows τ)",
+           "slower than vanilla on short clips on a CPU, it shows τ)",
            num_frames=32, requires_cuda=False, max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_SELF_TREE),
     Preset(QWEN3_8B_2B, "Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-2B-Instruct",
            "Std-SD with a small draft of the same family and tokenizer (both: vocabulary 151,936, patch 16, "
