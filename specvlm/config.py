@@ -327,7 +327,7 @@ class DecodeConfig:
                         if name == "prune" and isinstance(value, str) else "")
                 raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
         if self.reselect.enabled and self.speculative and self.engine != "eager":
-            raise ConfigError("re-selection runs on the eager engine: use engine='eager'.")
+            raise ConfigError("re-selection runs on the eager engine: set the engine to eager, or leave it unset.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))
 

@@ -353,7 +353,12 @@ def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_tim
                            "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
     assert ids[-5:] == ["reselect", "reselect-min-share", "reselect-step-tokens", "reselect-total-tokens",
                         "adaptive-r"]                             # beyond the paper, appended after them
-    assert comps["engine"].value == "static" and [v for _, v in comps["engine"].choices] == ["eager", "static"]
+    assert comps["engine"].value == "" and comps["engine"].choices == [("auto", ""), ("eager", "eager"),
+                                                                        ("static", "static")]
+    # the page's default engine with re-selection ticked: auto picks the eager loop, where re-selection runs
+    from app.inputs.settings import Limits, RunSettings, build_configs
+    assert build_configs(RunSettings(engine=comps["engine"].value, reselect=True), Limits())[0].engine == "eager"
+    assert build_configs(RunSettings(engine=comps["engine"].value), Limits())[0].engine == "static"
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]
@@ -608,6 +613,8 @@ def test_an_empty_panel_says_which_part_of_the_work_runs():
     upd = view.fold([LayerProgress("vanilla", 12, 39)], None)
     assert upd["status"].startswith("Prefill (vanilla)")
     assert _text_of(upd["vanilla_html"]) == _text_of(upd["spec_html"]) == "waiting · prefill (vanilla): part 12 of 39"
+    upd = view.step_update("vanilla")                       # vanilla decodes: the prefill's count is over
+    assert _text_of(upd["spec_html"]) == "waiting · vanilla decoding"
     view.runs["vanilla"].done = True
     upd = view.fold([LayerProgress("spec", 3, 40, 2.5)], None)
     assert "vanilla_html" not in upd                        # a finished panel keeps its text

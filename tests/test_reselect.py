@@ -106,7 +106,7 @@ def test_settings_are_validated_with_the_setting_named():
         ReselectConfig(track=65)
     with pytest.raises(ConfigError, match="r_max=0.6 is out of range"):
         PruneConfig(r_min=0.7, r_max=0.6)
-    with pytest.raises(ConfigError, match="re-selection runs on the eager engine: use engine='eager'"):
+    with pytest.raises(ConfigError, match="re-selection runs on the eager engine: set the engine to eager, or leave it unset"):
         DecodeConfig(engine="static", reselect=ReselectConfig(enabled=True))
     with pytest.raises(ConfigError, match="reselect=True is not a ReselectConfig"):
         DecodeConfig(reselect=True)

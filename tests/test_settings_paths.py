@@ -83,7 +83,7 @@ def test_app_random_pruning_honours_the_seed():
 
 
 def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
-    from app.inputs.settings import FIELDS, server_engine
+    from app.inputs.settings import FIELDS
     from specvlm.config import ENGINE_BY_DEVICE
 
     assert [f.name for f in FIELDS[-8:-5]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
@@ -93,8 +93,6 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
     assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"
     assert RunRequest.from_inputs({"video": "v.mp4", "engine": "static"}).settings.engine == "static"
-    assert server_engine(None, True) == "static" and server_engine("cpu", True) == "static"
-    assert server_engine("cuda:1", False) == "static" and server_engine(None, False) == "static"
     # re-selection runs on the eager loop; the vanilla run it is compared with stays on the fastest, static
     from specvlm.config import VANILLA_ENGINE, vanilla_config
     spec = build_configs(RunSettings(reselect=True), Limits())[0]

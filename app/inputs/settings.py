@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specvlm.config import (CPU_MAX_NEW_TOKENS, DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError,
-                            DecodeConfig, ReselectConfig, TreeConfig, VideoConfig, config_from_settings,
-                            default_engine)
+                            DecodeConfig, ReselectConfig, TreeConfig, VideoConfig, config_from_settings)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
@@ -284,11 +283,6 @@ class RunRequest:
 def device_type_of(device: str | None, cuda_available: bool) -> str:
     """The torch device type a server decodes on: its ``--device``'s, else ``cuda`` when available, else ``cpu``."""
     return (device or ("cuda" if cuda_available else "cpu")).split(":")[0]
-
-
-def server_engine(device: str | None, cuda_available: bool) -> str:
-    """The engine a server uses when a request names none (:func:`specvlm.config.default_engine` of its device)."""
-    return default_engine(device_type_of(device, cuda_available))
 
 
 def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",

@@ -113,14 +113,17 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
-        c["engine"] = gr.Radio(list(ENGINES), value=d.engine or None, label="Decode engine", elem_id="engine", info=(
-            "SpecVLM's decode loop, same tokens; static: fixed-shape steps (CUDA graphs on a GPU), eager: each step "
-            "from Python; vanilla always runs on static, the fastest plain decoding"))
+        c["engine"] = gr.Radio([("auto", ""), *[(e, e) for e in ENGINES]], value=d.engine, label="Decode engine",
+                               elem_id="engine", info=(
+            "SpecVLM's decode loop, same tokens; auto: static, or eager with re-selection (it runs only there); "
+            "static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python; vanilla always runs on "
+            "static, the fastest plain decoding"))
         with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
-            c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens at refused steps",
-                                        info="when the target, choosing the next token, looks at video tokens the "
-                                             "draft lacks, add the most attended of them to the draft; output "
-                                             "unchanged; eager engine", elem_id="reselect")
+            c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens during decoding",
+                                        info="before the first draft and after each step, when the target, choosing "
+                                             "the next token, looks at video tokens the draft lacks, add the most "
+                                             "attended of them to the draft; output unchanged; eager engine",
+                                        elem_id="reselect")
             c["adaptive_r"] = gr.Checkbox(value=d.adaptive_r, label="Adaptive r",
                                           info="r per clip: keep the video tokens holding most of the target's "
                                                "attention (drop rate r is then unused)", elem_id="adaptive-r")

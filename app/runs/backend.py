@@ -30,7 +30,7 @@ from app.inputs.model_messages import (HUB_UNREACHABLE, hub_reachable, missing_f
                                        run_caveat, shown_name)
 from app.inputs.run_inputs import cues_text, request_extras
 from app.inputs.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
-                                 device_type_of, preset_tree, server_engine)
+                                 device_type_of, preset_tree)
 from app.runs import zerogpu
 from app.runs.devices import DevicePool, Slot, wait_in_line
 from app.runs.facade import Facade, SpecvlmFacade
@@ -102,8 +102,7 @@ class Backend:
         except Exception:
             preset = next(iter(self.preset_names()), "")
         _, frames, max_new = self.preset_info(preset)
-        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset),
-                           engine=server_engine(self.device, self._cuda()))
+        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
 
     def preset_tree(self, name: str) -> dict:
         """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""

@@ -336,7 +336,7 @@ def heatmaps(clip: Any, info: Any, top_p: float | None = None, added: dict[int, 
         out["scores"] = plots.heatmap_gallery(clip.frames, info.token_grid, mode="scores", scores=p.scores, **common)
     out["summary"] = f"{p.num_video_tokens} video tokens → {p.num_kept} kept for the draft ({p.method})"
     if added:
-        out["summary"] += f", {sum(map(len, added.values()))} added during decoding at {len(added)} refused steps"
+        out["summary"] += f", {sum(map(len, added.values()))} added during decoding at {len(added)} steps"
     return out
 
 

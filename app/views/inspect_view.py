@@ -264,7 +264,7 @@ def summary_md(record: RunRecord) -> str:
     if (record.settings.get("prune") or {}).get("adaptive_r") and record.r_reason:
         more += f" · adaptive r = {record.r_used:.3f}: {record.r_reason}"
     if (record.settings.get("reselect") or {}).get("enabled"):
-        more += f" · re-selection added {record.num_added} video tokens at {len(record.added_per_step)} refused steps"
+        more += f" · re-selection added {record.num_added} video tokens at {len(record.added_per_step)} steps"
     return (f"**{record.settings.get('method', (pr.method if pr is not None else None) or '?')}** · τ = {record.tau:.2f} over "
             f"{len(record.verify_steps)} verify steps · {len(record.token_ids)} tokens · video tokens kept "
             f"{kept}{subs}{more}")

@@ -104,6 +104,7 @@ class RunView:
         self.stopped = False
         self._plotted = 0.0
         self._seen: list[str] = []
+        self._told_vanilla_decodes = False   # the empty SpecVLM panel said "waiting · vanilla decoding"
 
     # ---- folding -----------------------------------------------------------------------------
 
@@ -210,6 +211,10 @@ class RunView:
         else:
             upd["vanilla_html"] = plots.plain_text_html(st.record.text, placeholder="prefill…")
             upd["vanilla_stats"] = st.stats_md(False)
+            other = self.runs["spec"]
+            if not (self._told_vanilla_decodes or other.record.pieces() or other.done or other.stopped):
+                self._told_vanilla_decodes = True   # once: the prefill's part count there is over
+                upd["spec_html"] = plots.tokens_html([], legend=False, placeholder="waiting · vanilla decoding")
         phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
         upd["status"] = f"{st.name} {phase}: {st.record.num_generated} tokens"
         now = time.perf_counter()

@@ -94,7 +94,7 @@ def _beyond(s: Any, dec: Any) -> list[str]:
         out.append(f"adaptive r = **{s.r_used:.3f}** ({s.prefill.r_reason.rstrip('.')})")
     if getattr(getattr(dec, "reselect", None), "enabled", False):
         fired = s.added_per_step
-        out.append(f"re-selection added **{s.num_added}** video tokens at {len(fired)} refused step"
+        out.append(f"re-selection added **{s.num_added}** video tokens at {len(fired)} step"
                    f"{'s' if len(fired) != 1 else ''}")
     return out
 

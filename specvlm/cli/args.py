@@ -105,7 +105,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine", choices=ENGINES, default=None,
                    help="decode loop: eager (each step issued from Python) or static (fixed-shape step functions "
                         "over preallocated KV buffers, captured on CUDA); same tokens either way. Default per "
-                        "device: " + ", ".join(f"{k} {v}" for k, v in ENGINE_BY_DEVICE.items()))
+                        "device: " + ", ".join(f"{k} {v}" for k, v in ENGINE_BY_DEVICE.items())
+                        + "; eager with --reselect. The vanilla run a speedup is stated over always runs static")
 
 
 def resolve_lambda(args: argparse.Namespace) -> str | None:
