@@ -145,7 +145,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
         median over the interleaved pairs when several ran, ``speedup_runs``; None / [] until both runs
         finished), ``"speed_note"`` (why the speedup may be noisy, or None), ``"other_cpu_cores"`` (other
         processes' CPU use during the runs, or None), and the speculative run's ``"tau"``,
-        ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"``, ``"forced_tokens"``}``.
+        ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"``, ``"forced_tokens"``, and ``"engine"`` (the
+        speculative run's) and ``"vanilla_engine"`` (:data:`specvlm.config.VANILLA_ENGINE`), as the CLI's}``.
 
     Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, speedup); docs/design.md §1, §3 (the run record).
     """
@@ -154,7 +155,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
                            "speculative": None,
                            "identical": None, "divergence": None, "speedup": None, "speedup_runs": [],
                            "speed_note": None, "other_cpu_cores": None, "tau": None,
-                           "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
+                           "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0,
+                           "engine": None, "vanilla_engine": VANILLA_ENGINE}
     if view is None:
         return out
     van, spec = view.runs["vanilla"], view.runs["spec"]
@@ -162,6 +164,7 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     out["caveat"] = view.caveat.replace("**", "") or None
     out["vanilla"], out["speculative"] = (p.record.run_json() | {"done": p.done} for p in (van, spec))
     out["speculative"]["method"] = getattr(view.dec, "method", None)
+    out["engine"] = getattr(view.dec, "engine", None)
     c = view.comparison
     if c is not None and van.done and spec.done:
         out.update(c.to_json())
