@@ -87,6 +87,10 @@ def set_slider(page, elem_id: str, value: int) -> None:
         page.locator("#settings").get_by_text("Settings").first.click()
     box.fill(str(value))
     box.press("Enter")
+    # the slider's own state follows the box a moment later; a Run clicked before it would send the old value
+    track, end = page.locator(f"#{elem_id} input[type=range]"), time.monotonic() + 5.0
+    while track.count() and track.first.input_value() != str(value) and time.monotonic() < end:
+        time.sleep(0.05)   # a value out of range is clamped: then this gives up after 5 s, not fails
 
 
 STATUS_LOG_JS = """() => {
