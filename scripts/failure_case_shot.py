@@ -16,14 +16,11 @@ Example:
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
+from scripts.shots import chromium, example_run
 from specvlm import assets
-
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def main(argv=None) -> int:
@@ -33,50 +30,27 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from app.page.examples import FAILURE_LABEL, failure_example
 
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    exe = chromium()
     if exe is None or not failure_example():
         print(f"error: needs chromium on PATH and the failure-case example ({assets.path('videos')}/"
               f"shapes_subtitles.mp4 and .srt, {assets.path('model_sparse')})", file=sys.stderr)
         return 2
-    from playwright.sync_api import sync_playwright
-
-    from app.page.ui import build_demo
-    from app.runs.backend import Backend
-    from app.runs.facade import SpecvlmFacade
-
-    demo = build_demo(Backend(SpecvlmFacade(), device="cpu", dtype="float32"))
-    demo.queue().launch(server_name="127.0.0.1", server_port=args.port, prevent_thread_lock=True, quiet=True)
     found = ""
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"http://127.0.0.1:{args.port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#examples").get_by_text(FAILURE_LABEL).click()
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                page.wait_for_timeout(2000)                     # the preset's frames and tree follow the row
-                page.locator("#run").click()
-                page.locator("#status").get_by_text("Done").wait_for(timeout=600_000)
-                page.get_by_role("tab", name="Inspect").click()
-                cell = '#specvlm-inspect-table [role=row][data-index="{}"] [role=gridcell]'
-                page.locator(cell.format(0)).first.wait_for(timeout=60_000)
-                for i in range(10):
-                    if page.locator(cell.format(i)).count() == 0:
-                        break
-                    page.locator(cell.format(i)).first.click()
-                    page.wait_for_timeout(1500)
-                    text = page.locator("#specvlm-inspect-why").inner_text()
-                    if "withheld transcript" in text and "The word is in the cue" in text:
-                        found = text
-                        break
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=args.out, full_page=True)
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    with example_run(exe, args.port, 1400, FAILURE_LABEL, 600_000) as page:
+        page.get_by_role("tab", name="Inspect").click()
+        cell = '#specvlm-inspect-table [role=row][data-index="{}"] [role=gridcell]'
+        page.locator(cell.format(0)).first.wait_for(timeout=60_000)
+        for i in range(10):
+            if page.locator(cell.format(i)).count() == 0:
+                break
+            page.locator(cell.format(i)).first.click()
+            page.wait_for_timeout(1500)
+            text = page.locator("#specvlm-inspect-why").inner_text()
+            if "withheld transcript" in text and "The word is in the cue" in text:
+                found = text
+                break
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=args.out, full_page=True)
     print(found or "no explained step names the withheld transcript and its cue (screenshot of the last step tried)")
     return 0 if found else 1
 

@@ -14,11 +14,10 @@ Example:
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from scripts.failure_case_shot import CHROMIUM_ARGS
+from scripts.shots import chromium, example_run
 
 
 def main(argv=None) -> int:
@@ -27,41 +26,19 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=7872)
     ap.add_argument("--width", type=int, default=1280, help="viewport width in px")
     args = ap.parse_args(argv)
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    exe = chromium()
     if exe is None:
         print("error: needs chromium on PATH", file=sys.stderr)
         return 2
-    from playwright.sync_api import sync_playwright
-
+    from app.inputs.settings import Limits
     from app.page.examples import default_examples
-    from app.page.ui import build_demo
-    from app.runs.backend import Backend
-    from app.runs.facade import SpecvlmFacade
 
-    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
-    first = default_examples(backend.limits.max_new_tokens)[1][0]
-    demo = build_demo(backend)
-    demo.queue().launch(server_name="127.0.0.1", server_port=args.port, prevent_thread_lock=True, quiet=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": args.width, "height": 1000})
-                page.goto(f"http://127.0.0.1:{args.port}/", wait_until="domcontentloaded", timeout=60_000)
-                page.locator("#run").wait_for(timeout=60_000)
-                page.locator("#examples").get_by_text(first).first.click()
-                page.locator("#video video").wait_for(state="attached", timeout=60_000)
-                page.wait_for_timeout(2000)                     # the example's settings follow the row
-                page.locator("#run").click()
-                page.locator("#status").get_by_text("Done").wait_for(timeout=900_000)
-                page.locator("#accept-plot .bars path").first.wait_for(timeout=60_000)
-                page.wait_for_timeout(1500)
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=args.out, full_page=True)
-            finally:
-                browser.close()
-    finally:
-        demo.close()
+    first = default_examples(Limits().max_new_tokens)[1][0]   # the streaming example's label
+    with example_run(exe, args.port, args.width, first, 900_000) as page:
+        page.locator("#accept-plot .bars path").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=args.out, full_page=True)
     return 0
 
 
