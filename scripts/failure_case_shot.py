@@ -7,8 +7,7 @@ Run, opens the Inspect tab and clicks through the lowest-acceptance steps until 
 withheld transcript with the subtitle cue holding its word; then saves a screenshot of the page (default
 ``docs/failure_case.png``) and prints the step's explanation.
 
-Needs the ``playwright`` Python package and a ``chromium`` executable (the Debian package), as the browser
-tests do.
+The browser session: :mod:`scripts.shots` (needs ``playwright`` and ``chromium``).
 
 Example:
     python -m scripts.failure_case_shot --out docs/failure_case.png

@@ -5,8 +5,7 @@ Starts the app over the bundled default pair, opens the page at 1280 px in Chrom
 presses Run, waits until the status says Done and the charts are drawn, then saves a full-page screenshot
 (default ``docs/screenshot.png``).
 
-Needs the ``playwright`` Python package and a ``chromium`` executable (the Debian package), as the browser
-tests do.
+The browser session: :mod:`scripts.shots` (needs ``playwright`` and ``chromium``).
 
 Example:
     python -m scripts.page_shot --out docs/screenshot.png
