@@ -30,7 +30,7 @@ from training.losses import (
     video_gap,
     weighted_lm_loss,
 )
-from training.model import DRAFT_SIZE, TARGET_SIZE, TINY_SIZE, ModelSize, build_model, init_draft_from_target
+from training.model import DRAFT_SIZE, SIZES, TINY_SIZE, ModelSize, build_model, init_draft_from_target
 
 SEED_OFFSETS = {"target": 0, "draft": 10**6, "polish": 2 * 10**6}
 """Per-phase offset of the batch seeds, so the phases see different clips."""
@@ -48,7 +48,7 @@ def lr_at(progress: float, base: float, warmup_frac: float = 0.02, decay_from: f
 def phase_size(args, phase: str) -> ModelSize:
     """Model sizes of a phase: the bundled sizes, or tiny ones under ``--smoke``."""
     if not args.smoke:
-        return DRAFT_SIZE if phase == "draft" else TARGET_SIZE
+        return DRAFT_SIZE if phase == "draft" else SIZES[getattr(args, "target_size", "bundled")]
     return TINY_SIZE if phase != "draft" else ModelSize(**{**TINY_SIZE.__dict__, "layers": 1})
 
 
@@ -107,13 +107,29 @@ def _build(args, phase: str, processor, teacher, init):
     size = phase_size(args, phase)
     model = build_model(processor.tokenizer, size, args.seed + (0 if is_target else 1))
     if teacher is not None and not args.smoke:
-        init_draft_from_target(model, teacher)
+        if getattr(args, "init_draft", None):
+            model.load_state_dict(saved_state(args.init_draft))
+        else:
+            init_draft_from_target(model, teacher)
     probe = VisionProbe(model.config.text_config.hidden_size)
     if init is not None:
         model.load_state_dict(init["model"])
         if "probe" in init:      # a target taken from a saved model folder has none: the probe starts fresh
             probe.load_state_dict(init["probe"])
     return model, probe, size
+
+
+def saved_state(folder: str) -> dict:
+    """The float32 state dict of a model folder written by ``save_pretrained`` (e.g. a shipped draft).
+
+    Raises:
+        FileNotFoundError: no model there.
+    """
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    if not (Path(folder) / "config.json").exists():
+        raise FileNotFoundError(f"--init-draft {folder}: no model there (config.json missing)")
+    return Qwen2_5_VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).state_dict()
 
 
 def _resume(work: Checkpointer, model, probe, opt, phase: str):

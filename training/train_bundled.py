@@ -74,7 +74,7 @@ from training.build_bundled_processor import build_processor
 from training.checkpoints import save_final
 from training.data import SMOKE_RECIPE, SPARSE_RECIPE_CHANGES, DataRecipe
 from training.loop import train_phase
-from training.model import TARGET_SIZE, TINY_SIZE
+from training.model import SIZES, TINY_SIZE
 
 
 def parse_args(argv=None):
@@ -104,7 +104,14 @@ def parse_args(argv=None):
                          "subtitle tracks, training/scenes.py)")
     ap.add_argument("--init-target", default=None, metavar="DIR",
                     help="take the target from a saved model folder (its weights and processor, e.g. assets/model/target) "
-                         "instead of training one: the polish phase and the draft continue from it")
+                         "instead of training one: the polish phase and the draft continue from it (give --target-size "
+                         "for a grown target)")
+    ap.add_argument("--target-size", choices=("bundled", "large"), default="bundled",
+                    help="target sizes (training/model.py): bundled (4 M parameters) or large (25 M, grown from a "
+                         "trained bundled target by `python -m training.grow`, then given with --init-target)")
+    ap.add_argument("--init-draft", default=None, metavar="DIR",
+                    help="start the draft from a saved draft folder (e.g. assets/model_sparse/draft) instead of the "
+                         "target's first layer (needed when the target is wider than the draft)")
     ap.add_argument("--polish-recipe", choices=("same", "bundled", "sparse"), default="same",
                     help="data recipe of the polish phase and of the draft distilled after it (same = --recipe): "
                          "e.g. a target first trained on plain scenes, then polished on the sparse mix")
@@ -221,7 +228,7 @@ def main(argv=None) -> None:
             target, tstate = train_phase(args, "target", processor, recipe, args.target_minutes,
                                          steps=args.target_steps)
             info = {"phase": "target", "steps": tstate["step"], "minutes": tstate["elapsed"] / 60,
-                    "size": (TINY_SIZE if args.smoke else TARGET_SIZE).__dict__, "recipe": recipe.__dict__}
+                    "size": (TINY_SIZE if args.smoke else SIZES[args.target_size]).__dict__, "recipe": recipe.__dict__}
         info["command"] = command
         if polished:
             precipe = dataclasses.replace(late, object_weights=args.polish_objects, curriculum=0.0,
