@@ -103,3 +103,22 @@ def test_large_size_reads_its_weights_from_memory():
     big, draft = text_params(tmodel.LARGE_TARGET_SIZE) * 4, text_params(tmodel.DRAFT_SIZE) * 4
     assert big > 3 * 32 * 2**20
     assert draft < big / 10
+
+
+def test_shipped_bf16_folder_loads_as_float32_with_the_rounded_weights(tmp_path):
+    from training import export
+    from specvlm.models.loading import load_pair
+    from transformers import AutoModelForImageTextToText
+
+    src = ROOT / "assets" / "model" / "draft"
+    nbytes = export.ship(src, tmp_path / "draft", torch.bfloat16)
+    assert nbytes < 0.6 * (src / "model.safetensors").stat().st_size
+    assert (tmp_path / "draft" / "training_info.json").exists() and (tmp_path / "draft" / "tokenizer.json").exists()
+    pair = load_pair(str(tmp_path / "draft"), device="cpu")
+    orig = AutoModelForImageTextToText.from_pretrained(str(src), dtype=torch.float32).state_dict()
+    got = pair.target.state_dict()
+    for name in ("model.language_model.layers.0.mlp.up_proj.weight", "model.visual.blocks.0.attn.qkv.weight"):
+        assert got[name].dtype == torch.float32
+        assert torch.equal(got[name], orig[name].to(torch.bfloat16).float())
+    with pytest.raises(FileNotFoundError, match="no model there"):
+        export.ship(tmp_path / "nothing", tmp_path / "x", torch.bfloat16)

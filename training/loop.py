@@ -223,7 +223,7 @@ def train_phase(args, phase: str, processor, recipe: DataRecipe, minutes: float,
             _report_gap(bar, phase, step, ema, model, diag_batch, aux_acc)
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
             work.save({"model": model.state_dict(), "probe": probe.state_dict(), "opt": opt.state_dict(), "step": step,
-                       "elapsed": elapsed, "losses": losses, "done": False})
+                       "elapsed": elapsed, "losses": losses, "done": False, "size": size.__dict__})
             t_last_ckpt = time.time()
     bar.close()
     if is_target and args.focus_weight > 0:
