@@ -292,7 +292,7 @@ def test_build_demo_wires_components(tmp_path):
     md, *tree = on_preset("Fake big (GPU)")
     assert "needs a CUDA GPU" in md
     assert [t["value"] for t in tree] == ["chain", 9, 4, 16, 0.05]      # the preset's tuned tree fills the widgets
-    assert [("value" in t) for t in on_preset("Fake tiny (CPU)")[1:]] == [False] * 5   # no tree named: unchanged
+    assert [t["value"] for t in on_preset("Fake tiny (CPU)")[1:]] == ["dynamic", 5, 4, 16, 0.0]   # none: the library's
     frames, max_new = on_preset_chosen("Fake big (GPU)")
     assert frames["value"] == 4 and max_new["value"] == 128
     # frames and token budget follow a preset the user picks (input), not one an example row sets (change),

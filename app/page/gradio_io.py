@@ -98,3 +98,16 @@ def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
             _collect_paths(v, out, depth + 1)
     elif hasattr(obj, "path") and isinstance(getattr(obj, "path"), str):
         out.add(obj.path)
+
+
+def accept_unset(component: Any) -> Any:
+    """Let an API caller leave ``component`` unset: a None it receives reaches the handler as None (Gradio's slider
+    would compare it with its minimum and fail), so the chosen preset's value applies
+    (:func:`app.inputs.settings.resolve`). The page always sends the slider's value.
+
+    Returns:
+        ``component``, changed in place.
+    """
+    preprocess = component.preprocess
+    component.preprocess = lambda payload: None if payload is None else preprocess(payload)
+    return component
