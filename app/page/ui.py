@@ -16,10 +16,11 @@ from typing import Any
 import gradio as gr
 
 from app.inputs import preview
-from app.inputs.settings import COMPARE_INPUTS, RunRequest, UserError, bind_inputs, handler_parameters, old_name_notes
+from app.inputs.settings import (COMPARE_INPUTS, FIELDS, PRESET_FIELDS, RunRequest, RunSettings, UserError, bind_inputs,
+                                 handler_parameters, old_name_notes)
 from app.inputs.uploads import UploadJanitor
-from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
-from app.page.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
+from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows, wire_reset
+from app.page.gradio_io import accept_unset, gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
@@ -64,7 +65,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     if examples is None:
         limits = getattr(backend, "limits", None)
         examples, labels = default_examples(limits.max_new_tokens if limits else STREAMING_TOKENS)
-    examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode)
+    examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode,
+                            budget_of=lambda p: backend.preset_widgets(p).get("max_new_tokens", d.max_new_tokens))
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
@@ -76,8 +78,9 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                 with gr.Column(scale=1):
                     c.update(model_column(backend))
             if examples:
-                gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
-                            example_labels=labels, cache_examples=False, elem_id="examples")
+                shown = gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
+                                    example_labels=labels, cache_examples=False, elem_id="examples")
+                c["example_note"] = gr.Markdown("", visible=False, elem_id="example-note")
             c.update(run_bar())
             c.update(output_section())
         with gr.Tab("Inspect", elem_id="tab-inspect"):
@@ -92,6 +95,9 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
         _wire(backend, c, janitor, demo, scratch_dir)
+        if examples:   # an example sets every setting: those it does not name go back to its preset's defaults
+            wire_reset(shown.dataset, examples, c, lambda p: RunSettings(preset=p, **backend.preset_widgets(p)),
+                       c["example_note"])
     demo.specvlm_components = c
     demo.specvlm_janitor = janitor
     return demo
@@ -113,6 +119,9 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     buttons = [c["run"], c["stop"], c["repeat"]]
     outputs = [c[k] for k in OUTPUT_KEYS] + buttons
     inputs = [c[k] for k in COMPARE_INPUTS]
+    for f in FIELDS:
+        if f.setting in PRESET_FIELDS and not f.renamed_to:
+            accept_unset(c[f.name])   # an API caller who leaves it unset gets the preset's
 
     d = backend.default_settings()
 
@@ -296,10 +305,9 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
 
     def on_preset(name):
         """Whenever the preset changes (picked, or set by an example row): show its description and set the
-        draft tree it was tuned with (``Preset.tree``; unchanged when it names none)."""
+        draft tree it was tuned with (``Preset.tree``; the library's when it names none)."""
         tree = backend.preset_tree(name)
-        return (backend.preset_info(name)[0],
-                *(gr.update(value=tree[k]) if k in tree else gr.update() for k in tree_keys))
+        return (backend.preset_info(name)[0], *(gr.update(value=tree[k]) for k in tree_keys))
 
     def on_preset_chosen(name):
         """When the user picks a preset: suggest its frame count and token budget (an example row that sets
