@@ -20,7 +20,7 @@ from app.inputs.settings import (COMPARE_INPUTS, FIELDS, PRESET_FIELDS, RunReque
                                  handler_parameters, old_name_notes)
 from app.inputs.uploads import UploadJanitor
 from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows, wire_reset
-from app.page.gradio_io import accept_unset, gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
+from app.page.gradio_io import api_twins, gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
@@ -105,8 +105,10 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
 
 def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None,
               previews: dict[str, str], waiting: Callable[[], int] = lambda: 0) -> None:
-    """Run (shared GPU queue, one Run per device at a time; named ``/compare`` inputs with defaults, built
-    into a :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue).
+    """Run (shared GPU queue, one Run per device at a time; built into a :class:`RunRequest`), its API twin
+    ``/compare`` (named inputs with defaults; the tree, frames and budget hidden twins of the page's widgets without
+    a value, so a caller who leaves them out gets the preset's), ``/compare_json`` (the same run as one JSON object)
+    and Stop (own queue).
     ``previews`` maps a player preview's file name to the upload it stands for; ``waiting`` counts the
     Runs queued for a device.
 
@@ -119,9 +121,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     buttons = [c["run"], c["stop"], c["repeat"]]
     outputs = [c[k] for k in OUTPUT_KEYS] + buttons
     inputs = [c[k] for k in COMPARE_INPUTS]
-    for f in FIELDS:
-        if f.setting in PRESET_FIELDS and not f.renamed_to:
-            accept_unset(c[f.name])   # an API caller who leaves it unset gets the preset's
+    twins = api_twins(c, [f.name for f in FIELDS if f.setting in PRESET_FIELDS and not f.renamed_to])
+    api_inputs = [twins.get(k, c[k]) for k in COMPARE_INPUTS]   # left out by an API caller: the preset's
 
     d = backend.default_settings()
 
@@ -197,12 +198,15 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
     c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"], c["compare_download"]], queue=False,
                    api_visibility="private", show_progress="hidden")
-    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
-                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
-                   ).then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
+    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="run", api_visibility="private",
+                   concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool), show_progress_on=[c["status"]],
+                   trigger_mode="always_last").then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
                           [c["compare_download"]], queue=False, api_visibility="private",
                           show_progress="hidden")   # what the page shows, as a file
-    c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
+    c["compare_api"] = gr.Button("Compare", visible=False, elem_id="compare-api")   # /compare: the page's Run
+    c["compare_api"].click(compare, inputs=api_inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
+                           concurrency_limit=len(backend.pool), trigger_mode="always_last")
+    c["json_run"].click(compare_json, inputs=api_inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
                     show_progress="hidden")
