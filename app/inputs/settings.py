@@ -16,19 +16,23 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
-                            ReselectConfig, TreeConfig, VideoConfig, config_from_settings)
+                            ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
 from app.runs.timing import MAX_REPEATS
 
+if TYPE_CHECKING:
+    from specvlm.models.presets import PresetSettings
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PROMPT", "ENGINES", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
-           "RunSettings", "RunRequest", "PRESET_FIELDS", "resolve", "build_configs", "check_prompt", "check_subtitle_mode", "old_name_notes"]
+           "RunSettings", "RunRequest", "PRESET_FIELDS", "resolve", "build_configs", "check_prompt",
+           "check_subtitle_mode", "old_name_notes"]
 
 MB = 1024 * 1024
 MAX_SRT_MB = 5
@@ -310,7 +314,8 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
     try:
         r = resolve(s, presets, device_type == "cuda", server_budget(limits, budget))
         ints = {"num_frames": r.num_frames, "max_new_tokens": r.max_new_tokens}
-        ints |= {k: _as_int(k, getattr(s, k)) for k in ("timing_pairs", "reselect_step_tokens", "reselect_total_tokens")}
+        ints |= {k: _as_int(k, getattr(s, k))
+                 for k in ("timing_pairs", "reselect_step_tokens", "reselect_total_tokens")}
         reselect = ReselectConfig(enabled=bool(s.reselect), min_share=_as_float("re-selection share",
                                                                                  s.reselect_min_share),
                                   step_tokens=ints["reselect_step_tokens"], total_tokens=ints["reselect_total_tokens"])
@@ -385,20 +390,9 @@ def _as_float(name: str, v: Any) -> float:
     return f
 
 
-@dataclasses.dataclass(frozen=True)
-class Resolved:
-    """A Run's settings (``settings``, as the request set them) and the :data:`PRESET_FIELDS` resolved:
-    ``num_frames`` and ``max_new_tokens`` as numbers, ``tree`` the draft tree (:class:`specvlm.config.TreeConfig`)."""
-
-    settings: RunSettings
-    num_frames: int
-    max_new_tokens: int
-    tree: TreeConfig
-
-
 def resolve(s: RunSettings, presets: Mapping[str, Any] | None = None, cuda: bool = False,
-            budget: Callable[[int, int], tuple[int, int]] | None = None) -> Resolved:
-    """``s`` with the :data:`PRESET_FIELDS` it leaves unset taken from its preset, by the library's one resolver
+            budget: Callable[[int, int], tuple[int, int]] | None = None) -> PresetSettings:
+    """The :data:`PRESET_FIELDS` of ``s`` resolved: each it sets, else its preset's, by the library's one resolver
     (:func:`specvlm.models.presets.resolve_settings`, the CLI's too). A custom model has no preset: the library's
     defaults apply (the CPU budget unless ``cuda``).
 
@@ -415,14 +409,13 @@ def resolve(s: RunSettings, presets: Mapping[str, Any] | None = None, cuda: bool
     preset = None if s.custom_model else presets.get(s.preset)
     opt = lambda name, v, conv: None if v is None else conv(name, v)   # noqa: E731
     try:
-        r = resolve_settings(preset, cuda=cuda, budget=budget, num_frames=opt("frames", s.num_frames, _as_int),
+        return resolve_settings(preset, cuda=cuda, budget=budget, num_frames=opt("frames", s.num_frames, _as_int),
                              max_new_tokens=opt("max new tokens", s.max_new_tokens, _as_int), shape=s.tree_shape,
                              depth=opt("depth", s.depth, _as_int), top_k=opt("top-k", s.top_k, _as_int),
                              total_tokens=opt("total tokens", s.total_tokens, _as_int),
                              min_prob=opt("early stop (min draft probability)", s.min_prob, _as_float))
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e
-    return Resolved(s, r.num_frames, r.max_new_tokens, r.tree)
 
 
 def server_budget(limits: Limits, budget: Callable[[int, int], tuple[int, int]] | None = None
@@ -435,7 +428,7 @@ def server_budget(limits: Limits, budget: Callable[[int, int], tuple[int, int]] 
     return capped
 
 
-def preset_widgets(r: Resolved) -> dict[str, Any]:
+def preset_widgets(r: PresetSettings) -> dict[str, Any]:
     """The :data:`PRESET_FIELDS` of resolved settings as the page's widget values (the tree's top level)."""
     t = r.tree
     return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k), "total_tokens": int(t.total_tokens),

@@ -66,7 +66,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         limits = getattr(backend, "limits", None)
         examples, labels = default_examples(limits.max_new_tokens if limits else STREAMING_TOKENS)
     examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode,
-                            budget_of=lambda p: backend.preset_widgets(p).get("max_new_tokens", d.max_new_tokens))
+                            budget_of=lambda p: backend.preset_widgets(p)["max_new_tokens"])
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
