@@ -21,7 +21,7 @@ EXPLAINING = "  \n*Inspect: explaining the failing steps in the background (Stop
 def updates(batches: Iterable[list[Any]], view: Any, progress: Callable[[float, str], None] | None,
             stop: threading.Event, on_done: Callable[[], None]) -> Iterator[dict[str, Any]]:
     """The page's updates for the worker's ``batches`` (:meth:`app.views.run_view.RunView.fold`), the Done update
-    as soon as the comparison arrives.
+    as soon as the comparison arrives with a record to explain (without one the Run ends at once).
 
     Args:
         batches: the worker's message batches.  view: the Run's :class:`app.views.run_view.RunView`.
@@ -42,7 +42,7 @@ def updates(batches: Iterable[list[Any]], view: Any, progress: Callable[[float, 
             return
         if done:
             upd.pop("status", None)   # Done stays on the page while the explanation runs
-        elif view.comparison is not None and view.failure is None:
+        elif view.comparison is not None and view.failure is None and view.record is not None:   # else it ends now
             done = True
             on_done()
             upd = view.final(stopped=False) | {"ui_state": "idle", "background": True}
