@@ -623,3 +623,19 @@ def test_an_empty_panel_says_which_part_of_the_work_runs():
     assert "vanilla_html" not in upd                        # a finished panel keeps its text
     assert _text_of(upd["spec_html"]) == "waiting · prefill + pruning (SpecVLM): part 3 of 40 · 2 s"
     assert set(view.fold([LayerProgress("explain", 1, 9)], None)) == {"status"}
+
+
+def test_an_example_resets_what_it_does_not_name_and_says_what_the_person_had_changed():
+    from app.page.examples import RESET, example_reset, settings_values
+
+    presets = {"A": RunSettings(preset="A", num_frames=32, max_new_tokens=128, tree_shape="chain", depth=4),
+               "B": RunSettings(preset="B", num_frames=16, max_new_tokens=64, tree_shape="chain", depth=12)}
+    defaults = lambda p: settings_values(presets[p])   # noqa: E731
+    row = ["v.mp4", "p", None, None, False, 64, "B", "both"]
+    current = defaults("A") | {"frames": 256.0, "timing_pairs": 5}      # the person changed two settings on A
+    values, note = example_reset(row, current, defaults, {"frames": "Frames", "timing_pairs": "Timing runs"})
+    assert set(values) == set(RESET) and "frames" in values and "preset" not in values
+    assert (values["frames"], values["depth"], values["timing_pairs"]) == (16, 12, 1)   # B's defaults
+    assert note == ("*This example reset settings you had changed to its preset's defaults: "
+                    "Frames (256 → 16), Timing runs (5 → 1).*")
+    assert example_reset(row, defaults("A"), defaults, {})[1] == ""     # A's own defaults: nothing to say

@@ -106,13 +106,14 @@ def example_rows(examples: list[list[Any]], max_new_tokens: int, preset: str = "
     """Rows completed to :data:`EXAMPLE_COLUMNS`: no subtitles or ground truth, EOS honoured, preset (``preset``)
     and subtitle mode where a row says nothing or None, and the token budget of the row's preset (``budget_of``;
     None: ``max_new_tokens`` for every row)."""
-    fill = [None, None, None, None, False, max_new_tokens, preset, subtitle_mode]
+    fill = [None, None, None, None, False, None, preset, subtitle_mode]
+    budget, named_preset = EXAMPLE_COLUMNS.index("max_new_tokens"), EXAMPLE_COLUMNS.index("preset")
     out = []
     for row in examples:
         row = list(row)[:len(fill)] + fill[len(row):]
-        row = [fill[i] if v is None and i >= 4 and i != 5 else v for i, v in enumerate(row)]
-        if row[5] is None:
-            row[5] = budget_of(row[6]) if budget_of else max_new_tokens
+        row = [fill[i] if v is None and i >= 4 else v for i, v in enumerate(row)]
+        if row[budget] is None:
+            row[budget] = budget_of(row[named_preset]) if budget_of else max_new_tokens
         out.append(row)
     return out
 
@@ -163,7 +164,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _shown(v: Any) -> str:
-    """A setting's value in the note ("auto" for an empty choice, 32 for 32.0)."""
+    """A setting's value in the note ("none" for an empty field or choice, 32 for 32.0)."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return "none" if v in ("", None) else str(v)
