@@ -1,4 +1,5 @@
-# Two commands: `make run` (app; uses the Hub when reachable) and `make test` (tests, offline). Both create .venv when missing.
+# Two commands: `make run [PORT=7870] [HOST=0.0.0.0]` (app; uses the Hub when reachable) and `make test` (tests,
+# offline). Both create .venv when missing.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -18,8 +19,9 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium could not be installed: the browser test will be skipped"
 
+# PORT and HOST left unset: app.py's own defaults (GRADIO_SERVER_PORT or 7860; 127.0.0.1).
 run: $(STAMP)
-	$(PY) app.py
+	$(PY) app.py $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
 test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

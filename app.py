@@ -35,9 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="SpecVLM Studio: vanilla vs speculative decoding of video LLMs, "
                                             "side by side, in the browser.")
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                   help="interface to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+                   help="interface to listen on (default: GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0 for all)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-                   help="port (default 7860)")
+                   help="port (default: GRADIO_SERVER_PORT, else 7860; `make run PORT=7870`)")
     p.add_argument("--share", action="store_true", help="create a public gradio.live link")
     p.add_argument("--device", default=None, help="model device, e.g. cpu or cuda:0 (default: CUDA if available)")
     p.add_argument("--devices", default=None,

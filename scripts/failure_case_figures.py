@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""The README's failure-case figures, regenerated through the app's backend.
+"""The failure-case figures of docs/app.md (and, in brief, the README), regenerated through the app's backend.
 
 Runs the page's failure-case example (:func:`app.page.examples.failure_example`: ``shapes_subtitles`` with its
 ``.srt``, the bundled sparse target drafting for itself at its preset's settings) as the page runs it, once
 with the transcript withheld from the draft (the example's subtitle mode) and once given to both, and prints
-what the README says about it: τ of each, the first rows of the Inspect tab's lowest-acceptance table with
+what docs/app.md says about it: τ of each, the first rows of the Inspect tab's lowest-acceptance table with
 the explanation of each (:mod:`specvlm.analysis.why`), and, with ``--timing-pairs``, the median speedup of
 each over ``--rounds`` rounds (timings are noisy: report their spread, never one number alone).
 
-``tests/test_failure_case.py`` runs :func:`figures` without timing and compares it with the README.
+``tests/test_failure_case.py`` runs :func:`figures` without timing and compares it with docs/app.md
+and the README.
 
 Example:
     python -m scripts.failure_case_figures --timing-pairs 5 --rounds 3

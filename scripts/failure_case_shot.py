@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Screenshot of the app's failure case for the README: subtitles withheld from the draft, the Inspect tab's why.
+"""Screenshot of the app's failure case for docs/app.md: subtitles withheld from the draft, the Inspect tab's why.
 
 Starts the app, clicks the failure-case example (``shapes_subtitles`` with its ``.srt``, the bundled sparse
 target drafting for itself, subtitles to the target only: :func:`app.page.examples.failure_example`), presses

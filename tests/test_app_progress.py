@@ -1,7 +1,7 @@
 """Progress through long work: one progress event per prefill part (vision block, decoder layer, chunk of a long
-layer's attention; both runs and the explanation pass), a repeat with the seconds at least every second while one
-part runs, and one per decode step, through the app's backend with the bundled pair on a many-frame clip; never
-"Prefill" once text streams; Stop reachable while the failing steps are explained."""
+layer's attention; both runs), a repeat with the seconds at least every second while one part runs, and one per
+decode step, through the app's backend with the bundled pair on a many-frame clip; never "Prefill" once text
+streams; none after Done, while the failing steps are explained in the background; Stop reachable then."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +11,7 @@ import pytest
 
 from app.inputs.settings import RunRequest
 from app.runs.backend import Backend
+from app.runs.done_first import EXPLAINING
 from app.runs.facade import SpecvlmFacade
 from app.runs.progress import LayerProgress, LayerTicks, layer_status
 from specvlm import assets
@@ -114,8 +115,9 @@ def test_progress_moves_once_per_prefill_layer_and_per_decode_step(long_run):
     assert spec == [(k, spec[-1][1]) for k in range(1, spec[-1][1] + 1)]
     draft = 1 + pair.draft.config.get_text_config().num_hidden_layers + checked_layers(pair.draft)
     assert spec[-1][1] == total + draft                          # + the draft's entry, layers and vision blocks
-    explain = _layers(events, "Explaining")
-    assert explain == [(k, explain[-1][1]) for k in range(1, explain[-1][1] + 1)] and explain[-1][1] >= total
+    done = next(i for i, e in enumerate(events) if e[0] == "status" and e[2].startswith("**Done"))
+    assert not [e for e in events[done:] if e[0] == "progress"]  # the explanation runs after Done, in the background
+    assert events[-1][2].startswith("**Done") and EXPLAINING not in events[-1][2]
     for name, run in (("Vanilla", view.runs["vanilla"]), (view.runs["spec"].name, view.runs["spec"])):
         steps = [d for k, _, d, _ in events if k == "progress" and d.startswith(f"{name} decoding:")]
         assert steps == [f"{name} decoding: {n} of 8 tokens" for n in run.record.counts]      # one per decode step
@@ -133,21 +135,14 @@ def test_nothing_says_prefill_once_vanilla_text_streams(long_run):
 
 def test_stop_while_explaining_ends_the_run_with_its_comparison(backend):
     s = dataclasses.replace(backend.default_settings(), num_frames=32, max_new_tokens=8)
-    seen = []
-
-    def progress(frac, desc):
-        seen.append(desc)
-        if desc.startswith("Explaining the failing steps"):       # Stop as soon as the page shows the phase
-            backend.stop("explain-stop")
-
     views = []
     last = None
     for upd in backend.run(RunRequest(video=CLIP, prompt="Describe this video in detail.", settings=s),
-                           session="explain-stop", progress=progress, views=views):
+                           session="explain-stop", views=views):
+        if upd.get("background"):                                  # Done: Stop while the explanation runs
+            assert "explaining the failing steps" in upd["status"]
+            backend.stop("explain-stop")
         last = upd
-    assert "Explaining the failing steps" in seen
-    # Stop is noticed on the batch that announced the phase, so the worker is closed before the pass begins
-    assert [d for d in seen if d.startswith("Explaining")] == ["Explaining the failing steps"]
     assert last["ui_state"] == "idle" and last["status"].startswith("**Done")   # the comparison stands
     assert views[0].record is not None and not views[0].record.why
     assert backend.active_workers() == []

@@ -11,10 +11,14 @@ from app.runs.backend import Backend
 from app.runs.facade import SpecvlmFacade
 from app.views import inspect_view, why_view
 from specvlm import assets
+from specvlm.config import TreeConfig
 from specvlm.models.presets import SPARSE_STD
 
 CLIP = str(assets.path("videos", "shapes_subtitles.mp4"))   # the failure example, its subtitles not uploaded
 RESELECT = dict(reselect=True)   # the default share and budgets
+_T = TreeConfig()
+TREE = dict(tree_shape=_T.shape, depth=_T.depth, top_k=_T.top_k, total_tokens=_T.total_tokens, min_prob=_T.min_prob)
+"""The library's dynamic tree (the preset's own is a chain of 4): a tree with room for what re-selection adds."""
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +26,7 @@ def runs():
     backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")   # fp32: greedy SD equals vanilla exactly
     out = {}
     for name, extra in (("off", {}), ("on", RESELECT)):
-        settings = RunSettings(preset=SPARSE_STD, num_frames=16, max_new_tokens=48, **extra)
+        settings = RunSettings(preset=SPARSE_STD, num_frames=16, max_new_tokens=48, **TREE, **extra)
         out[name] = list(backend.run(RunRequest(CLIP, "Describe this video in detail.", settings), session=name))
     return out
 

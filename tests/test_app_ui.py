@@ -292,7 +292,7 @@ def test_build_demo_wires_components(tmp_path):
     md, *tree = on_preset("Fake big (GPU)")
     assert "needs a CUDA GPU" in md
     assert [t["value"] for t in tree] == ["chain", 9, 4, 16, 0.05]      # the preset's tuned tree fills the widgets
-    assert [("value" in t) for t in on_preset("Fake tiny (CPU)")[1:]] == [False] * 5   # no tree named: unchanged
+    assert [t["value"] for t in on_preset("Fake tiny (CPU)")[1:]] == ["dynamic", 5, 4, 16, 0.0]   # none: the library's
     frames, max_new = on_preset_chosen("Fake big (GPU)")
     assert frames["value"] == 4 and max_new["value"] == 128
     # frames and token budget follow a preset the user picks (input), not one an example row sets (change),
@@ -349,8 +349,11 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
 def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_timing():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-15:-5] == ["srt", "subtitle-mode", "truth", "keep-text", "min-prob", "fixed-length", "timing-pairs",
-                           "engine", "old-top-p", "old-max-new"]   # the old names of lambda_ and max_new_tokens, hidden
+    assert ids[-15:-5] == ["srt", "subtitle-mode", "truth", "keep-text", "api-min-prob", "fixed-length",
+                           "timing-pairs", "engine", "old-top-p", "old-max-new"]   # old names of lambda_, max_new_tokens
+    # the tree, frames and budget: hidden twins without a value (an API caller who leaves them out gets the preset's)
+    assert [ids[i] for i in (7, 8, 11, 12)] == ["api-tree", "api-depth", "api-frames", "api-max-new-tokens"]
+    assert all(c.value is None and not c.visible for c in compare.inputs if c.elem_id.startswith("api-"))
     assert ids[-5:] == ["reselect", "reselect-min-share", "reselect-step-tokens", "reselect-total-tokens",
                         "adaptive-r"]                             # beyond the paper, appended after them
     assert comps["engine"].value == "" and comps["engine"].choices == [("auto", ""), ("eager", "eager"),
@@ -620,3 +623,19 @@ def test_an_empty_panel_says_which_part_of_the_work_runs():
     assert "vanilla_html" not in upd                        # a finished panel keeps its text
     assert _text_of(upd["spec_html"]) == "waiting · prefill + pruning (SpecVLM): part 3 of 40 · 2 s"
     assert set(view.fold([LayerProgress("explain", 1, 9)], None)) == {"status"}
+
+
+def test_an_example_resets_what_it_does_not_name_and_says_what_the_person_had_changed():
+    from app.page.examples import RESET, example_reset, settings_values
+
+    presets = {"A": RunSettings(preset="A", num_frames=32, max_new_tokens=128, tree_shape="chain", depth=4),
+               "B": RunSettings(preset="B", num_frames=16, max_new_tokens=64, tree_shape="chain", depth=12)}
+    defaults = lambda p: settings_values(presets[p])   # noqa: E731
+    row = ["v.mp4", "p", None, None, False, 64, "B", "both"]
+    current = defaults("A") | {"frames": 256.0, "timing_pairs": 5}      # the person changed two settings on A
+    values, note = example_reset(row, current, defaults, {"frames": "Frames", "timing_pairs": "Timing runs"})
+    assert set(values) == set(RESET) and "frames" in values and "preset" not in values
+    assert (values["frames"], values["depth"], values["timing_pairs"]) == (16, 12, 1)   # B's defaults
+    assert note == ("*This example reset settings you had changed to its preset's defaults: "
+                    "Frames (256 → 16), Timing runs (5 → 1).*")
+    assert example_reset(row, defaults("A"), defaults, {})[1] == ""     # A's own defaults: nothing to say

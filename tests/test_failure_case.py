@@ -136,25 +136,28 @@ def test_the_shipped_evaluation_reads_as_its_json_and_shows_the_paper_s_ordering
         assert not any(s["mismatches"].values()) and all(n > 0 for n in s["runs"].values())
 
 
-def _readme_failure_paragraph() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def _failure_paragraph(page: str = "docs/app.md") -> str:
+    """The failure-case paragraph of ``page`` (docs/app.md in full, the README in brief), on one line."""
+    text = (Path(__file__).resolve().parents[1] / page).read_text()
     start = text.index("**A failure to inspect.**")
     return " ".join(text[start:text.index("\n\n", start)].split())
 
 
-def test_the_readme_failure_case_figures_come_from_the_run():
-    """The README's deterministic failure-case figures, regenerated through the app's backend as the page runs the
-    example (scripts/failure_case_figures.py, no timing): τ with the transcript given to both and withheld, the
-    first rows of the Inspect tab's lowest-acceptance table, their transcript shares and their one explanation.
+def test_the_documented_failure_case_figures_come_from_the_run():
+    """The deterministic failure-case figures of docs/app.md and the README, regenerated through the app's backend
+    as the page runs the example (scripts/failure_case_figures.py, no timing): τ with the transcript given to both
+    and withheld, the first rows of the Inspect tab's lowest-acceptance table, their transcript shares and their
+    one explanation.
     Its timings are stated with their spread and not checked (noise)."""
     from app.runs.backend import Backend
     from app.runs.facade import SpecvlmFacade
     from scripts.failure_case_figures import figures
 
     got = figures(Backend(SpecvlmFacade(), device="cpu", dtype="float32"))
-    para = _readme_failure_paragraph()
-    m = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", para)
-    assert m and (float(m[1]), float(m[2])) == (got["both"]["tau"], got["target"]["tau"]), (m and m.groups(), got)
+    para = _failure_paragraph()
+    for page in ("docs/app.md", "README.md"):
+        m = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _failure_paragraph(page))
+        assert m and (float(m[1]), float(m[2])) == (got["both"]["tau"], got["target"]["tau"]), (page, m, got)
     assert got["target"]["identical"] and got["both"]["identical"]
     listed = para[para.index("lowest-acceptance table starts with"):]
     listed = listed[:listed.index(":")]
@@ -166,13 +169,13 @@ def test_the_readme_failure_case_figures_come_from_the_run():
     assert all(r["explanation"] == "withheld_transcript" for r in rows), rows
 
 
-def test_the_cli_gives_the_readme_tau_for_the_same_pair():
+def test_the_cli_gives_the_documented_tau_for_the_same_pair():
     """``python -m specvlm generate`` with the failure case's target drafting for itself uses the Self-SD preset's
-    tree, as the page does, so it gives the τ the README states (with the transcript given to both: the mode
+    tree, as the page does, so it gives the τ the docs state (with the transcript given to both: the mode
     whose tree the preset decides)."""
     from helpers.cli import cli
 
-    taus = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _readme_failure_paragraph())
+    taus = re.search(r"τ falls from ([\d.]+) \(transcript given to both\) to ([\d.]+)", _failure_paragraph())
     r = cli("generate", "--video", str(CLIP), "--srt", str(CLIP.with_suffix(".srt")), "--subtitle-mode", "both",
             "--model", str(SPARSE_TARGET), "--self-sd", "--prompt", captions.DESCRIBE_PROMPTS[0], "--json")
     assert r.returncode == 0, r.stderr

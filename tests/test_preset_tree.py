@@ -92,3 +92,23 @@ def test_defaults_without_a_preset_are_the_librarys():
     bundled = PRESETS[BUNDLED_STD]
     assert decode_config(args, "specvlm", bundled, "cpu").max_new_tokens == bundled.max_new_tokens != budget
     assert decode_config(args, "specvlm", bundled, "cpu").tree == bundled.tree
+
+
+def test_one_resolver_fills_what_the_caller_leaves_unset():
+    """resolve_settings (the CLI's, the page's and the API's): each setting given wins; the rest are the preset's,
+    its frames and budget through the server's cap; without a preset, the library's."""
+    from specvlm.config import CPU_MAX_NEW_TOKENS, DecodeConfig, VideoConfig
+    from specvlm.models.presets import SPARSE_SELF, resolve_settings
+
+    p = PRESETS[SPARSE_SELF]
+    r = resolve_settings(p)
+    assert (r.num_frames, r.max_new_tokens) == (p.num_frames, p.max_new_tokens) and r.tree is p.tree is BUNDLED_SELF_TREE
+    assert resolve_settings(p, depth=4).tree == TreeConfig(shape="chain", depth=4, min_prob=0.1)
+    assert resolve_settings(p, depth=12, min_prob=0.1).tree is p.tree              # the preset's own values
+    got = resolve_settings(p, num_frames=8, max_new_tokens=9, budget=lambda f, t: (1, 1))
+    assert (got.num_frames, got.max_new_tokens) == (8, 9)                         # given: the cap is not asked
+    capped = resolve_settings(p, budget=lambda f, t: (min(f, 16), min(t, 64)))
+    assert (capped.num_frames, capped.max_new_tokens) == (16, 64)
+    none = resolve_settings(None, cuda=False)
+    assert (none.num_frames, none.max_new_tokens, none.tree) == (VideoConfig.num_frames, CPU_MAX_NEW_TOKENS, TreeConfig())
+    assert resolve_settings(None).max_new_tokens == DecodeConfig.max_new_tokens

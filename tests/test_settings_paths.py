@@ -6,9 +6,9 @@ import pytest
 
 from app.inputs.settings import Limits, RunRequest, RunSettings, build_configs
 from specvlm.cli import build_parser
-from specvlm.cli.args import decode_config
+from specvlm.cli.args import decode_config, video_config
 from specvlm.config import BUNDLED_STD_TREE, TreeConfig
-from specvlm.models.presets import BUNDLED_STD, PRESETS, QWEN7_SELF
+from specvlm.models.presets import BUNDLED_STD, PRESETS, QWEN7_SELF, SPARSE_SELF
 
 CASES = [  # (preset, app settings) - the CLI gets the same values as flags
     (BUNDLED_STD, {}),
@@ -34,7 +34,8 @@ def _cli(preset: str, kw: dict):
     tree = PRESETS[preset].tree
     argv = ["generate", "--video", "clip.mp4", "--method", s.method, "--drop-rate", str(s.drop_rate),
             "--lambda", str(s.top_p), "--seed", str(s.seed), "--temperature", str(s.temperature),
-            "--top-p-sampling", str(s.top_p_sampling), "--max-new-tokens", str(s.max_new_tokens)]
+            "--top-p-sampling", str(s.top_p_sampling)]
+    argv += ["--max-new-tokens", str(s.max_new_tokens)] if s.max_new_tokens is not None else []
     for flag, key, preset_value in (("--tree", "tree_shape", tree.shape), ("--depth", "depth", tree.depth),
                                     ("--top-k", "top_k", tree.top_k), ("--total-tokens", "total_tokens", tree.total_tokens),
                                     ("--min-prob", "min_prob", tree.min_prob)):
@@ -103,3 +104,29 @@ def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
     from app.inputs.settings import UserError
     with pytest.raises(UserError, match="Invalid setting: engine 'fast' is unknown: use one of eager, static"):
         build_configs(RunSettings(engine="fast"), Limits())
+
+
+@pytest.mark.parametrize("preset", [BUNDLED_STD, SPARSE_SELF, QWEN7_SELF])
+def test_settings_left_unset_are_the_presets_in_the_api_and_the_cli(preset):
+    """One resolver: a request that names only the preset gets the preset's tree (with its long-prompt tree), frames
+    and budget, as the CLI does with no flags (here Bundled sparse Self-SD: chain of 12 with early stop 0.1)."""
+    req = RunRequest.from_inputs({"video": "clip.mp4", "preset": preset})
+    dec, vid = build_configs(req.settings, Limits())
+    args = build_parser().parse_args(["generate", "--video", "clip.mp4"])
+    p = PRESETS[preset]
+    assert dec == decode_config(args, "specvlm", p, "cpu") and dec.tree is p.tree
+    assert (vid.num_frames, dec.max_new_tokens) == (video_config(args, None, p).num_frames, p.max_new_tokens)
+    assert vid.num_frames == p.num_frames
+
+
+def test_the_api_leaves_the_preset_settings_unset_and_caps_them_at_the_server_limits():
+    from app.inputs.settings import PRESET_FIELDS, handler_parameters
+
+    params = {q.name: q.default for q in handler_parameters(RunSettings(preset=BUNDLED_STD, depth=4, num_frames=32))}
+    assert [params[n] for n in ("tree", "depth", "top_k", "total", "min_prob", "frames", "max_new_tokens")] \
+        == [None] * len(PRESET_FIELDS)
+    assert params["preset"] == BUNDLED_STD
+    dec, vid = build_configs(RunSettings(preset=QWEN7_SELF), Limits(max_frames=64, max_new_tokens=100))
+    assert (vid.num_frames, dec.max_new_tokens) == (64, 100)        # the preset's 128 / 256, at this server's caps
+    assert build_configs(RunSettings(preset=SPARSE_SELF, depth=4), Limits())[0].tree == \
+        TreeConfig(shape="chain", depth=4, min_prob=0.1)            # a value given wins over the preset's

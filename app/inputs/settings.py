@@ -15,20 +15,24 @@ import inspect
 import logging
 import math
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from specvlm.config import (CPU_MAX_NEW_TOKENS, DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError,
-                            DecodeConfig, ReselectConfig, TreeConfig, VideoConfig, config_from_settings)
+from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
+                            ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
 
 from app.runs.timing import MAX_REPEATS
 
+if TYPE_CHECKING:
+    from specvlm.models.presets import PresetSettings
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PROMPT", "ENGINES", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
-           "RunSettings", "RunRequest", "build_configs", "check_prompt", "check_subtitle_mode", "old_name_notes"]
+           "RunSettings", "RunRequest", "PRESET_FIELDS", "resolve", "build_configs", "check_prompt",
+           "check_subtitle_mode", "old_name_notes"]
 
 MB = 1024 * 1024
 MAX_SRT_MB = 5
@@ -122,7 +126,7 @@ class Limits:
                 "Large videos are downscaled and sampled, never decoded whole.")
 
 
-_DEC, _VID = DecodeConfig(), VideoConfig()
+_DEC = DecodeConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,8 +141,9 @@ class RunSettings:
         drop_rate: r.  top_p: λ (Stage I attention share).
         tree_shape, depth, top_k, total_tokens, min_prob: the draft tree (``TreeConfig``).
         num_frames: frames sampled from the video.
-        max_new_tokens: generation budget per run (the library's CPU budget,
-            :data:`specvlm.config.CPU_MAX_NEW_TOKENS`).
+        max_new_tokens: generation budget per run.
+            These seven (:data:`PRESET_FIELDS`) are None when not set: the preset's then apply
+            (:func:`specvlm.models.presets.resolve_settings`, as for the CLI's flags).
         temperature, top_p_sampling, seed: sampling (temperature 0 = greedy).
         subtitle_mode: who sees an uploaded transcript (:data:`SUBTITLE_MODES`; vanilla sees it
             exactly when the target does).
@@ -161,13 +166,13 @@ class RunSettings:
     method: str = _DEC.method
     drop_rate: float = _DEC.prune.drop_rate
     top_p: float = _DEC.prune.top_p
-    tree_shape: str = _DEC.tree.shape
-    depth: int = _DEC.tree.depth
-    top_k: int = _DEC.tree.top_k
-    total_tokens: int = _DEC.tree.total_tokens
-    min_prob: float = _DEC.tree.min_prob
-    num_frames: int = _VID.num_frames
-    max_new_tokens: int = CPU_MAX_NEW_TOKENS
+    tree_shape: str | None = None
+    depth: int | None = None
+    top_k: int | None = None
+    total_tokens: int | None = None
+    min_prob: float | None = None
+    num_frames: int | None = None
+    max_new_tokens: int | None = None
     temperature: float = _DEC.sampling.temperature
     top_p_sampling: float = _DEC.sampling.top_p_sampling
     seed: int = _DEC.sampling.seed
@@ -181,6 +186,10 @@ class RunSettings:
     reselect_step_tokens: int = _DEC.reselect.step_tokens
     reselect_total_tokens: int = _DEC.reselect.total_tokens
     adaptive_r: bool = _DEC.prune.adaptive_r
+
+
+PRESET_FIELDS = ("tree_shape", "depth", "top_k", "total_tokens", "min_prob", "num_frames", "max_new_tokens")
+"""The :class:`RunSettings` a preset decides where the request leaves them unset (None)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,9 +230,10 @@ _SETTING_OF = {f.name: f.setting for f in FIELDS if f.setting}
 
 def handler_parameters(defaults: RunSettings) -> list[inspect.Parameter]:
     """The named parameters of ``/compare`` and ``/compare_json``, one per :data:`FIELDS` entry, with the
-    defaults of ``defaults`` (the video has none)."""
+    defaults of ``defaults`` (the video has none; the :data:`PRESET_FIELDS` default to None: the chosen preset's)."""
     return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                              default=(inspect.Parameter.empty if f.name == "video" else None if f.renamed_to else
+                              default=(inspect.Parameter.empty if f.name == "video" else
+                                       None if f.renamed_to or f.setting in PRESET_FIELDS else
                                        getattr(defaults, f.setting) if f.setting else f.default))
             for f in FIELDS]
 
@@ -286,13 +296,15 @@ def device_type_of(device: str | None, cuda_available: bool) -> str:
 
 
 def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
-                  presets: Mapping[str, Any] | None = None) -> tuple[DecodeConfig, VideoConfig]:
+                  presets: Mapping[str, Any] | None = None,
+                  budget: Callable[[int, int], tuple[int, int]] | None = None) -> tuple[DecodeConfig, VideoConfig]:
     """Validate settings into (DecodeConfig, VideoConfig); ``device_type`` (``cpu``, ``cuda``) picks the engine
-    when ``s.engine`` is empty.
+    when ``s.engine`` is empty. The :data:`PRESET_FIELDS` left unset are the preset's (:func:`resolve`).
 
     Args:
         s: the Run's settings.  limits: the server's limits.  device_type: as above.
-        presets: preset name -> Preset, for the preset's own tree (None: the library's presets).
+        presets: preset name -> Preset (None: the library's presets).
+        budget: caps the preset's (frames, new tokens) (ZeroGPU's :func:`app.runs.zerogpu.default_budget`).
 
     Raises:
         UserError: a setting is missing or out of range (message names it).
@@ -300,9 +312,10 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
     if s.method == "vanilla":
         raise UserError("Pick a speculative method for the right panel; the left panel is always vanilla.")
     try:
-        ints = {k: _as_int(k, getattr(s, k)) for k in ("depth", "top_k", "total_tokens", "num_frames",
-                                                       "max_new_tokens", "timing_pairs", "reselect_step_tokens",
-                                                       "reselect_total_tokens")}
+        r = resolve(s, presets, device_type == "cuda", server_budget(limits, budget))
+        ints = {"num_frames": r.num_frames, "max_new_tokens": r.max_new_tokens}
+        ints |= {k: _as_int(k, getattr(s, k))
+                 for k in ("timing_pairs", "reselect_step_tokens", "reselect_total_tokens")}
         reselect = ReselectConfig(enabled=bool(s.reselect), min_share=_as_float("re-selection share",
                                                                                  s.reselect_min_share),
                                   step_tokens=ints["reselect_step_tokens"], total_tokens=ints["reselect_total_tokens"])
@@ -311,9 +324,7 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
             top_p=_as_float("λ", s.top_p), seed=_as_int("seed", s.seed),
             temperature=_as_float("temperature", s.temperature),
             top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
-            tree=preset_tree(_library_presets() if presets is None else presets, s.preset),
-            shape=s.tree_shape, depth=ints["depth"], top_k=ints["top_k"], total_tokens=ints["total_tokens"],
-            min_prob=_as_float("early stop (min draft probability)", s.min_prob), stop_at_eos=not s.fixed_length,
+            tree=r.tree, stop_at_eos=not s.fixed_length,
             engine=s.engine or None, device_type=device_type, adaptive_r=bool(s.adaptive_r), reselect=reselect)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
@@ -379,15 +390,46 @@ def _as_float(name: str, v: Any) -> float:
     return f
 
 
-def preset_tree(presets: Mapping[str, Any], name: str) -> TreeConfig | None:
-    """The named preset's own draft tree (``Preset.tree``; None for an unknown preset or one without a tree):
-    the one tree getter of the page's widgets and of the Run's DecodeConfig, where the widgets' values are
-    combined with it by :func:`specvlm.config.tree_with_options`, as the CLI's flags are."""
-    tree = getattr(presets.get(name), "tree", None)
-    return tree if isinstance(tree, TreeConfig) else None
+def resolve(s: RunSettings, presets: Mapping[str, Any] | None = None, cuda: bool = False,
+            budget: Callable[[int, int], tuple[int, int]] | None = None) -> PresetSettings:
+    """The :data:`PRESET_FIELDS` of ``s`` resolved: each it sets, else its preset's, by the library's one resolver
+    (:func:`specvlm.models.presets.resolve_settings`, the CLI's too). A custom model has no preset: the library's
+    defaults apply (the CPU budget unless ``cuda``).
+
+    Args:
+        s: the Run's settings.  presets: preset name -> Preset (None: the library's presets).
+        cuda: the server decodes on CUDA.  budget: caps the preset's (frames, new tokens).
+
+    Raises:
+        UserError: a tree option is not a number or is out of range (message names it).
+    """
+    from specvlm.models.presets import PRESETS, resolve_settings
+
+    presets = PRESETS if presets is None else presets
+    preset = None if s.custom_model else presets.get(s.preset)
+    opt = lambda name, v, conv: None if v is None else conv(name, v)   # noqa: E731
+    try:
+        return resolve_settings(preset, cuda=cuda, budget=budget, num_frames=opt("frames", s.num_frames, _as_int),
+                             max_new_tokens=opt("max new tokens", s.max_new_tokens, _as_int), shape=s.tree_shape,
+                             depth=opt("depth", s.depth, _as_int), top_k=opt("top-k", s.top_k, _as_int),
+                             total_tokens=opt("total tokens", s.total_tokens, _as_int),
+                             min_prob=opt("early stop (min draft probability)", s.min_prob, _as_float))
+    except ConfigError as e:
+        raise UserError(f"Invalid setting: {e}") from e
 
 
-def _library_presets() -> Mapping[str, Any]:
-    from specvlm.models.presets import PRESETS
+def server_budget(limits: Limits, budget: Callable[[int, int], tuple[int, int]] | None = None
+                  ) -> Callable[[int, int], tuple[int, int]]:
+    """A preset's suggested (frames, new tokens) as a server offers them: capped by ``budget`` (None: as they are)
+    and by the server's limits (as the page's sliders are)."""
+    def capped(frames: int, tokens: int) -> tuple[int, int]:
+        frames, tokens = budget(frames, tokens) if budget else (frames, tokens)
+        return min(frames, limits.max_frames), min(tokens, limits.max_new_tokens)
+    return capped
 
-    return PRESETS
+
+def preset_widgets(r: PresetSettings) -> dict[str, Any]:
+    """The :data:`PRESET_FIELDS` of resolved settings as the page's widget values (the tree's top level)."""
+    t = r.tree
+    return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k), "total_tokens": int(t.total_tokens),
+            "min_prob": float(t.min_prob), "num_frames": int(r.num_frames), "max_new_tokens": int(r.max_new_tokens)}

@@ -14,10 +14,12 @@ Source: docs/design.md §1 (the app).
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.inputs.settings import DEFAULT_PROMPT, SUBTITLE_MODES
+from app.inputs.settings import DEFAULT_PROMPT, FIELDS, SUBTITLE_MODES, RunSettings
 from specvlm import assets
 from specvlm.models.presets import SPARSE_SELF, SPARSE_TARGET
 
@@ -99,12 +101,96 @@ def default_examples(max_new_tokens: int) -> tuple[list[list[Any]], list[str]]:
 
 
 def example_rows(examples: list[list[Any]], max_new_tokens: int, preset: str = "",
-                 subtitle_mode: str = SUBTITLE_MODES[0]) -> list[list[Any]]:
-    """Rows completed to :data:`EXAMPLE_COLUMNS`: no subtitles or ground truth, EOS honoured, the page's
-    default token budget, preset (``preset``) and subtitle mode where a row says nothing or None."""
-    fill = [None, None, None, None, False, max_new_tokens, preset, subtitle_mode]
+                 subtitle_mode: str = SUBTITLE_MODES[0],
+                 budget_of: Callable[[str], int] | None = None) -> list[list[Any]]:
+    """Rows completed to :data:`EXAMPLE_COLUMNS`: no subtitles or ground truth, EOS honoured, preset (``preset``)
+    and subtitle mode where a row says nothing or None, and the token budget of the row's preset (``budget_of``;
+    None: ``max_new_tokens`` for every row)."""
+    fill = [None, None, None, None, False, None, preset, subtitle_mode]
+    budget, named_preset = EXAMPLE_COLUMNS.index("max_new_tokens"), EXAMPLE_COLUMNS.index("preset")
     out = []
     for row in examples:
         row = list(row)[:len(fill)] + fill[len(row):]
-        out.append([fill[i] if v is None and i >= 4 else v for i, v in enumerate(row)])
+        row = [fill[i] if v is None and i >= 4 else v for i, v in enumerate(row)]
+        if row[budget] is None:
+            row[budget] = budget_of(row[named_preset]) if budget_of else max_new_tokens
+        out.append(row)
     return out
+
+
+RESET = tuple(f.name for f in FIELDS if f.setting and not f.renamed_to and f.name not in EXAMPLE_COLUMNS)
+"""The page's settings an example row does not name (component names): clicking it resets them to its preset's
+defaults (:func:`example_reset`)."""
+
+
+def settings_values(s: RunSettings) -> dict[str, Any]:
+    """Settings as the page's component values (component name -> value, every :data:`FIELDS` entry with a setting,
+    old names left out)."""
+    return {f.name: getattr(s, f.setting) for f in FIELDS if f.setting and not f.renamed_to}
+
+
+def example_reset(row: Sequence[Any], current: Mapping[str, Any], defaults: Callable[[str], Mapping[str, Any]],
+                  labels: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+    """What clicking an example does to the settings it does not name: each goes back to its preset's default, so
+    a Run after the click runs the example as its preset means it. The note names those the person had changed
+    (a value other than the default of the preset the page had), with the value they had.
+
+    Args:
+        row: the example row, completed to :data:`EXAMPLE_COLUMNS` (:func:`example_rows`).
+        current: component name -> the page's value before the click (``preset`` among them).
+        defaults: preset name -> component name -> default value (:func:`settings_values` of the preset's
+            defaults, e.g. :meth:`app.runs.backend.Backend.default_settings` for that preset).
+        labels: component name -> the label the note uses.
+
+    Returns:
+        (component name -> value for each of :data:`RESET` that ``current`` holds, the note in Markdown: "" when
+        nothing the person changed was reset).
+    """
+    ex = dict(zip(EXAMPLE_COLUMNS, row))
+    new, old = defaults(ex["preset"]), defaults(current.get("preset") or ex["preset"])
+    values = {k: new[k] for k in RESET if k in current and k in new}
+    changed = [k for k, v in values.items() if not _same(current[k], v) and not _same(current[k], old.get(k))]
+    if not changed:
+        return values, ""
+    what = ", ".join(f"{labels.get(k, k)} ({_shown(current[k])} → {_shown(values[k])})" for k in changed)
+    return values, f"*This example reset settings you had changed to its preset's defaults: {what}.*"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the page shows them (a slider's 32.0 is 32; an empty custom model field is None)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    return (a or None) == (b or None) if isinstance(a, str) or isinstance(b, str) else a == b
+
+
+def _shown(v: Any) -> str:
+    """A setting's value in the note ("none" for an empty field or choice, 32 for 32.0)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "none" if v in ("", None) else str(v)
+
+
+def wire_reset(dataset: Any, rows: list[list[Any]], c: Mapping[str, Any], defaults: Callable[[str], RunSettings],
+               note: Any) -> None:
+    """Clicking an example (``dataset``, the ``gr.Examples`` table of ``rows``) also resets the settings it does
+    not name (:func:`example_reset`) and shows the note in ``note`` (hidden when there is none).
+
+    Args:
+        dataset: the examples' ``gr.Dataset``.  rows: its rows, completed (:func:`example_rows`).
+        c: the page's components by name.  defaults: preset name -> its default settings.
+        note: a ``gr.Markdown`` for the note.
+    """
+    import gradio as gr
+
+    names = [k for k in RESET if k in c]
+    labels = {k: getattr(c[k], "label", None) or k for k in names}
+
+    def on_example(sample: Any, preset: str, *values: Any) -> list[Any]:
+        index = sample[0] if isinstance(sample, (tuple, list)) else sample
+        reset, text = example_reset(rows[int(index)], {"preset": preset, **dict(zip(names, values))},
+                                    lambda p: settings_values(defaults(p)), labels)
+        return [gr.update(value=reset[k]) for k in names] + [gr.update(value=text, visible=bool(text))]
+
+    dataset.click(on_example, inputs=[dataset, c["preset"], *(c[k] for k in names)],
+                  outputs=[*(c[k] for k in names), note], queue=False, api_visibility="private",
+                  show_progress="hidden")

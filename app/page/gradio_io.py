@@ -98,3 +98,26 @@ def _collect_paths(obj: Any, out: set[str], depth: int = 0) -> None:
             _collect_paths(v, out, depth + 1)
     elif hasattr(obj, "path") and isinstance(getattr(obj, "path"), str):
         out.add(obj.path)
+
+
+
+def api_twins(c: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """Hidden API inputs standing in for the page's sliders and choices ``names``: the same label, range and type,
+    but no value. Gradio offers an API caller a component's value as the default; these have none, so a caller who
+    leaves one out sends None and the chosen preset's value applies (:func:`app.inputs.settings.resolve`).
+
+    Args:
+        c: the page's components by name.  names: those to stand in for.
+
+    Returns:
+        Name -> its hidden twin (created in the open Blocks context).
+    """
+    out: dict[str, Any] = {}
+    for k in names:
+        comp = c[k]
+        kw = dict(value=None, visible=False, label=comp.label, elem_id=f"api-{comp.elem_id}")
+        if isinstance(comp, gr.Slider):
+            out[k] = gr.Number(precision=comp.precision, minimum=comp.minimum, maximum=comp.maximum, **kw)
+        else:
+            out[k] = gr.Radio(comp.choices, **kw)
+    return out

@@ -16,10 +16,11 @@ from typing import Any
 import gradio as gr
 
 from app.inputs import preview
-from app.inputs.settings import COMPARE_INPUTS, RunRequest, UserError, bind_inputs, handler_parameters, old_name_notes
+from app.inputs.settings import (COMPARE_INPUTS, FIELDS, PRESET_FIELDS, RunRequest, RunSettings, UserError, bind_inputs,
+                                 handler_parameters, old_name_notes)
 from app.inputs.uploads import UploadJanitor
-from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
-from app.page.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
+from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows, wire_reset
+from app.page.gradio_io import api_twins, gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
 from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
@@ -64,7 +65,8 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     if examples is None:
         limits = getattr(backend, "limits", None)
         examples, labels = default_examples(limits.max_new_tokens if limits else STREAMING_TOKENS)
-    examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode)
+    examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode,
+                            budget_of=lambda p: backend.preset_widgets(p)["max_new_tokens"])
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
         gr.Markdown(INTRO)
@@ -76,8 +78,9 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                 with gr.Column(scale=1):
                     c.update(model_column(backend))
             if examples:
-                gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
-                            example_labels=labels, cache_examples=False, elem_id="examples")
+                shown = gr.Examples(examples, inputs=[c[k] for k in EXAMPLE_COLUMNS], label="Examples (click to load)",
+                                    example_labels=labels, cache_examples=False, elem_id="examples")
+                c["example_note"] = gr.Markdown("", visible=False, elem_id="example-note")
             c.update(run_bar())
             c.update(output_section())
         with gr.Tab("Inspect", elem_id="tab-inspect"):
@@ -92,6 +95,9 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
         protected = [f for row in examples for f in row if isinstance(f, str) and Path(f).is_file()]
         janitor = UploadJanitor(gradio_upload_dir(), protected=protected, queued=lambda: queued_files(demo))
         _wire(backend, c, janitor, demo, scratch_dir)
+        if examples:   # an example sets every setting: those it does not name go back to its preset's defaults
+            wire_reset(shown.dataset, examples, c, lambda p: RunSettings(preset=p, **backend.preset_widgets(p)),
+                       c["example_note"])
     demo.specvlm_components = c
     demo.specvlm_janitor = janitor
     return demo
@@ -99,8 +105,10 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
 
 def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scratch_dir: str | None,
               previews: dict[str, str], waiting: Callable[[], int] = lambda: 0) -> None:
-    """Run (shared GPU queue, one Run per device at a time; named ``/compare`` inputs with defaults, built
-    into a :class:`RunRequest`), ``/compare_json`` (the same run as one JSON object) and Stop (own queue).
+    """Run (shared GPU queue, one Run per device at a time; built into a :class:`RunRequest`), its API twin
+    ``/compare`` (named inputs with defaults; the tree, frames and budget hidden twins of the page's widgets without
+    a value, so a caller who leaves them out gets the preset's), ``/compare_json`` (the same run as one JSON object)
+    and Stop (own queue).
     ``previews`` maps a player preview's file name to the upload it stands for; ``waiting`` counts the
     Runs queued for a device.
 
@@ -113,6 +121,8 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     buttons = [c["run"], c["stop"], c["repeat"]]
     outputs = [c[k] for k in OUTPUT_KEYS] + buttons
     inputs = [c[k] for k in COMPARE_INPUTS]
+    twins = api_twins(c, [f.name for f in FIELDS if f.setting in PRESET_FIELDS and not f.renamed_to])
+    api_inputs = [twins.get(k, c[k]) for k in COMPARE_INPUTS]   # left out by an API caller: the preset's
 
     d = backend.default_settings()
 
@@ -188,12 +198,15 @@ def _wire_run(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, scrat
     c["run"].click(None, None, None, js=SCROLL_JS)  # browser only: panels into view, Stop prominent
     c["run"].click(run_clicked, inputs=None, outputs=[c["status"], c["run"], c["compare_download"]], queue=False,
                    api_visibility="private", show_progress="hidden")
-    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
-                   concurrency_limit=len(backend.pool), show_progress_on=[c["status"]], trigger_mode="always_last"
-                   ).then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
+    c["run"].click(compare, inputs=inputs, outputs=outputs, api_name="run", api_visibility="private",
+                   concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool), show_progress_on=[c["status"]],
+                   trigger_mode="always_last").then(_download, [c["vanilla_html"], c["spec_html"], c["summary"], c["status"]],
                           [c["compare_download"]], queue=False, api_visibility="private",
                           show_progress="hidden")   # what the page shows, as a file
-    c["json_run"].click(compare_json, inputs=inputs, outputs=[c["json"]], api_name="compare_json",
+    c["compare_api"] = gr.Button("Compare", visible=False, elem_id="compare-api")   # /compare: the page's Run
+    c["compare_api"].click(compare, inputs=api_inputs, outputs=outputs, api_name="compare", concurrency_id=GPU_QUEUE,
+                           concurrency_limit=len(backend.pool), trigger_mode="always_last")
+    c["json_run"].click(compare_json, inputs=api_inputs, outputs=[c["json"]], api_name="compare_json",
                         concurrency_id=GPU_QUEUE, concurrency_limit=len(backend.pool))
     c["stop"].click(stop, inputs=None, outputs=None, api_name="stop", concurrency_id="stop", concurrency_limit=None,
                     show_progress="hidden")
@@ -296,10 +309,9 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
 
     def on_preset(name):
         """Whenever the preset changes (picked, or set by an example row): show its description and set the
-        draft tree it was tuned with (``Preset.tree``; unchanged when it names none)."""
+        draft tree it was tuned with (``Preset.tree``; the library's when it names none)."""
         tree = backend.preset_tree(name)
-        return (backend.preset_info(name)[0],
-                *(gr.update(value=tree[k]) if k in tree else gr.update() for k in tree_keys))
+        return (backend.preset_info(name)[0], *(gr.update(value=tree[k]) for k in tree_keys))
 
     def on_preset_chosen(name):
         """When the user picks a preset: suggest its frame count and token budget (an example row that sets

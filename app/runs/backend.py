@@ -15,6 +15,7 @@ Source: docs/design.md §1-3; §8 (Gradio traps); §9 (ZeroGPU).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -30,8 +31,8 @@ from app.inputs.model_messages import (HUB_UNREACHABLE, hub_reachable, missing_f
                                        run_caveat, shown_name)
 from app.inputs.run_inputs import cues_text, request_extras
 from app.inputs.settings import (MAX_SRT_MB, Limits, RunRequest, RunSettings, UserError, build_configs, check_prompt,
-                                 device_type_of, preset_tree)
-from app.runs import zerogpu
+                                 device_type_of, preset_widgets, resolve, server_budget)
+from app.runs import done_first, zerogpu
 from app.runs.devices import DevicePool, Slot, wait_in_line
 from app.runs.facade import Facade, SpecvlmFacade
 from app.runs.failures import drop_frames, handle_failure
@@ -96,24 +97,30 @@ class Backend:
             return []
 
     def default_settings(self) -> RunSettings:
-        """Library defaults with the default preset's frames and token budget."""
+        """Library defaults with the default preset's frames, token budget and draft tree."""
         try:
             preset = self.engine.default_preset()
         except Exception:
             preset = next(iter(self.preset_names()), "")
-        _, frames, max_new = self.preset_info(preset)
-        return RunSettings(preset=preset, num_frames=frames, max_new_tokens=max_new, **self.preset_tree(preset))
+        return RunSettings(preset=preset, **self.preset_widgets(preset))
+
+    def preset_widgets(self, name: str) -> dict:
+        """What the preset decides where a request sets nothing (:func:`app.inputs.settings.resolve`, the API's
+        and the CLI's resolver): its frames and token budget as this server offers them (ZeroGPU's budget, the
+        limits) and its draft tree's top level, as RunSettings fields (an unknown preset: the library's)."""
+        try:
+            presets = self.engine.presets()
+        except Exception:   # no engine: the library's defaults
+            presets = {}
+        return preset_widgets(resolve(RunSettings(preset=name), presets, self._cuda(), self.budget))
 
     def preset_tree(self, name: str) -> dict:
-        """The preset's draft tree (``Preset.tree``) as RunSettings fields; {} when it names none."""
-        try:
-            t = preset_tree(self.engine.presets(), name)
-        except Exception:
-            return {}
-        if t is None:
-            return {}
-        return {"tree_shape": t.shape, "depth": int(t.depth), "top_k": int(t.top_k),
-                "total_tokens": int(t.total_tokens), "min_prob": float(t.min_prob)}
+        """The preset's draft tree as RunSettings fields (the tree of :meth:`preset_widgets`)."""
+        return {k: v for k, v in self.preset_widgets(name).items() if k not in ("num_frames", "max_new_tokens")}
+
+    def budget(self, frames: int, tokens: int) -> tuple[int, int]:
+        """A preset's (frames, new tokens) as this server offers them (ZeroGPU's budget, then the limits)."""
+        return server_budget(self.limits, zerogpu.default_budget)(frames, tokens)
 
     def _cuda(self) -> bool:
         try:
@@ -125,15 +132,15 @@ class Backend:
         """(Markdown description, suggested frames, suggested max new tokens) of a preset (on ZeroGPU capped by
         :func:`app.runs.zerogpu.default_budget`)."""
         from specvlm.models.presets import preset_defaults
-        d = preset_defaults(None, cuda=self._cuda())
+        w = self.preset_widgets(name)
+        frames, tokens = w["num_frames"], w["max_new_tokens"]
         try:
             p = preset_defaults(self.engine.presets()[name])
         except Exception:
-            return ("*Preset details unavailable (engine not installed).*", d.num_frames, d.max_new_tokens)
+            return "*Preset details unavailable (engine not installed).*", frames, tokens
         kind = ("Self-SD (draft = target weights)" if p.draft is None
                 else f"Std-SD, draft `{shown_name(p.draft)}`")
         gpu = " · needs a CUDA GPU" if p.requires_cuda else ""
-        frames, tokens = zerogpu.default_budget(int(p.num_frames), int(p.max_new_tokens))
         reserve = zerogpu.settings_note(p.target, p.draft, frames, tokens)
         reserve = f"  \nOn ZeroGPU a Run with these frames and new tokens {reserve}." if reserve else ""
         hub = " · **needs the Hugging Face Hub, which this server cannot reach**" if missing_from_hub(
@@ -307,9 +314,11 @@ class Backend:
         (:func:`app.views.summary.comparison_json`; errors are returned in it, never raised)."""
         views: list[RunView] = []
         error, device = None, None
-        for upd in self.run(request, session=session, views=views):
-            error = upd.get("error", error)
-            device = upd.get("device", device)
+        with contextlib.closing(self.run(request, session=session, views=views)) as updates:
+            for upd in updates:
+                error, device = upd.get("error", error), upd.get("device", device)
+                if upd.get("background"):   # Done: the explanation for Inspect is not part of the JSON
+                    break
         view = views[0] if views else None
         return comparison_json(view if view is not None and view.started else None, error,
                                stopped=view is not None and view.stopped) | {"device": device}
@@ -393,23 +402,16 @@ class Backend:
         if reserve:
             yield {"status": f"Waiting for a ZeroGPU device: this Run {reserve}…"}
         worker, t0 = self.gpu_run(job), time.monotonic()
-        try:
-            for batch in worker:
-                upd = view.fold(batch, progress)
-                if stop.is_set():
-                    yield {**upd, "status": "Stopping…", "ui_state": "stopping"}
-                    break
-                if upd:
-                    yield upd
-                if view.failure is not None:
-                    break
+        try:   # Done when decoding ends; the explanation for Inspect goes on (done_first)
+            for upd in done_first.updates(worker, view, progress, stop, lambda: self.runs.background(sid)):
+                yield upd | {"device": label} if upd.get("background") else upd
         except Exception as e:  # ZeroGPU's own errors (quota, aborted worker) get one line in the user's terms
             msg = zerogpu.abort_message(e, view.where(), zerogpu.reserved_seconds(job) if reserve else None,
                                         time.monotonic() - t0)
             if msg is None:
                 raise
             log.warning("the GPU function ended: %s (%s)", msg, e)
-            view.failure = msg
+            view.failure = msg if view.comparison is None else None   # after Done only the explanation is lost
         finally:
             worker.close()  # GeneratorExit reaches the decode loop (and, on ZeroGPU, the worker process)
         state = self.runs.end_state(sid)
@@ -426,7 +428,8 @@ class Backend:
         """
         s = request.settings
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
-        dec, vid = build_configs(s, self.limits, device_type_of(self.device, self._cuda()), self.engine.presets())
+        dec, vid = build_configs(s, self.limits, device_type_of(self.device, self._cuda()), self.engine.presets(),
+                                 zerogpu.default_budget)
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
         cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)

@@ -23,6 +23,7 @@ class RunRegistry:
     def __init__(self) -> None:
         self._stops: dict[str, threading.Event] = {}
         self._queued: dict[str, float] = {}  # session -> when a Run was clicked while its run stopped
+        self._background: set[str] = set()  # sessions whose Run is Done and explains its steps for Inspect
 
     def start(self, sid: str) -> threading.Event:
         """A Run of ``sid`` starts: the session's previous Run is told to stop; returns the new stop flag."""
@@ -38,6 +39,12 @@ class RunRegistry:
         stop.set()
         if self._stops.get(sid) is stop:
             del self._stops[sid]
+            self._background.discard(sid)
+
+    def background(self, sid: str) -> None:
+        """The session's Run is Done and only explains its failing steps for Inspect: a Run clicked now ends that
+        (:meth:`queue_next`)."""
+        self._background.add(sid)
 
     def stop(self, sid: str) -> bool:
         """Tell the session's Run to stop; False when none is running."""
@@ -50,8 +57,11 @@ class RunRegistry:
     def queue_next(self, sid: str, wait_s: float = 0.5) -> bool:
         """A Run was clicked while the session's Run is active. The page disables Run while a run
         decodes, so that run is stopping, or its Stop is still on the way: this waits up to ``wait_s``
-        for the flag. Returns whether the click waits for a stopping run (then it is recorded)."""
+        for the flag; a Run that is Done and explaining in the background is told to stop. Returns whether the
+        click waits for a stopping run (then it is recorded)."""
         ev = self._stops.get(sid)
+        if ev is not None and sid in self._background:
+            ev.set()   # the next Run starts once the explanation has stopped
         if ev is None or not ev.wait(wait_s):
             return False
         self._queued[sid] = time.monotonic()

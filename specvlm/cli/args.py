@@ -177,22 +177,30 @@ def device_type(args: argparse.Namespace) -> str:
 
 
 def decode_config(args: argparse.Namespace, method: str, preset, device: str | None = None) -> DecodeConfig:
-    """DecodeConfig from the arguments and the preset's tree and budget
-    (:func:`specvlm.config.config_from_settings`, the app's path too; raises ConfigError on bad values).
+    """DecodeConfig from the arguments, each tree option and the budget left unset taken from the preset
+    (:func:`specvlm.models.presets.resolve_settings`, the page's and the API's resolver too;
+    :func:`specvlm.config.config_from_settings`; raises ConfigError on bad values).
 
     ``device``: the device type the pair is on (None: :func:`device_type` of the arguments); without
     ``--engine`` it picks the engine (:func:`specvlm.config.default_engine`)."""
-    from specvlm.models.presets import preset_defaults
-
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else preset_defaults(preset).max_new_tokens
+    dev = device or device_type(args)
+    resolved = preset_settings(args, preset)
     lam = getattr(args, "stage1_mass", None)
     return config_from_settings(
-        method, max_new_tokens=max_new, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
+        method, max_new_tokens=resolved.max_new_tokens, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
         top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
-        top_p_sampling=args.top_p_sampling, tree=preset_defaults(preset).tree, shape=args.tree, depth=args.depth,
-        top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob,
-        engine=getattr(args, "engine", None), device_type=device or device_type(args),
-        adaptive_r=bool(getattr(args, "adaptive_r", False)), reselect=reselect_config(args))
+        top_p_sampling=args.top_p_sampling, tree=resolved.tree, engine=getattr(args, "engine", None),
+        device_type=dev, adaptive_r=bool(getattr(args, "adaptive_r", False)), reselect=reselect_config(args))
+
+
+def preset_settings(args: argparse.Namespace, preset):
+    """The arguments' frames, budget and tree options resolved against ``preset`` (None: a model without one,
+    which gets the library's defaults on any device; :func:`specvlm.models.presets.resolve_settings`)."""
+    from specvlm.models.presets import resolve_settings
+
+    return resolve_settings(preset, num_frames=getattr(args, "num_frames", None),
+                            max_new_tokens=args.max_new_tokens, shape=args.tree, depth=args.depth,
+                            top_k=args.top_k, total_tokens=args.total_tokens, min_prob=args.min_prob)
 
 
 def reselect_config(args: argparse.Namespace) -> ReselectConfig:
@@ -208,9 +216,7 @@ def reselect_config(args: argparse.Namespace) -> ReselectConfig:
 
 def video_config(args: argparse.Namespace, pair, preset) -> VideoConfig:
     """VideoConfig from the arguments (``pair`` None: validation only, before any model is loaded)."""
-    from specvlm.models.presets import preset_defaults
-
-    n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
+    n = preset_settings(args, preset).num_frames
     even = pair is not None and pair.frames_per_token == 2
     return VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n), even_frames=even)
 

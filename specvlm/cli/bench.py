@@ -19,7 +19,7 @@ from specvlm.bench.protocol import run_bench
 from specvlm.bench.settings import (DEFAULT_METHODS, SELF, BenchError, BenchSettings,
                                     drop_redundant_self, parse_int_list, parse_methods)
 from specvlm.cli.args import (add_common_args, add_decode_args, add_model_args, check_prompt_flag,
-                              decode_config, load_from_args)
+                              decode_config, load_from_args, preset_settings)
 from specvlm.config import DEFAULT_PROMPT, PRUNE_METHODS, VideoConfig
 
 TINY_PRESETS = ("tiny", "tiny-llava")
@@ -304,8 +304,7 @@ def plan_from_args(args: argparse.Namespace, progress: Callable[[str], None] | N
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs, background_load=args.background_load)
     settings.validate()
-    from specvlm.models.presets import preset_defaults
-    n = args.num_frames if args.num_frames is not None else preset_defaults(preset).num_frames
+    n = preset_settings(args, preset).num_frames
     vcfg = VideoConfig(num_frames=n, fps=args.fps, max_frames=max(VideoConfig.max_frames, n),
                        max_pixels=setting.max_pixels if setting else VideoConfig().max_pixels,
                        even_frames=pair.frames_per_token == 2)

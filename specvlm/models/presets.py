@@ -20,6 +20,7 @@ LLaVA-OV, ~128 frames for Qwen2.5-VL, r = 0.9, λ = 0.4); docs/design.md §5.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import torch
 
 from specvlm import assets
 from specvlm.config import (BUNDLED_SELF_TREE, BUNDLED_STD_TREE, CPU_MAX_NEW_TOKENS, DecodeConfig, PruneConfig,
-                            TreeConfig, VideoConfig)
+                            TreeConfig, VideoConfig, tree_with_options)
 from specvlm.models.ceiling import Ceiling, ceiling_note, preset_ceiling
 
 BUNDLED_TARGET = assets.path("model", "target")
@@ -190,6 +191,59 @@ def preset_defaults(preset: Preset | None, cuda: bool = True) -> Preset:
     if preset is not None:
         return preset
     return Preset("", "", None, "", max_new_tokens=DecodeConfig.max_new_tokens if cuda else CPU_MAX_NEW_TOKENS)
+
+
+@dataclass(frozen=True)
+class PresetSettings:
+    """The preset-dependent settings of one run, resolved (:func:`resolve_settings`).
+
+    Attributes:
+        num_frames: frames to sample.
+        max_new_tokens: generation budget (tokens).
+        tree: the draft tree (:class:`specvlm.config.TreeConfig`, with the preset's long-prompt tree when no tree
+            option changed it).
+    """
+
+    num_frames: int
+    max_new_tokens: int
+    tree: TreeConfig
+
+
+def resolve_settings(preset: Preset | None, *, cuda: bool = True,
+                     budget: Callable[[int, int], tuple[int, int]] | None = None, num_frames: int | None = None,
+                     max_new_tokens: int | None = None, shape: str | None = None, depth: int | None = None,
+                     top_k: int | None = None, total_tokens: int | None = None,
+                     min_prob: float | None = None) -> PresetSettings:
+    """The one preset resolver of the CLI, the page and the API: each setting the caller gave, else the preset's.
+
+    Frames and new tokens left unset (None) are the preset's (:func:`preset_defaults`; ``budget`` may cap the
+    pair, e.g. ZeroGPU's suggested budget); the tree is the preset's combined with the tree options given
+    (:func:`specvlm.config.tree_with_options`: an option equal to the preset's changes nothing, so its
+    long-prompt tree stays).
+
+    Args:
+        preset: the chosen preset, or None for a model without one (the library's defaults).
+        cuda: whether the run decodes on CUDA (a model without a preset gets the CPU budget otherwise).
+        budget: ``(frames, tokens) -> (frames, tokens)`` applied to the preset's suggestion (None: as it is).
+        num_frames, max_new_tokens, shape, depth, top_k, total_tokens, min_prob: the caller's settings;
+            None = not set.
+
+    Returns:
+        The resolved :class:`PresetSettings`.
+
+    Raises:
+        ConfigError: an out-of-range tree option.
+
+    Source: docs/design.md §5 (presets).
+    """
+    p = preset_defaults(preset, cuda)
+    frames, tokens = (budget or (lambda f, t: (f, t)))(int(p.num_frames), int(p.max_new_tokens))
+    base = getattr(p, "tree", None)   # a preset named by an app's engine may carry no tree: TreeConfig()
+    return PresetSettings(num_frames=frames if num_frames is None else num_frames,
+                          max_new_tokens=tokens if max_new_tokens is None else max_new_tokens,
+                          tree=tree_with_options(base if isinstance(base, TreeConfig) else None, shape=shape,
+                                                 depth=depth, top_k=top_k, total_tokens=total_tokens,
+                                                 min_prob=min_prob))
 
 
 def default_preset() -> Preset:
