@@ -312,9 +312,7 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.engine == "":
-            reselect = isinstance(self.reselect, ReselectConfig) and self.reselect.enabled
-            auto = "eager" if reselect and self.method != "vanilla" else ENGINE_BY_DEVICE["cpu"]
-            object.__setattr__(self, "engine", auto)
+            object.__setattr__(self, "engine", ENGINE_BY_DEVICE["cpu"])
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
         if self.engine not in ENGINES:
@@ -326,8 +324,6 @@ class DecodeConfig:
                 hint = (f" (to choose the pruning method, use DecodeConfig(method={value!r}))"
                         if name == "prune" and isinstance(value, str) else "")
                 raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
-        if self.reselect.enabled and self.speculative and self.engine != "eager":
-            raise ConfigError("re-selection runs on the eager engine: set the engine to eager, or leave it unset.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))
 

@@ -106,13 +106,10 @@ def test_settings_are_validated_with_the_setting_named():
         ReselectConfig(track=65)
     with pytest.raises(ConfigError, match="r_max=0.6 is out of range"):
         PruneConfig(r_min=0.7, r_max=0.6)
-    with pytest.raises(ConfigError, match="re-selection runs on the eager engine: set the engine to eager, or leave it unset"):
-        DecodeConfig(engine="static", reselect=ReselectConfig(enabled=True))
     with pytest.raises(ConfigError, match="reselect=True is not a ReselectConfig"):
         DecodeConfig(reselect=True)
-    # a front end that does not choose the engine gets the eager one with re-selection on, on any device
-    assert config_from_settings(device_type="cuda", reselect=ReselectConfig(enabled=True)).engine == "eager"
-    assert config_from_settings(device_type="cuda").engine == "static"
+    # re-selection runs on the one engine, on any device
+    assert config_from_settings(device_type="cuda", reselect=ReselectConfig(enabled=True)).reselect.enabled
     assert DecodeConfig().reselect.enabled is False and DecodeConfig().prune.adaptive_r is False  # paper defaults
 
 
@@ -131,9 +128,8 @@ def _check_added(res, keep: torch.Tensor, cfg: ReselectConfig) -> list[int]:
 @pytest.mark.parametrize("mode", ["self", "std"])
 @pytest.mark.parametrize("fast", [True, False])
 def test_reselection_is_lossless_self_and_std_sd(pairs, inputs, vanilla, fam, mode, fast, monkeypatch):
-    if not fast:   # the module-stack draft runner (transformers' cache) instead of the fused one
-        monkeypatch.setattr("specvlm.engine.stream.make_draft_runner",
-                            lambda *a, **k: draft_mod.make_draft_runner(*a, fast=False, **k))
+    if not fast:   # the draft through transformers' module stack instead of the fused forward
+        monkeypatch.setattr("specvlm.engine.staticloop._fused", lambda *a, **k: None)
     res = generate(pairs[(fam, mode)], inputs[(fam, mode)], _cfg(reselect=FIRE))
     assert res.token_ids == vanilla[fam]
     _check_added(res, res.prefill.prune.keep, FIRE)
@@ -145,8 +141,7 @@ def test_reselection_is_lossless_self_and_std_sd(pairs, inputs, vanilla, fam, mo
 def test_every_step_trigger_is_lossless_and_fires_before_and_after_each_step(pairs, inputs, vanilla, fam, mode, fast,
                                                                           monkeypatch):
     if not fast:
-        monkeypatch.setattr("specvlm.engine.stream.make_draft_runner",
-                            lambda *a, **k: draft_mod.make_draft_runner(*a, fast=False, **k))
+        monkeypatch.setattr("specvlm.engine.staticloop._fused", lambda *a, **k: None)
     res = generate(pairs[(fam, mode)], inputs[(fam, mode)], _cfg(reselect=EVERY))
     assert res.token_ids == vanilla[fam]
     _check_added(res, res.prefill.prune.keep, EVERY)
@@ -297,13 +292,11 @@ def test_cli_flags_reach_the_config(capsys):
                                           "2", "--no-reselect-sync"])
         got = decode_config(more, "specvlm", None, "cpu").reselect
         assert (got.trigger, got.track, got.sync) == ("refused", 2, False)
-        assert cfg.prune.adaptive_r and cfg.engine == "eager"
+        assert cfg.prune.adaptive_r
         plain = decode_config(build_parser().parse_args(command), "specvlm", None, "cpu")
         assert not plain.reselect.enabled and not plain.prune.adaptive_r
     assert main(["generate", "--video", "missing.mp4", "--reselect", "--reselect-min-share", "2"]) == 2
     assert "reselect min_share=2.0 is out of range" in capsys.readouterr().err
-    assert main(["generate", "--video", "missing.mp4", "--reselect", "--engine", "static"]) == 2
-    assert "re-selection runs on the eager engine" in capsys.readouterr().err
 
 
 def test_reselection_with_a_draft_of_another_token_grid():

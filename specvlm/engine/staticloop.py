@@ -11,8 +11,9 @@ greedy, the same tokens.
 
 Supported: greedy and sampled decoding with every tree shape (chain, static, dynamic); sampled steps
 take their randomness from noise buffers refilled from the request's generator before each step
-(:mod:`specvlm.engine.sampledsteps`). A draft on another device than the target runs the eager loop
-(:func:`static_supported` says why, and ``stream()`` logs it).
+(:mod:`specvlm.engine.sampledsteps`); re-selection between steps (:mod:`specvlm.engine.reselection`);
+a draft on another device than the target (its steps run there; the tree and the next pending tokens
+are copied between the devices).
 
 Source: docs/design.md §4.1-4.12 (the algorithm) and §4.13 (the GPU fast path).
 """
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from specvlm.engine.measures import Timer
 from specvlm.config import DecodeConfig
-from specvlm.engine import statickv
+from specvlm.engine import reselection, statickv
 from specvlm.engine.fastdraft import FastDraftUnsupported
 from specvlm.engine.graphs import step_runner
 from specvlm.engine.loopparts import first_token as _first_token
@@ -36,8 +39,8 @@ from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticdraft import FusedDraft, fused_draft
 from specvlm.engine.statictarget import FusedTarget, fused_target
-from specvlm.engine.steps import (ModelSide, decode_step, draft_step, spec_state, tree_shape, vanilla_state,
-                                  verify_step)
+from specvlm.engine.steps import (ModelSide, SpecState, decode_step, draft_step, spec_state, tree_shape,
+                                  vanilla_state, verify_step)
 from specvlm.models.stopping import stop_between_layers
 from specvlm.models.pair import ModelPair
 from specvlm.spec.deviceaccept import unpack
@@ -51,15 +54,9 @@ MARGIN = 8
 """Spare slots in every static buffer beyond what a request can write."""
 
 
-def static_supported(pair: ModelPair, config: DecodeConfig) -> str | None:
-    """None when the static loop runs this request, else the reason it runs the eager loop.
-
-    Source: docs/design.md §4.13.
-    """
-    if config.speculative:
-        if pair.draft.device != pair.device:
-            return "the draft is on another device than the target"
-    return None
+def own_draft_state(device: torch.device, draft_device: torch.device) -> bool:
+    """True when the draft's steps keep their own state on ``draft_device`` (another device than the target's)."""
+    return torch.device(device) != torch.device(draft_device)
 
 
 def _side(model, adapter, cache, rope_dims: int, capacity: int,
@@ -136,31 +133,37 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
 
     Source: SpecVLM (arXiv 2508.16201) Sec. 3; docs/design.md §4.1-4.13.
     """
-    dev = pair.device
+    dev, ddev = pair.device, pair.draft.device
     sp = speculative_prefill(pair, inputs, config, reuse, should_stop)   # 4.1-4.7
-    t_in, d_in, tp, d_cache, d_len = sp.t_in, sp.d_in, sp.tp, sp.d_cache, sp.d_len
+    t_in, d_in, tp = sp.t_in, sp.d_in, sp.tp
     L = int(t_in.input_ids.shape[1])
     yield sp.info
     rows, sub = draft_substitute(pair)
     dtype = pair.target.get_input_embeddings().weight.dtype
-    shape = tree_shape(config.tree.for_prompt(L), pair.shared_vocab, dev, config.sampling, dtype)
-    D, N = shape.depth, shape.nodes
-    budget = config.max_new_tokens + 2 * (D + 1) + N + MARGIN
+    tree = config.tree.for_prompt(L)
+    shape = tree_shape(tree, pair.shared_vocab, dev, config.sampling, dtype)
+    split = own_draft_state(dev, ddev)
+    dshape = tree_shape(tree, pair.shared_vocab, ddev, config.sampling, dtype) if split else shape
+    budget = config.max_new_tokens + 2 * (shape.depth + 1) + shape.nodes + MARGIN
+    extra = config.reselect.total_tokens if config.reselect.enabled else 0   # re-selection's slots in the draft
     target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget,
                    fused_target(pair.target, pair.adapter, _rope_dims(inputs), t_in.next_position + budget))
     fused = _fused(pair, _rope_dims(d_in), d_in.next_position + budget)
-    draft = _side(pair.draft, pair.draft_adapter, d_cache, _rope_dims(d_in), d_len + budget + shape.drafted, fused)
-    last = tp.last_logits
-    del tp, d_cache
+    draft = _side(pair.draft, pair.draft_adapter, sp.d_cache, _rope_dims(d_in),
+                  sp.d_len + budget + shape.drafted + extra, fused)
+    rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), target.cache.capacity, dev)
+    target.tap = rs.tap if rs is not None else None
+    last, last_row = tp.last_logits, tp.last_row
+    del tp, sp
     offset = d_in.next_position - t_in.next_position
     em, pick, _, first, event = _first_token(pair, config, last)
     st = spec_state(first, t_in.next_position, shape, rows, sub, dev)
-    saved = st.tensors() + [target.cache.length, draft.cache.length]
-    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
-    run_draft, c1 = step_runner(lambda: draft_step(draft, st, shape, offset, pair.shared_vocab), dev, saved, pool)
-    run_verify, c2 = step_runner(lambda: verify_step(target, st, shape, rows, sub), dev, saved, pool)
-    if c1 + c2:
-        log.info("static draft and verify steps captured in %.3f s", c1 + c2)
+    dst = spec_state(first, t_in.next_position, dshape, rows, sub, ddev) if split else st
+    if rs is not None:   # beyond the paper: before the first draft (docs/design.md §4.14)
+        with Timer(ddev) as t_r:
+            event.added, event.unseen_share = reselection.begin(rs, pair, (target, draft), last_row, d_in)
+        event.draft_ms = t_r.ms   # in the decode clock, as every step's re-selection
+    runners = _spec_runners(pair, target, draft, (st, dst), (shape, dshape), offset, rs)
     gen = _generator(pick, config, dev)
     t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
     yield event
@@ -168,22 +171,86 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     while not em.done and not (should_stop and should_stop()):
         step += 1
         # 4.8 draft tree from the root (the pending tokens enter the draft cache first)
-        with Timer(dev) as t_d:
+        with Timer(ddev) as t_d:
             if st.noise is not None:
                 refresh(st.noise, gen)
-            run_draft()
-        # 4.9-4.10 verify, accept on the device, commit; the step's one host read
+                _copy(dst.noise.tree, st.noise.tree)
+            runners.draft()
+            _to_verify(dst, st)
+        # 4.9-4.10 verify, accept on the device, commit; then re-selection's measure: the step's one host read
         with Timer(dev) as t_v:
-            run_verify()
-            out = st.out.tolist()
-        accepted, bonus = unpack(out[:-1])
-        n_acc, size = len(accepted), out[-1]
+            runners.verify()
+        with Timer(dev) as t_r:
+            if rs is not None:
+                runners.measure()
+            out, measured = reselection.read_step(st.out, rs)
+            accepted, bonus = unpack(out[:-1])
+            n_acc, size = len(accepted), out[-1]
+            added, share = ([], None) if rs is None else \
+                reselection.after_step(rs, pair, (target, draft), st, measured, d_in)
+            _to_draft(st, dst)
         new, pieces = em.emit(accepted + [bonus])
         n_new = min(n_acc, len(new))
         rec = _record(st, size, n_acc, bonus) if record_trees else None
-        yield StepEvent(step, new, n_new, [i < n_new for i in range(len(new))], "".join(pieces), draft_ms=t_d.ms,
-                        verify_ms=t_v.ms, tree_size=size, elapsed_s=time.perf_counter() - t_dec,
-                        num_generated=len(em.ids), tree=rec, pieces=pieces)
+        yield StepEvent(step, new, n_new, [i < n_new for i in range(len(new))], "".join(pieces),
+                        draft_ms=t_d.ms + (t_r.ms if rs is not None else 0.0), verify_ms=t_v.ms + (
+                            0.0 if rs is not None else t_r.ms), tree_size=size,
+                        elapsed_s=time.perf_counter() - t_dec, num_generated=len(em.ids), tree=rec, pieces=pieces,
+                        added=added, unseen_share=share)
+
+
+@dataclass(frozen=True)
+class _Runners:
+    draft: Callable[[], None]
+    verify: Callable[[], None]
+    measure: Callable[[], None]
+
+
+def _spec_runners(pair: ModelPair, target: ModelSide, draft: ModelSide, states, shapes, offset: int,
+                  rs) -> _Runners:
+    """The draft, verify and (with re-selection) measure steps, each captured once on CUDA
+    (:func:`specvlm.engine.graphs.step_runner`); the draft's on its own device.
+
+    Source: docs/design.md §4.13.
+    """
+    st, dst = states
+    dev, ddev = target.cache.slots.device, draft.cache.slots.device
+    rows, sub = draft_substitute(pair)
+    saved = st.tensors() + [target.cache.length, draft.cache.length]
+    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+    dpool = pool if dst is st else (torch.cuda.graph_pool_handle() if ddev.type == "cuda" else None)
+    dsaved = saved if dst is st else dst.tensors() + [draft.cache.length]
+    run_draft, c1 = step_runner(lambda: draft_step(draft, dst, shapes[1], offset, pair.shared_vocab), ddev,
+                                dsaved, dpool)
+    run_verify, c2 = step_runner(lambda: verify_step(target, st, shapes[0], rows, sub), dev, saved, pool)
+    run_measure, c3 = (step_runner(lambda: reselection.measure_step(rs, target.cache, st), dev,
+                                   saved + [rs.out], pool) if rs is not None else (lambda: None, 0.0))
+    if c1 + c2 + c3:
+        log.info("static draft, verify and measure steps captured in %.3f s", c1 + c2 + c3)
+    return _Runners(run_draft, run_verify, run_measure)
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    if dst is not src:
+        dst.copy_(src)
+
+
+def _to_verify(dst: SpecState, st: SpecState) -> None:
+    """The drafted tree from the draft's device to the target's (nothing when they share one)."""
+    if dst is st:
+        return
+    for a, b in ((st.tokens, dst.tokens), (st.parents, dst.parents), (st.scores, dst.scores), (st.valid, dst.valid)):
+        a.copy_(b)
+    if st.noise is not None:
+        st.noise.draft_probs.copy_(dst.noise.draft_probs)
+
+
+def _to_draft(st: SpecState, dst: SpecState) -> None:
+    """The next pending tokens, root and position from the target's device to the draft's."""
+    if dst is st:
+        return
+    for a, b in ((dst.pending, st.pending), (dst.n_pending, st.n_pending), (dst.root, st.root), (dst.pos, st.pos)):
+        a.copy_(b)
 
 
 def _generator(pick, config: DecodeConfig, device: torch.device) -> torch.Generator | None:

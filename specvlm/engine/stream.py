@@ -86,13 +86,10 @@ def stream(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig | None = N
         inputs = for_pair(pair, inputs)
     adapt_threads()   # one thread while other processes keep the CPUs busy (automatic policy only)
     if config.engine == "static":
-        why = staticloop.static_supported(pair, config)
-        if why is None:
-            events = (staticloop.stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
-                      if config.speculative else staticloop.stream_vanilla(pair, inputs, config, prefill, should_stop))
-            yield from _in_inference_mode(events)
-            return
-        log.info("engine 'static' not used for this request: %s.", why)
+        events = (staticloop.stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
+                  if config.speculative else staticloop.stream_vanilla(pair, inputs, config, prefill, should_stop))
+        yield from _in_inference_mode(events)
+        return
     if config.speculative:
         events = _stream_speculative(pair, inputs, config, prefill, should_stop, record_trees)
     else:

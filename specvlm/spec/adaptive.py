@@ -88,16 +88,33 @@ def reselect_tokens(video_row: torch.Tensor, held: torch.Tensor, config: Reselec
     lack = ~held.cpu().reshape(-1)
     total = float(row.sum())
     share = float(row[lack].sum()) / total if total > 0 else 0.0
+    w = torch.where(lack, row, torch.full_like(row, -1.0))
+    order = torch.argsort(w, descending=True, stable=True)
+    return pick_unseen(share, order[w[order] > 0], lack, config, budget_left, token_grid)
+
+
+def pick_unseen(share: float, order: torch.Tensor, lack: torch.Tensor, config: ReselectConfig, budget_left: int,
+                token_grid: torch.Tensor | None = None) -> Reselection:
+    """:func:`reselect_tokens` from its ranking: the tokens to add given the unseen share and the candidates.
+
+    Args:
+        share: the row's share on tokens the draft lacks, in [0, 1].
+        order: int64 (C,) unheld video tokens with positive attention, most attended first (ties by index);
+            at least min(step_tokens, budget_left) of them when there are that many, twice that with ``track``.
+        lack: bool (V,) tokens the draft lacks; config, budget_left, token_grid: as :func:`reselect_tokens`.
+
+    Returns:
+        :class:`Reselection` as :func:`reselect_tokens`.
+
+    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance), re-applied during decoding.
+    """
     n = min(int(config.step_tokens), int(budget_left), int(lack.sum()))
     if share <= config.min_share or n <= 0:
         return Reselection(share, torch.empty(0, dtype=torch.long))
-    w = torch.where(lack, row, torch.full_like(row, -1.0))
+    order = order.cpu().long()
     if config.track == 0 or token_grid is None:
-        top = torch.topk(w, n)
-        return Reselection(share, torch.sort(top.indices[top.values > 0]).values.long())
-    order = torch.argsort(w, descending=True, stable=True)
-    order = order[w[order] > 0]
-    return Reselection(share, track_cells(order, lack, token_grid, config.track, n))
+        return Reselection(share, torch.sort(order[:n]).values)
+    return Reselection(share, track_cells(order, lack.cpu(), token_grid, config.track, n))
 
 
 def track_cells(order: torch.Tensor, lack: torch.Tensor, token_grid: torch.Tensor, track: int,
