@@ -11,7 +11,7 @@ from helpers.media import make_clip
 from specvlm.config import DecodeConfig, ReselectConfig, SamplingConfig, TreeConfig
 from specvlm.engine import reselection, statickv
 from specvlm.engine.draftcache import append_video, sync_rows
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.prepare import prepare
 from specvlm.engine.sampledsteps import refresh
@@ -66,13 +66,13 @@ def test_a_draft_with_its_own_state_is_lossless(pairs, inputs, mode, tree, monke
     between the two), greedy and with re-selection; the same tokens as plain decoding."""
     pair, inp = pairs[("qwen", mode)], inputs[("qwen", mode)]
     want = generate(pair, inp, _cfg("vanilla")).token_ids
-    monkeypatch.setattr("specvlm.engine.staticloop.own_draft_state", lambda *a: True)
+    monkeypatch.setattr("specvlm.engine.loop.own_draft_state", lambda *a: True)
     assert generate(pair, inp, _cfg(tree=tree)).token_ids == want
     assert generate(pair, inp, _cfg(tree=tree, reselect=EVERY if mode == "self" else FIRE)).token_ids == want
     sampled = _cfg(tree=tree, sampling=SamplingConfig(temperature=0.7, seed=5))
     monkeypatch.undo()
     alone = generate(pair, inp, sampled).token_ids
-    monkeypatch.setattr("specvlm.engine.staticloop.own_draft_state", lambda *a: True)
+    monkeypatch.setattr("specvlm.engine.loop.own_draft_state", lambda *a: True)
     assert generate(pair, inp, sampled).token_ids == alone     # the same draws: the same noise reaches both
 
 

@@ -426,7 +426,7 @@ class Backend:
         """
         s = request.settings
         prompt, prompt_note = check_prompt(request.prompt, self.limits)
-        dec, vid = build_configs(s, self.limits, device_type_of(self.device, self._cuda()), self.engine.presets())
+        dec, vid = build_configs(s, self.limits, self.engine.presets())
         path = uploads.check_video(request.video, self.limits, getattr(self.engine, "probe_video", None))
         cues, mode, truth, notes = request_extras(request, self.load_cues, self.load_truth)
         target, draft, name = self.resolve_model(s)

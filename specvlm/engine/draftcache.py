@@ -1,10 +1,7 @@
-"""Writes into a draft's static buffer between steps: copied rows, a partial prefill, the next feed.
-
-Re-selection (:mod:`specvlm.engine.reselection`) puts video tokens into the draft's
-:class:`~specvlm.engine.statickv.StaticKV` by index, after its length (attention does not depend on
-the order of cached entries; RoPE carries their positions), or rebuilds the buffer from the target's.
-The buffer's capacity is fixed per request (its ``total_tokens`` are part of it), so nothing here
-allocates or reads a value to the host.
+"""Writes into a draft's static buffer between steps (re-selection's): copied rows, a partial prefill, the
+next feed. Entries go by index after the buffer's length (attention does not depend on the order of cached
+entries; RoPE carries their positions), within a capacity fixed per request: nothing here allocates or
+reads a value to the host.
 
 Source: docs/design.md §4.7 (original positions), §4.13 (static buffers) and §4.14.
 """

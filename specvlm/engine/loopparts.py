@@ -1,7 +1,8 @@
-"""The parts both decode loops share: the target prefill (or a reused one), the first token, the emitter.
+"""The prefill phase and what the loop starts from: the target prefill (or a reused one), scoring and pruning,
+the draft prefill, the first token, the emitter.
 
-:mod:`specvlm.engine.stream` (the eager loop) and :mod:`specvlm.engine.staticloop` (the static loop)
-emit tokens, stop at EOS / the budget and decode text the same way, so their events agree.
+The vanilla and the speculative loop (:mod:`specvlm.engine.loop`) emit tokens, stop at EOS / the budget and
+decode text through one :class:`Emitter`, so their events agree.
 
 Source: docs/design.md §4.10 (stop at the first EOS, never exceed max_new_tokens) and §4.12.
 """
@@ -25,6 +26,33 @@ from specvlm.spec.grid import map_keep
 from specvlm.spec.pruning import SCORE_METHODS, prune
 from specvlm.spec.sampling import make_generator, process_logits, sample
 from specvlm.types import ModelInputs, PrefillInfo, StepEvent
+
+
+def draft_substitute(pair: Any) -> tuple[int, int]:
+    """How the draft embeds target tokens it has no row for: (draft rows, substitute id).
+
+    In Std-SD the target's LM head can be larger than the draft's embedding table (padded
+    vocabularies: Qwen2.5-VL-7B 152,064 vs 3B 151,936). The target may emit such an id (sampled,
+    or greedy when its head favours a padding row); the draft then sees the tokenizer's pad id
+    in its place (else its unk id, else 0). Only the draft's context changes, so later drafts
+    may be accepted less often; the target still decides every token, so the output does not.
+
+    Args:
+        pair: the ModelPair.
+
+    Returns:
+        (Vd, substitute): ids >= Vd are replaced by ``substitute`` (< Vd) before the draft
+        embeds them.
+
+    Source: docs/design.md §4 (padded vocabularies within a family).
+    """
+    rows = int(pair.draft.get_input_embeddings().weight.shape[0])
+    tok = getattr(pair.processor, "tokenizer", None)
+    for name in ("pad_token_id", "unk_token_id"):
+        tid = getattr(tok, name, None)
+        if isinstance(tid, int) and 0 <= tid < rows:
+            return rows, tid
+    return rows, 0
 
 
 class Emitter:

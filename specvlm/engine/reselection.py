@@ -1,24 +1,15 @@
 """Re-selection between decode steps: the draft's video tokens follow what the generation turns to.
 
-At a verify step whose drafted continuation the target refused (with ``trigger="every"``: every step),
-the target's attention from the row that chose its own token says where it looked. The verify forward
-keeps each layer's queries in fixed buffers (:class:`QueryTap`, handed to the attention as
-:attr:`specvlm.models.staticattn.StaticAttn.tap`: no second forward); :func:`measure_step` scores that
-one row against the target's committed keys, heads and layers averaged (the quantity Stage I ranks video
-tokens by and the Inspect "why" view shows, :func:`specvlm.analysis.why.input_attention_at`), and ranks
-the video tokens the draft lacks, all on the device with fixed shapes (capturable). Its packed result is
-read with the step's own (:func:`read_step`: no extra host read). When more than ``min_share`` of the
-row falls on tokens the draft lacks, the most attended of them (with ``track``, their cells in
-neighbouring frame groups: :func:`specvlm.spec.adaptive.pick_unseen`) enter the draft's static buffer
-by index, after its length, at their original positions (:mod:`specvlm.engine.draftcache`):
-
-* Self-SD: their keys and values are copied from the target's buffer;
-* Std-SD: a partial draft prefill of just those tokens (its own video features and M-RoPE positions).
-
-The buffer's capacity is fixed per request from ``total_tokens``. With ``sync`` (Self-SD on the
-target's own prompt) a measured step instead rebuilds the draft's buffer as the target's at every token
-the draft holds; the next draft then feeds only the bonus token. The output is unchanged: the target
-verifies every drafted token.
+The verify keeps each layer's queries in fixed buffers (:class:`QueryTap`, the attention's tap: no second
+forward). :func:`measure_step` scores the row that chose the target's own token (at a refused step, or
+every step with ``trigger="every"``) against the target's committed keys, heads and layers averaged (the
+quantity Stage I ranks video tokens by and the Inspect "why" view shows), and ranks the video tokens the
+draft lacks, on the device with fixed shapes; its result comes back with the step's one read. When more
+than ``min_share`` of the row falls on them, the most attended (with ``track``, their cells in
+neighbouring frame groups) enter the draft's buffer by index (:mod:`specvlm.engine.draftcache`: Self-SD
+copies the target's keys and values, Std-SD runs a partial prefill), within a capacity fixed per request
+from ``total_tokens``; with ``sync`` the draft's buffer becomes the target's at every token it holds. The
+output is unchanged: the target verifies every drafted token.
 
 Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3.2 (verifier attention as importance)
 and its failure analysis; docs/design.md §4.14.
@@ -33,7 +24,7 @@ import torch
 from specvlm.config import ReselectConfig
 from specvlm.engine.draftcache import append_video, copy_rows, only_bonus, sync_rows
 from specvlm.models.staticattn import key_bias
-from specvlm.spec.adaptive import reselect_tokens
+from specvlm.spec.adaptive import reselect_tokens, track_picks
 from specvlm.spec.grid import map_keep
 
 
@@ -66,15 +57,13 @@ class Reselect:
     """One request's re-selection state (held by the decode loop, never by a model).
 
     Attributes:
-        config: the settings.
-        held: per video token (index space of ``PruneResult.keep``), whether the draft holds it (host list).
-        unheld: how many it lacks.
-        lack: bool (V,) on the target's device: not ``held``.
+        config: the settings; held: per video token (``PruneResult.keep``'s index space), whether the draft
+            holds it (host list); unheld: how many it lacks; lack: bool (V,) on the target's device: not held.
         hold_pos: bool (cap,) on the target's device: the target's buffer slots the draft holds (every slot
             but the video tokens it lacks).
         video_index: int64 (V,) on the target's device: the video tokens' sequence positions.
-        draft_held: bool (Vd,) the same in the draft's own token grid when it differs, else None.
-        grids: (target grid, draft grid) when the draft has its own token grid, else None.
+        draft_held, grids: bool (Vd,) ``held`` in the draft's own token grid and (target grid, draft grid)
+            when it has one, else None.
         sync: rebuild the draft's buffer from the target's at every measured step.
         tap: the verify's queries; out: float64 (2 + 2k,) :func:`measure_step`'s packed result.
         k: candidates ranked per step; token_grid: int (V, 3) the target's (frame group, row, col) per video
@@ -167,13 +156,10 @@ def measure_step(rs: Reselect, cache: Any, st: Any) -> None:
     """After a verify and its commit: the measured row's unseen share and the lacking tokens ranked, into
     ``rs.out`` = (measured, share, k candidate indices, their attention (-1 = held)); fixed shapes.
 
-    The measured row is the one after the last accepted node (the root's row when none was accepted): it
-    chose the target's own token. A step is measured when that node has drafted children (the target refused
-    them, :func:`specvlm.analysis.why.rejections`), or always with ``trigger="every"``.
-
-    Args:
-        rs: the state; cache: the target's static buffer after the commit;
-        st: the :class:`~specvlm.engine.steps.SpecState` after the verify (``out``, ``path``, ``parents``, ``valid``).
+    The measured row is the last accepted node's (the root's when none): it chose the target's own token. A
+    step is measured when that node has drafted children (refused: :func:`specvlm.analysis.why.rejections`),
+    or always with ``trigger="every"``. ``cache``: the target's buffer after the commit; ``st``: the
+    :class:`~specvlm.engine.steps.SpecState` after the verify.
 
     Source: docs/design.md §4.14 (the measured row); SpecVLM Sec. 3.2.
     """
@@ -214,33 +200,7 @@ def pick(rs: Reselect, measured: list[float]) -> tuple[list[int], float | None]:
     order = [int(i) for i, v in zip(measured[2:2 + k], measured[2 + k:2 + 2 * k]) if v > 0]
     if not c.track:
         return sorted(order[:n]), share
-    return track_list(order, rs.held, rs.cells, c.track, n), share
-
-
-def track_list(order: list[int], held: list[bool], cells: dict[tuple[int, int, int], int], track: int,
-               n: int) -> list[int]:
-    """:func:`specvlm.spec.adaptive.track_cells` over Python lists: up to ``n`` tokens, each of ``order`` then its
-    cell in the frame groups 1..``track`` before and after it (nearest first), unheld ones only, each once.
-
-    Args:
-        order: candidates, most wanted first; held: per video token; cells: (frame group, row, col) -> token;
-        track: frame groups either side; n: most tokens.
-
-    Returns:
-        ascending token indices.
-
-    Source: the draft's missing objects persist across frames (a picked cell's track).
-    """
-    where = {i: cell for cell, i in cells.items()}
-    taken: set[int] = set()
-    for i in order:
-        t, r, col = where[i]
-        for j in [i] + [cells.get((t + s * d, r, col), -1) for d in range(1, track + 1) for s in (-1, 1)]:
-            if j >= 0 and not held[j] and j not in taken and len(taken) < n:
-                taken.add(j)
-        if len(taken) >= n:
-            break
-    return sorted(taken)
+    return track_picks(order, rs.held, rs.cells, c.track, n), share
 
 
 def after_step(rs: Reselect, pair: Any, sides: tuple[Any, Any], st: Any, measured: list[float],

@@ -3,7 +3,7 @@
 Each step reads and writes only device tensors of fixed shapes held in its state
 (:class:`VanillaState`, :class:`SpecState`): token ids, positions, lengths, the drafted tree and a
 packed output row. No step reads a value to the host; the decode loop
-(:mod:`specvlm.engine.staticloop`) reads the packed output once per step. The same functions run
+(:mod:`specvlm.engine.loop`) reads the packed output once per step. The same functions run
 eagerly on the CPU and are captured in CUDA graphs on a GPU (:mod:`specvlm.engine.graphs`).
 
 A model forward (:func:`static_forward`) goes through transformers' modules with a
@@ -107,7 +107,7 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
 ONE_MASK_ROWS = 24
 """Folded query rows (tokens x query heads per KV head) up to which a block forward on a CPU attends in one
 masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (fewer ops per
-layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The static engine on a CPU*)."""
+layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The engine on a CPU*)."""
 
 
 def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> StaticAttn:

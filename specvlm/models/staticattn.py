@@ -13,8 +13,8 @@ The two softmaxes are merged exactly by their log-sum-exps (the split-softmax id
 FlashAttention's block merge). Query heads that share a KV head are folded into the query axis
 (B, KV, G*n, d), so each KV head is read once and nothing is repeated per head.
 
-:func:`attend_lse` and :func:`merge_lse` are shared with the eager engine's split
-(:func:`specvlm.engine.attention.gqa_attention`).
+:func:`attend_lse` and :func:`merge_lse` are shared with the prefill's grouped-query attention
+(:func:`specvlm.models.attention.gqa_attention`).
 
 Source: Dao et al. 2022 (FlashAttention, block merge by log-sum-exp); vLLM / SGLang tree attention
 (only an n x n bias for the tree block); grouped-query attention (Ainslie et al. 2023).

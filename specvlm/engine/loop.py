@@ -1,27 +1,20 @@
-"""The static decode loop: fixed-shape steps over static KV buffers, one host read per step.
+"""The decode loop: fixed-shape steps over static KV buffers, one host read per step.
 
-``stream()`` (:mod:`specvlm.engine.stream`) runs these generators when ``DecodeConfig.engine`` is
-``static``. Prefill, pruning and the draft prefill are the eager engine's; their caches are then
-copied into static buffers (:func:`specvlm.engine.statickv.allocate`) sized once for the request,
-and every step runs a fixed-shape function (:mod:`specvlm.engine.steps`; captured in a CUDA graph
-on a GPU, :mod:`specvlm.engine.graphs`) whose packed result is read to the host once: the token
-and its logit margin (vanilla), or the accepted tokens, the tree size and the bonus (speculative).
-Events are the eager engine's :class:`PrefillInfo` / :class:`StepEvent` with the same fields and,
-greedy, the same tokens.
+After the prefills (:mod:`specvlm.engine.loopparts`) the caches are copied into static buffers sized once
+per request (:func:`specvlm.engine.statickv.allocate`); every step is a fixed-shape function
+(:mod:`specvlm.engine.steps`, :mod:`specvlm.engine.sampledsteps`; captured in a CUDA graph on a GPU,
+:mod:`specvlm.engine.graphs`) whose packed result is read once: the token and its logit margin
+(vanilla), or the accepted tokens, the bonus and the tree size (speculative), with re-selection's
+measure (:mod:`specvlm.engine.reselection`). Sampled steps take uniform noise refilled from the
+request's generator before each step. A draft on another device keeps its own step state there; the
+tree and the next pending tokens are copied between the devices.
 
-Supported: greedy and sampled decoding with every tree shape (chain, static, dynamic); sampled steps
-take their randomness from noise buffers refilled from the request's generator before each step
-(:mod:`specvlm.engine.sampledsteps`); re-selection between steps (:mod:`specvlm.engine.reselection`);
-a draft on another device than the target (its steps run there; the tree and the next pending tokens
-are copied between the devices).
-
-Source: docs/design.md §4.1-4.12 (the algorithm) and §4.13 (the GPU fast path).
+Source: docs/design.md §4.1-4.14.
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -29,8 +22,9 @@ import torch
 from specvlm.engine.measures import Timer
 from specvlm.config import DecodeConfig
 from specvlm.engine import reselection, statickv
-from specvlm.engine.fastdraft import FastDraftUnsupported
+from specvlm.engine.weights import FusedUnsupported
 from specvlm.engine.graphs import step_runner
+from specvlm.engine.loopparts import draft_substitute
 from specvlm.engine.loopparts import first_token as _first_token
 from specvlm.engine.loopparts import prefill as _prefill
 from specvlm.engine.loopparts import rope_dims as _rope_dims
@@ -44,7 +38,6 @@ from specvlm.engine.steps import (ModelSide, SpecState, decode_step, draft_step,
 from specvlm.models.stopping import stop_between_layers
 from specvlm.models.pair import ModelPair
 from specvlm.spec.deviceaccept import unpack
-from specvlm.spec.drafting import draft_substitute
 from specvlm.spec.sampling import make_generator
 from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
 
@@ -55,8 +48,12 @@ MARGIN = 8
 
 
 def own_draft_state(device: torch.device, draft_device: torch.device) -> bool:
-    """True when the draft's steps keep their own state on ``draft_device`` (another device than the target's)."""
-    return torch.device(device) != torch.device(draft_device)
+    """True when the draft's steps keep their own state on ``draft_device`` (another device than the target's;
+    ``cuda`` and ``cuda:N`` of the current device are one)."""
+    def norm(d: torch.device) -> tuple[str, int | None]:
+        d = torch.device(d)
+        return d.type, (torch.cuda.current_device() if d.type == "cuda" and d.index is None else d.index)
+    return norm(device) != norm(draft_device)
 
 
 def _side(model, adapter, cache, rope_dims: int, capacity: int,
@@ -69,20 +66,20 @@ def _fused(pair: ModelPair, rope_dims: int, max_position: int) -> FusedDraft | N
     """The draft's fused forward where the fast draft runner supports the draft, else None (logged)."""
     try:
         return fused_draft(pair, rope_dims, max_position)
-    except FastDraftUnsupported as e:
+    except FusedUnsupported as e:
         log.info("fused static draft not used: %s", e)
         return None
 
 
 def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop):
-    """Plain decoding on the static path: :func:`specvlm.engine.steps.decode_step` per token.
+    """Plain decoding: :func:`specvlm.engine.steps.decode_step` per token.
 
     Args:
         pair: target + draft; inputs: prepared ModelInputs; config: the request (``method`` vanilla);
         reuse: a target prefill to copy, or None; should_stop: polled before every step and layer of the prefill.
 
     Yields:
-        One PrefillInfo, then StepEvents (step 0 = the prefill's token), as ``stream()``'s eager vanilla loop.
+        One PrefillInfo, then StepEvents (step 0 = the prefill's token).
 
     Source: docs/design.md §4.9 and §4.13.
     """
@@ -121,7 +118,7 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
 
 
 def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_stop, record_trees: bool):
-    """Speculative decoding on the static path: :func:`specvlm.engine.steps.draft_step` and
+    """Speculative decoding: :func:`specvlm.engine.steps.draft_step` and
     :func:`specvlm.engine.steps.verify_step` per step.
 
     Args:
@@ -129,7 +126,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
         record_trees: attach each step's tree (:class:`DraftTreeRecord`; reads the tree to the host).
 
     Yields:
-        One PrefillInfo, then StepEvents, as ``stream()``'s eager speculative loop.
+        One PrefillInfo, then StepEvents (step 0 = the prefill's token).
 
     Source: SpecVLM (arXiv 2508.16201) Sec. 3; docs/design.md §4.1-4.13.
     """
@@ -163,7 +160,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
         with Timer(ddev) as t_r:
             event.added, event.unseen_share = reselection.begin(rs, pair, (target, draft), last_row, d_in)
         event.draft_ms = t_r.ms   # in the decode clock, as every step's re-selection
-    runners = _spec_runners(pair, target, draft, (st, dst), (shape, dshape), offset, rs)
+    run_draft, run_verify, run_measure = _spec_runners(pair, target, draft, (st, dst), (shape, dshape), offset, rs)
     gen = _generator(pick, config, dev)
     t_dec = time.perf_counter()   # the decode clock starts after the buffers and any capture
     yield event
@@ -174,15 +171,16 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
         with Timer(ddev) as t_d:
             if st.noise is not None:
                 refresh(st.noise, gen)
-                _copy(dst.noise.tree, st.noise.tree)
-            runners.draft()
+                if dst is not st:
+                    dst.noise.tree.copy_(st.noise.tree)
+            run_draft()
             _to_verify(dst, st)
         # 4.9-4.10 verify, accept on the device, commit; then re-selection's measure: the step's one host read
         with Timer(dev) as t_v:
-            runners.verify()
+            run_verify()
         with Timer(dev) as t_r:
             if rs is not None:
-                runners.measure()
+                run_measure()
             out, measured = reselection.read_step(st.out, rs)
             accepted, bonus = unpack(out[:-1])
             n_acc, size = len(accepted), out[-1]
@@ -199,15 +197,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                         added=added, unseen_share=share)
 
 
-@dataclass(frozen=True)
-class _Runners:
-    draft: Callable[[], None]
-    verify: Callable[[], None]
-    measure: Callable[[], None]
-
-
 def _spec_runners(pair: ModelPair, target: ModelSide, draft: ModelSide, states, shapes, offset: int,
-                  rs) -> _Runners:
+                  rs) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
     """The draft, verify and (with re-selection) measure steps, each captured once on CUDA
     (:func:`specvlm.engine.graphs.step_runner`); the draft's on its own device.
 
@@ -227,12 +218,7 @@ def _spec_runners(pair: ModelPair, target: ModelSide, draft: ModelSide, states, 
                                    saved + [rs.out], pool) if rs is not None else (lambda: None, 0.0))
     if c1 + c2 + c3:
         log.info("static draft, verify and measure steps captured in %.3f s", c1 + c2 + c3)
-    return _Runners(run_draft, run_verify, run_measure)
-
-
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    if dst is not src:
-        dst.copy_(src)
+    return run_draft, run_verify, run_measure
 
 
 def _to_verify(dst: SpecState, st: SpecState) -> None:
