@@ -15,7 +15,7 @@ from helpers.media import make_clip
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
 from helpers.hostdrafting import for_draft
-from specvlm.engine.loopparts import draft_substitute
+from specvlm.engine.loop import draft_substitute
 from specvlm.models.pair import pair_from_models
 from specvlm.engine.prepare import prepare
 

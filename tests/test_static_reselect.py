@@ -12,7 +12,7 @@ from specvlm.config import DecodeConfig, ReselectConfig, SamplingConfig, TreeCon
 from specvlm.engine import reselection, statickv
 from specvlm.engine.draftcache import append_video, sync_rows
 from specvlm.runtime.hostreads import HostReadCounter
-from specvlm.engine.loopparts import speculative_prefill
+from specvlm.engine.prefill import speculative_prefill
 from specvlm.engine.prepare import prepare
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticdraft import fused_draft

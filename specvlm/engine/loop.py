@@ -1,6 +1,6 @@
 """The decode loop: fixed-shape steps over static KV buffers, one host read per step.
 
-After the prefills (:mod:`specvlm.engine.loopparts`) the caches are copied into static buffers sized once
+After the prefills (:mod:`specvlm.engine.prefill`) the caches are copied into static buffers sized once
 per request (:func:`specvlm.engine.statickv.allocate`); every step is a fixed-shape function
 (:mod:`specvlm.engine.steps`, :mod:`specvlm.engine.sampledsteps`; captured in a CUDA graph on a GPU,
 :mod:`specvlm.engine.graphs`) whose packed result is read once: the token and its logit margin
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -24,12 +24,10 @@ from specvlm.config import DecodeConfig
 from specvlm.engine import reselection, statickv
 from specvlm.engine.weights import FusedUnsupported
 from specvlm.engine.graphs import step_runner
-from specvlm.engine.loopparts import draft_substitute
-from specvlm.engine.loopparts import first_token as _first_token
-from specvlm.engine.loopparts import prefill as _prefill
-from specvlm.engine.loopparts import rope_dims as _rope_dims
-from specvlm.engine.loopparts import speculative_prefill
-from specvlm.engine.loopparts import subtitle_tokens as _subtitle_tokens
+from specvlm.engine.emit import first_token as _first_token
+from specvlm.engine.prefill import speculative_prefill
+from specvlm.engine.prefill import subtitle_tokens as _subtitle_tokens
+from specvlm.engine.prefill import target_prefill as _prefill
 from specvlm.engine.sampledsteps import refresh
 from specvlm.engine.staticdraft import FusedDraft, fused_draft
 from specvlm.engine.statictarget import FusedTarget, fused_target
@@ -39,12 +37,47 @@ from specvlm.models.stopping import stop_between_layers
 from specvlm.models.pair import ModelPair
 from specvlm.spec.deviceaccept import unpack
 from specvlm.spec.sampling import make_generator
-from specvlm.types import DraftTreeRecord, PrefillInfo, StepEvent
+from specvlm.types import DraftTreeRecord, ModelInputs, PrefillInfo, StepEvent
 
 log = logging.getLogger(__name__)
 
 MARGIN = 8
 """Spare slots in every static buffer beyond what a request can write."""
+
+
+def rope_dims(inputs: ModelInputs) -> int:
+    """R, the rows of the prompt's position ids.
+
+    Source: docs/design.md §7 (M-RoPE positions).
+    """
+    return int(inputs.positions.shape[0])
+
+
+def draft_substitute(pair: Any) -> tuple[int, int]:
+    """How the draft embeds target tokens it has no row for: (draft rows, substitute id).
+
+    In Std-SD the target's LM head can be larger than the draft's embedding table (padded
+    vocabularies: Qwen2.5-VL-7B 152,064 vs 3B 151,936). The target may emit such an id (sampled,
+    or greedy when its head favours a padding row); the draft then sees the tokenizer's pad id
+    in its place (else its unk id, else 0). Only the draft's context changes, so later drafts
+    may be accepted less often; the target still decides every token, so the output does not.
+
+    Args:
+        pair: the ModelPair.
+
+    Returns:
+        (Vd, substitute): ids >= Vd are replaced by ``substitute`` (< Vd) before the draft
+        embeds them.
+
+    Source: docs/design.md §4 (padded vocabularies within a family).
+    """
+    rows = int(pair.draft.get_input_embeddings().weight.shape[0])
+    tok = getattr(pair.processor, "tokenizer", None)
+    for name in ("pad_token_id", "unk_token_id"):
+        tid = getattr(tok, name, None)
+        if isinstance(tid, int) and 0 <= tid < rows:
+            return rows, tid
+    return rows, 0
 
 
 def own_draft_state(device: torch.device, draft_device: torch.device) -> bool:
@@ -93,8 +126,8 @@ def stream_vanilla(pair: ModelPair, inputs, config: DecodeConfig, reuse, should_
                       inputs.token_grid, inputs.frames_per_token, n_sub, 0)
     last = tp.last_logits
     cap = L + config.max_new_tokens + MARGIN
-    side = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), cap,
-                 fused_target(pair.target, pair.adapter, _rope_dims(inputs), inputs.next_position + cap))
+    side = _side(pair.target, pair.adapter, tp.cache, rope_dims(inputs), cap,
+                 fused_target(pair.target, pair.adapter, rope_dims(inputs), inputs.next_position + cap))
     del tp
     em, pick, _, first, event = _first_token(pair, config, last)
     st = vanilla_state(torch.tensor([first], device=dev), inputs.next_position, dev, config.sampling)
@@ -143,10 +176,10 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     dshape = tree_shape(tree, pair.shared_vocab, ddev, config.sampling, dtype) if split else shape
     budget = config.max_new_tokens + 2 * (shape.depth + 1) + shape.nodes + MARGIN
     extra = config.reselect.total_tokens if config.reselect.enabled else 0   # re-selection's slots in the draft
-    target = _side(pair.target, pair.adapter, tp.cache, _rope_dims(inputs), L + budget,
-                   fused_target(pair.target, pair.adapter, _rope_dims(inputs), t_in.next_position + budget))
-    fused = _fused(pair, _rope_dims(d_in), d_in.next_position + budget)
-    draft = _side(pair.draft, pair.draft_adapter, sp.d_cache, _rope_dims(d_in),
+    target = _side(pair.target, pair.adapter, tp.cache, rope_dims(inputs), L + budget,
+                   fused_target(pair.target, pair.adapter, rope_dims(inputs), t_in.next_position + budget))
+    fused = _fused(pair, rope_dims(d_in), d_in.next_position + budget)
+    draft = _side(pair.draft, pair.draft_adapter, sp.d_cache, rope_dims(d_in),
                   sp.d_len + budget + shape.drafted + extra, fused)
     rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), target.cache.capacity, dev)
     target.tap = rs.tap if rs is not None else None

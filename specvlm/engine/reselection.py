@@ -97,7 +97,7 @@ def start(config: ReselectConfig, pair: Any, sp: Any, layers: int, capacity: int
 
     Args:
         config: the settings; pair: the model pair; sp: the speculative prefill
-            (:class:`specvlm.engine.loopparts.SpeculativePrefill`); layers: the target's decoder layers;
+            (:class:`specvlm.engine.prefill.SpeculativePrefill`); layers: the target's decoder layers;
         capacity: the target's buffer slots; device: the target's device.
 
     Source: docs/design.md §4.7 and §4.14.

@@ -5,10 +5,9 @@
 :class:`StepEvent` per target forward (vanilla) or per verify step
 (speculative). ``generate(pair, inputs, config)`` consumes it into a :class:`DecodeResult`.
 
-One request in order: prepare (:mod:`specvlm.engine.prepare`) -> prefill (:mod:`specvlm.engine.prefill`,
-the target, scoring and pruning, the draft: :mod:`specvlm.engine.loopparts`) -> loop
-(:mod:`specvlm.engine.loop`: a vanilla step, or draft -> verify -> accept -> commit, with re-selection
-between steps) -> events (here). No state is kept on model objects: caches and positions live in local state.
+One request in order: prepare (:mod:`specvlm.engine.prepare`) -> prefill (:mod:`specvlm.engine.prefill`:
+the target, scoring and pruning, the draft) -> loop (:mod:`specvlm.engine.loop`: a vanilla step, or draft
+-> verify -> accept -> commit, with re-selection between steps) -> events (:mod:`specvlm.engine.emit`, here). No state is kept on model objects: caches and positions live in local state.
 
 Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3; EAGLE-2
 (Li et al. 2024) for the dynamic tree; Leviathan et al. 2023 for SD; gpt-fast's generate.py.
