@@ -207,3 +207,11 @@ def test_sampled_steps_after_reselection_keep_the_target_law(prefilled):
     tv = 0.5 * float((emp - exact.double()).abs().sum())
     support = int((exact > 0).sum())
     assert tv < math.sqrt((support * math.log(2) + math.log(1e3)) / (2 * RUNS)), (support, tv)
+
+
+def test_a_draft_keeps_its_own_state_only_on_another_device():
+    from specvlm.engine.loop import own_draft_state
+
+    assert not own_draft_state(torch.device("cpu"), torch.device("cpu"))
+    assert own_draft_state(torch.device("cpu"), torch.device("meta"))
+    assert own_draft_state("cuda:0", "cuda:1") and not own_draft_state("cuda:1", "cuda:1")
