@@ -125,7 +125,7 @@ def serve(argv: list[str] | None = None):
     from app.page.ui import build_demo
     from app.runs.backend import Backend
 
-    from specvlm.engine.threads import ThreadsError, configure
+    from specvlm.runtime.threads import ThreadsError, configure
 
     try:
         # torch's threads (SPECVLM_THREADS overrides); one CPU stays with the web server and page updates

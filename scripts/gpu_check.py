@@ -5,10 +5,10 @@ For each setup, random-weight models are built directly on the GPU in bf16 from 
 checkpoints' published dimensions (:mod:`specvlm.testing.realdims`: vision tower, M-RoPE, grouped
 KV heads, padded vocabularies), at full depth except where one GPU cannot hold it
 (LLaVA-OV-72B is built with ``--llava72-layers`` of its 80 decoder layers, 40 by default;
-its target costs are scaled to 80 layers). Then, on clips of ~16k video tokens, for each decode engine
-(``--engines``, default both: ``eager`` and ``static``, :data:`specvlm.config.ENGINES`):
+its target costs are scaled to 80 layers). Then, on clips of ~16k video tokens, for each variant
+(``--variants``, default both: ``plain`` SpecVLM and SpecVLM with ``reselect``, re-selection between steps):
 
-1. an untimed short pair of runs (its wall time holds any graph capture or compilation), then the engine's
+1. an untimed short pair of runs (its wall time holds the graph capture), then the engine's
    vanilla decoding and SpecVLM (vision tower, two-pass prefill with Stage I attention scores, two-stage
    pruning, draft tree, verify) on the same inputs; outputs are compared token by token: identical, a
    divergence at a near-tie of the target's logits (allowed in bf16), or a mismatch (a bug);
@@ -18,7 +18,7 @@ its target costs are scaled to 80 layers). Then, on clips of ~16k video tokens, 
 3. the decode-phase speedup these costs imply at τ 2.5 / 3 / 3.8 (:mod:`scripts.gpu_report`), beside the
    byte ceiling of the pair (the same formula with every step at its floor).
 
-Isolated eager forwards (verify(n) for n = 1..32 tree tokens and one draft level after L cached tokens) are
+Isolated forwards (verify(n) for n = 1..32 tree tokens and one draft level after L cached tokens) are
 timed once per setup. Random weights make accepted lengths meaningless, so τ comes from the paper, never
 from these runs. ``--cpu-smoke`` runs the same code on tiny models of the same structure on the CPU in
 seconds (the test), with the CPU's measured copy bandwidth as its "GPU" bandwidth.
@@ -29,7 +29,7 @@ JSON goes to ``docs/bench/gpu_check_<GPU name>.json`` unless ``--out-json`` name
 
 Usage:
     python -m scripts.gpu_check                        # one H100/H200, < 5 min
-    python -m scripts.gpu_check --setups qwen7-self,qwen32-qwen7 --engines static --out-json gpu.json
+    python -m scripts.gpu_check --setups qwen7-self,qwen32-qwen7 --variants plain --out-json gpu.json
     python -m scripts.gpu_check --cpu-smoke            # tiny models, CPU, seconds
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4 (model pairs, r = 0.9, 16k-token regime, reported
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from specvlm.config import ENGINES, TreeConfig
+from specvlm.config import TreeConfig
 from specvlm.models.ceiling import BandwidthError, gpu_bandwidth
 from specvlm.models.pair import pair_from_models
 from specvlm.testing import realdims
@@ -159,8 +159,12 @@ class ModelStore:
         return self.models[key]
 
 
+VARIANTS = ("plain", "reselect")
+"""SpecVLM as the paper runs it, and with re-selection between steps (:class:`specvlm.config.ReselectConfig`)."""
+
+
 def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict:
-    """Build (or reuse) the pair, decode on each engine, time the isolated steps, summarise."""
+    """Build (or reuse) the pair, decode each variant, time the isolated steps, summarise."""
     t_layers = setup.target_layers or setup.target.layers
     wanted = {(setup.target.name, t_layers)} | ({(setup.draft.name, setup.draft.layers)} if setup.draft else set())
     store.keep_only(wanted)
@@ -171,13 +175,13 @@ def run_setup(setup: Setup, store: ModelStore, args: argparse.Namespace) -> dict
     pair = pair_from_models(target, tproc, draft, dproc, name=setup.name)
     side = setup.target.vision.get("image_size", args.frame_side)  # fixed-size towers resize to their input
     clips = prepare_clips(pair, setup.frames, side, args.clips)
-    by_engine = {e: decode_runs(pair, clips, args, store.dtype, e) for e in args.engine_list}
-    first = next(iter(by_engine.values()))
+    by_variant = {v: decode_runs(pair, clips, args, store.dtype, v) for v in args.variant_list}
+    first = next(iter(by_variant.values()))
     sizes = tuple(n for n in VERIFY_SIZES if n <= args.max_verify)
     curve = verify_curve(target, first["L"], sizes, first["rows"], args.rounds, args.iters, args.warmup)
     level = draft_level_ms(pair.draft, first["L_draft"], first["rows"], TreeConfig().top_k, args.iters, args.warmup)
     dtype_bytes = torch.empty((), dtype=store.dtype).element_size()
-    row = summarize(setup, by_engine, curve, level, t_layers, dtype_bytes, args.bandwidth_bytes)
+    row = summarize(setup, by_variant, curve, level, t_layers, dtype_bytes, args.bandwidth_bytes)
     row["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9 if store.device.startswith("cuda") else None
     return row
 
@@ -191,14 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--setups", default=DEFAULT_SETUPS,
                    help="comma list of qwen7-self, qwen7-qwen3b, qwen32-qwen7, qwen3-8b-self, qwen3-8b-2b, "
                         f"llava7-self, llava72-llava7 (default {DEFAULT_SETUPS})")
-    p.add_argument("--engines", default=",".join(ENGINES), help=f"decode engines to run (default {','.join(ENGINES)})")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"SpecVLM variants to run: plain, reselect (default {','.join(VARIANTS)})")
     p.add_argument("--device", default="cuda", help="CUDA device (ignored with --cpu-smoke)")
     p.add_argument("--bandwidth", type=float, default=None,
                    help="memory bandwidth in bytes/s for the byte floors, e.g. 3.35e12 (default: by the GPU's name; "
                         "on the CPU: its measured copy bandwidth)")
     p.add_argument("--llava72-layers", type=int, default=40, help="decoder layers of LLaVA-OV-72B to build (of 80; "
                                                                   "40 leaves room for the 7B draft on one H200)")
-    p.add_argument("--clips", type=int, default=None, help="clips per setup and engine (default 1)")
+    p.add_argument("--clips", type=int, default=None, help="clips per setup and variant (default 1)")
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per run (default 32; 8 with --cpu-smoke)")
     p.add_argument("--warmup-tokens", type=int, default=4, help="tokens of the untimed first runs (default 4)")
     p.add_argument("--frame-side", type=int, default=None, help="Qwen frame side in px (448; 56 smoke)")
@@ -218,10 +223,10 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
                            ("iters", 3, 1), ("warmup", 2, 0)):
         if getattr(args, name) is None:
             setattr(args, name, cpu if smoke else gpu)
-    args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
-    bad = [e for e in args.engine_list if e not in ENGINES] or ([] if args.engine_list else [args.engines])
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in args.variant_list if v not in VARIANTS] or ([] if args.variant_list else [args.variants])
     if bad:
-        raise SystemExit(f"error: --engines {args.engines!r}: use a comma list of {', '.join(ENGINES)}")
+        raise SystemExit(f"error: --variants {args.variants!r}: use a comma list of {', '.join(VARIANTS)}")
     return args
 
 
@@ -290,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_json) if args.out_json else (None if args.cpu_smoke else default_json_path(name))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device": name, "bandwidth": args.bandwidth_bytes, "engines": args.engine_list,
+        out.write_text(json.dumps({"device": name, "bandwidth": args.bandwidth_bytes, "variants": args.variant_list,
                                    "torch": torch.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                    "wall_s": time.perf_counter() - t0, "results": rows}, indent=1, default=str))
         print(f"\nJSON: {out}")

@@ -1,7 +1,7 @@
-"""What ``scripts/gpu_check.py`` measures: decode runs per engine, and isolated step costs.
+"""What ``scripts/gpu_check.py`` measures: decode runs per variant, and isolated step costs.
 
 * :func:`decode_runs`: the engine's vanilla decoding and SpecVLM on the same clips through
-  :func:`specvlm.engine.stream.generate`, on one decode engine (``eager`` or ``static``): identity (identical,
+  :func:`specvlm.engine.stream.generate`, SpecVLM plain or with re-selection (a variant): identity (identical,
   near-tie or mismatch with the target's logit margin), prefill times, and the runs' median decode, draft and
   verify step times; an untimed short warm-up pair of runs first, whose wall time holds any graph capture or
   compilation the engine does (``warmup_s``).
@@ -23,12 +23,12 @@ import torch
 
 from specvlm.analysis.metrics import compare_outputs
 from specvlm.bench.stepcost import median_ms
-from specvlm.config import DecodeConfig
+from specvlm.config import DecodeConfig, ReselectConfig
 from specvlm.engine import kv
+from specvlm.bench.stepcost import additive_mask, verify_mask
 from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.engine.stream import generate
 from specvlm.models.registry import adapter_for
-from specvlm.spec.tree import additive_mask, verify_mask
 from specvlm.types import VideoClip
 
 PROMPT = "Describe this video in detail."
@@ -64,31 +64,32 @@ def _sync(device: torch.device) -> None:
 
 def prepare_clips(pair: Any, frames: int, side: int, clips: int) -> list[Any]:
     """ModelInputs of ``clips`` random clips of ``frames`` frames of ``side`` px (prepared once, decoded by
-    every engine)."""
+    every variant)."""
     return [pair.adapter.prepare(pair.processor, pair.target, make_clip(frames, side, c), PROMPT) for c in range(clips)]
 
 
-def decode_runs(pair: Any, clips: list[Any], args: argparse.Namespace, dtype: torch.dtype, engine: str) -> dict:
-    """Vanilla and SpecVLM on prepared clips on one decode engine: comparisons and the runs' step times.
+def decode_runs(pair: Any, clips: list[Any], args: argparse.Namespace, dtype: torch.dtype, variant: str) -> dict:
+    """Vanilla and SpecVLM on prepared clips, SpecVLM as ``variant`` says: comparisons and the runs' step times.
 
     Args:
         pair: the ModelPair.
         clips: ModelInputs (:func:`prepare_clips`).
         args: ``new_tokens`` (fixed length), ``warmup_tokens`` (the untimed first pair of runs).
         dtype: the target's dtype (near-tie threshold).
-        engine: :data:`specvlm.config.ENGINES` entry.
+        variant: ``plain`` (the paper's SpecVLM) or ``reselect`` (with re-selection between steps).
 
     Returns:
         {runs: [comparison per clip], warmup_s, prefill_vanilla_s, prefill_specvlm_s, prune_s, draft_prefill_s,
         decode_ms, draft_step_ms, verify_step_ms, tau_random_weights (lists), L, L_draft, video_tokens, rows}.
     """
-    cfg_v = DecodeConfig(method="vanilla", max_new_tokens=args.new_tokens, stop_at_eos=False, engine=engine)
-    cfg_s = DecodeConfig(method="specvlm", max_new_tokens=args.new_tokens, stop_at_eos=False, engine=engine)
+    cfg_v = DecodeConfig(method="vanilla", max_new_tokens=args.new_tokens, stop_at_eos=False)
+    cfg_s = DecodeConfig(method="specvlm", max_new_tokens=args.new_tokens, stop_at_eos=False,
+                         reselect=ReselectConfig(enabled=variant == "reselect"))
     out: dict[str, Any] = {"runs": [], "prefill_vanilla_s": [], "prefill_specvlm_s": [], "prune_s": [],
                            "draft_prefill_s": [], "decode_ms": [], "draft_step_ms": [], "verify_step_ms": [],
                            "tau_random_weights": []}
     t0 = time.perf_counter()
-    for cfg in (cfg_v, cfg_s):   # untimed: holds the engine's capture or compilation, if any
+    for cfg in (cfg_v, cfg_s):   # untimed: holds the engine's graph capture, if any
         generate(pair, clips[0], replace(cfg, max_new_tokens=args.warmup_tokens))
     _sync(pair.device)
     out["warmup_s"] = time.perf_counter() - t0

@@ -1,6 +1,7 @@
 """``scripts/gpu_check.py``'s result rows and tables: step costs beside their byte floors, and projections.
 
-Per setup and engine, the runs' decode step, draft level (the run's draft time per step over the tree's depth)
+Per setup and variant (SpecVLM plain, or with re-selection), the runs' decode step, draft level (the
+run's draft time per step over the tree's depth)
 and verify step are set beside their byte floors (bytes read / the GPU's memory bandwidth,
 :mod:`specvlm.models.ceiling`), and the decode-phase speedup the measured costs imply is projected at the τ of
 :data:`specvlm.models.ceiling.PROJECTION_TAUS` (and the paper's, where it states one):
@@ -58,8 +59,8 @@ def floors(target: realdims.Arch, draft: realdims.Arch | None, video_tokens: int
             "ceiling": {"all_accepted": c.all_accepted, **{str(x): c.speedup(x) for x in PROJECTION_TAUS}}}
 
 
-def engine_row(key: str, runs: dict, scale: float, draft_scale: float, floor: dict, depth: int) -> dict:
-    """One engine's costs (scaled to full depth), their ratio to the byte floors, and the projections."""
+def variant_row(key: str, runs: dict, scale: float, draft_scale: float, floor: dict, depth: int) -> dict:
+    """One variant's costs (scaled to full depth), their ratio to the byte floors, and the projections."""
     kinds = [r["kind"] for r in runs["runs"]]
     t_dec = median(runs["decode_ms"]) * scale
     t_ver = median(runs["verify_step_ms"]) * scale
@@ -85,20 +86,20 @@ def engine_row(key: str, runs: dict, scale: float, draft_scale: float, floor: di
     return row
 
 
-def summarize(setup: Any, by_engine: dict[str, dict], curve: dict, level_ms: float, built_layers: int,
+def summarize(setup: Any, by_variant: dict[str, dict], curve: dict, level_ms: float, built_layers: int,
               dtype_bytes: int, bandwidth: float) -> dict:
-    """One result row: sizes, byte floors, per engine costs and projections, the isolated eager step costs."""
+    """One result row: sizes, byte floors, per variant costs and projections, the isolated step costs."""
     depth = TreeConfig().depth
     scale = setup.target.layers / built_layers
-    first = next(iter(by_engine.values()))
+    first = next(iter(by_variant.values()))
     floor = floors(setup.target, setup.draft, first["video_tokens"], first["L"], first["L_draft"], dtype_bytes,
                    bandwidth, depth)
     draft_scale = scale if setup.draft is None else 1.0
     n_verify = min(TreeConfig().total_tokens + 1, max(curve["verify_ms"]))
     return {"key": setup.key, "pair": setup.name, "target_layers": f"{built_layers}/{setup.target.layers}",
             "depth_scale": scale, "video_tokens": first["video_tokens"], "L": first["L"], "L_draft": first["L_draft"],
-            "floor": floor, "engines": {e: engine_row(setup.key, r, scale, draft_scale, floor, depth)
-                                        for e, r in by_engine.items()},
+            "floor": floor, "variants": {e: variant_row(setup.key, r, scale, draft_scale, floor, depth)
+                                        for e, r in by_variant.items()},
             "isolated": {"decode_ms": curve["decode_ms"] * scale, "draft_level_ms": level_ms * draft_scale,
                          "verify_curve_ms": {n: v * scale for n, v in curve["verify_ms"].items()},
                          "verify_ratio": curve["ratio"], "n_verify": n_verify}}
@@ -109,14 +110,14 @@ def _x(v: float | None) -> str:
 
 
 def format_results(rows: list[dict], device_name: str) -> str:
-    """Markdown tables: costs beside byte floors per setup and engine, projections, the isolated verify curve."""
+    """Markdown tables: costs beside byte floors per setup and variant, projections, the isolated verify curve."""
     bw = rows[0]["floor"]["bandwidth"] / 1e12 if rows else 0.0
     out = [f"Device: {device_name} (memory bandwidth {bw:.3g} TB/s)", "",
-           "| setup | engine | target layers | V | L / L_draft | identical / near-tie / mismatch | warm-up s | "
+           "| setup | variant | target layers | V | L / L_draft | identical / near-tie / mismatch | warm-up s | "
            "decode ms (x floor) | draft level ms (x floor) | verify step ms (x floor) |", "|" + "---|" * 10]
     for r in rows:
         f = r["floor"]
-        for e, x in r["engines"].items():
+        for e, x in r["variants"].items():
             c, v = x["counts"], x["vs_floor"]
             out.append(f"| {r['pair']} | {e} | {r['target_layers']} | {r['video_tokens']} | {r['L']} / "
                        f"{r['L_draft']} | {c['identical']} / {c['near-tie']} / {c['mismatch']} | {x['warmup_s']:.1f} | "
@@ -127,10 +128,10 @@ def format_results(rows: list[dict], device_name: str) -> str:
                 m = "n/a" if d["margin"] is None else f"{d['margin']:.4f}"
                 out.append(f"- {r['pair']} ({e}): {d['kind']} at token {d['index']}, target top-1 minus top-2 {m}")
     taus = [str(t) for t in PROJECTION_TAUS]
-    out += ["", "| setup | engine | " + " | ".join(f"τ={t}" for t in taus) + " | at the paper's τ | "
+    out += ["", "| setup | variant | " + " | ".join(f"τ={t}" for t in taus) + " | at the paper's τ | "
             "τ needed for the paper's speedup |", "|" + "---|" * (len(taus) + 4)]
     for r in rows:
-        for e, x in r["engines"].items():
+        for e, x in r["variants"].items():
             at = f"{x['speedup_at_paper_tau']:.2f}x (τ = {x['paper_tau']})" if "paper_tau" in x else "-"
             need = f"τ = {x['tau_for_paper_speedup']:.2f} for {x['paper_speedup']}x" if "paper_speedup" in x else "-"
             cells = " | ".join(_x(x["projected"][t]) for t in taus)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Static vs eager engine on the bundled pair: identical tokens, host reads per step, decode tokens/s.
+"""The decoding engine on the bundled pair: identical tokens, host reads per step, decode tokens/s.
 
-For each clip, vanilla and SpecVLM (the bundled Std-SD tree) run with ``engine="eager"`` and
-``engine="static"`` in interleaved rounds on the same prepared inputs; the script checks that all
-four outputs are token-identical, counts host reads per decode step
-(:class:`specvlm.engine.hostreads.HostReadCounter`) and prints median decode tokens/s. On CUDA the
+For each clip, vanilla, SpecVLM (the bundled Std-SD tree) and SpecVLM with re-selection run in
+interleaved rounds on the same prepared inputs; the script checks that all three outputs are
+token-identical, counts host reads per decode step
+(:class:`specvlm.runtime.hostreads.HostReadCounter`) and prints median decode tokens/s. On CUDA the
 static steps are captured in CUDA graphs once per request; the capture time is logged by
-:mod:`specvlm.engine.staticloop` and is not part of the decode time.
+:mod:`specvlm.engine.loop` and is not part of the decode time.
 
 Usage:
     python -m scripts.static_check                         # CPU, shapes_short + shapes_long
@@ -19,11 +19,10 @@ import json
 import logging
 import statistics
 
-import torch
 
 from specvlm import assets
-from specvlm.config import BUNDLED_STD_TREE, DecodeConfig, VideoConfig
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.config import BUNDLED_STD_TREE, DecodeConfig, ReselectConfig, VideoConfig
+from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.engine.measures import tokens_per_second
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate
@@ -51,23 +50,25 @@ def _reads(pair, inputs, cfg) -> float:
 
 
 def check_clip(pair, name: str, rounds: int, max_new: int) -> dict:
-    """One clip's rows: per (method, engine) median decode s, tokens/s, reads per step; identical flag."""
+    """One clip's rows: per run (vanilla, specvlm, specvlm+reselect) median decode s, tokens/s, reads per step;
+    identical flag."""
     clip = load_video(assets.path("videos", f"{name}.mp4"), VideoConfig(num_frames=32))
     inputs = prepare(pair, clip, PROMPT)
-    runs: dict[tuple[str, str], list] = {}
+    configs = {"vanilla": DecodeConfig(method="vanilla", max_new_tokens=max_new),
+               "specvlm": DecodeConfig(max_new_tokens=max_new, tree=BUNDLED_STD_TREE),
+               "specvlm+reselect": DecodeConfig(max_new_tokens=max_new, tree=BUNDLED_STD_TREE,
+                                                reselect=ReselectConfig(enabled=True))}
+    runs: dict[str, list] = {}
     for _ in range(rounds):
-        for method in ("vanilla", "specvlm"):
-            for engine in ("eager", "static"):
-                cfg = DecodeConfig(method=method, max_new_tokens=max_new, tree=BUNDLED_STD_TREE, engine=engine)
-                runs.setdefault((method, engine), []).append(generate(pair, inputs, cfg))
+        for key, cfg in configs.items():
+            runs.setdefault(key, []).append(generate(pair, inputs, cfg))
     ids = {k: v[0].token_ids for k, v in runs.items()}
     rows = {}
-    for (method, engine), res in runs.items():
+    for key, res in runs.items():
         dec = statistics.median(r.decode_s for r in res)
-        cfg = DecodeConfig(method=method, max_new_tokens=max_new, tree=BUNDLED_STD_TREE, engine=engine)
-        rows[f"{method}/{engine}"] = {"decode_s": dec, "tokens_per_s": tokens_per_second(len(ids[(method, engine)]), dec),
-                                      "reads_per_step": _reads(pair, inputs, cfg)}
-    return {"clip": name, "tokens": len(ids[("vanilla", "eager")]),
+        rows[key] = {"decode_s": dec, "tokens_per_s": tokens_per_second(len(ids[key]), dec),
+                     "reads_per_step": _reads(pair, inputs, configs[key])}
+    return {"clip": name, "tokens": len(ids["vanilla"]),
             "identical": len({tuple(v) for v in ids.values()}) == 1, "rows": rows}
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os as _os
 
 from specvlm.config import DecodeConfig, PruneConfig, ReselectConfig, TreeConfig, VideoConfig, ConfigError
-from specvlm.engine.threads import omp_env_defaults as _omp_env_defaults
+from specvlm.runtime.threads import omp_env_defaults as _omp_env_defaults
 
 # OpenMP reads its wait policy once, when torch loads it: bound the idle spin first
-# (a no-op when torch is already imported or the user set it; specvlm.engine.threads).
+# (a no-op when torch is already imported or the user set it; specvlm.runtime.threads).
 _os.environ.update(_omp_env_defaults())
 
 __all__ = ["DecodeConfig", "PruneConfig", "ReselectConfig", "TreeConfig", "VideoConfig", "ConfigError",

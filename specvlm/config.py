@@ -75,11 +75,11 @@ RESELECT_TRIGGERS = ("refused", "every")   # when re-selection acts (ReselectCon
 
 @dataclass(frozen=True)
 class ReselectConfig:
-    """Re-selection: the draft's video tokens follow the generation (:mod:`specvlm.engine.reselect`).
+    """Re-selection: the draft's video tokens follow the generation (:mod:`specvlm.engine.reselection`).
 
     After a verify step, when more than ``min_share`` of the target's video attention from the position that
     chose the next token falls on video tokens the draft lacks, the most attended of them enter the draft's
-    cache at their original positions. The output does not change (the target verifies every token); eager.
+    cache at their original positions. The output does not change (the target verifies every token).
 
     Attributes:
         enabled: re-select during decoding (off = the paper's one selection at prefill).
@@ -196,8 +196,8 @@ BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=4, min_prob=0.0,
 
 A chain of 4 without an early stop; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1, where a
 verify costs more decode steps' worth and longer chains pay. On a CPU every draft level reads the draft's
-weights, so on short captions a short chain wins on both engines (the trees compared and their figures:
-docs/benchmark.md, *The static engine on a CPU*).
+weights, so on short captions a short chain wins (the trees compared and their figures:
+docs/benchmark.md, *The engine on a CPU*).
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
@@ -245,32 +245,6 @@ class SamplingConfig:
         return self.temperature == 0
 
 
-ENGINES = ("eager", "static")
-"""Decode-loop implementations (:attr:`DecodeConfig.engine`); both are token-identical."""
-
-ENGINE_BY_DEVICE: dict[str, str] = {"cpu": "static", "cuda": "static"}
-"""The decode loop used where none is chosen, per torch device type (the one home of that default; other
-device types get the CPU's; re-selection picks ``eager``). The CLI, the bench and the app read it through
-:func:`default_engine`."""
-
-VANILLA_ENGINE = "static"
-"""The engine of every vanilla run a speedup is stated against (:func:`vanilla_config`): the fastest plain
-decoding the product has, on a CPU and on a GPU (docs/benchmark.md, *The static engine on a CPU*)."""
-
-
-def default_engine(device_type: str) -> str:
-    """The decode loop (:data:`ENGINES`) to use on a device type when none is chosen.
-
-    Args:
-        device_type: a torch device type, e.g. ``"cpu"`` or ``"cuda"`` (``torch.device(...).type``); a
-            device name such as ``"cuda:1"`` counts as its type.
-
-    Returns:
-        ``"eager"`` or ``"static"`` (:data:`ENGINE_BY_DEVICE`; unknown device types get the CPU's).
-    """
-    return ENGINE_BY_DEVICE.get(str(device_type).split(":")[0], ENGINE_BY_DEVICE["cpu"])
-
-
 _NESTED = (("prune", PruneConfig, "PruneConfig(drop_rate=0.9, top_p=0.4)"),
            ("tree", TreeConfig, "TreeConfig(shape='dynamic', depth=5)"),
            ("sampling", SamplingConfig, "SamplingConfig(temperature=0.0)"),
@@ -290,15 +264,10 @@ class DecodeConfig:
         prune, tree: the draft's video-token pruning and tree shape.
         stop_at_eos: stop at the first EOS (False = fixed-length generation).
         sampling: temperature / nucleus / seed; temperature 0 = greedy.
-        engine: how the decode loop runs (:data:`ENGINES`): ``eager`` issues each step from Python over
-            growing cache views; ``static`` runs fixed-shape step functions over preallocated KV buffers
-            with device-side lengths (capturable, at most one host read per step). Both give the same
-            tokens. "" (the default) = the CPU's (:func:`default_engine`), or ``eager`` with re-selection on.
         reselect: re-selection of the draft's video tokens during decoding (:class:`ReselectConfig`).
 
     Raises:
-        ConfigError: unknown method or engine, out-of-range value, a nested setting of the wrong class,
-            or re-selection with ``engine='static'``.
+        ConfigError: unknown method, out-of-range value or a nested setting of the wrong class.
     """
 
     method: str = "specvlm"
@@ -307,18 +276,11 @@ class DecodeConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     stop_at_eos: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    engine: str = ""
     reselect: ReselectConfig = field(default_factory=ReselectConfig)
 
     def __post_init__(self) -> None:
-        if self.engine == "":
-            reselect = isinstance(self.reselect, ReselectConfig) and self.reselect.enabled
-            auto = "eager" if reselect and self.method != "vanilla" else ENGINE_BY_DEVICE["cpu"]
-            object.__setattr__(self, "engine", auto)
         if self.method not in DECODE_METHODS:
             raise ConfigError(f"method {self.method!r} is unknown: use one of {', '.join(DECODE_METHODS)}.")
-        if self.engine not in ENGINES:
-            raise ConfigError(f"engine {self.engine!r} is unknown: use one of {', '.join(ENGINES)}.")
         _check_range("max_new_tokens", int(self.max_new_tokens), 1, 4096)
         for name, cls, example in _NESTED:
             value = getattr(self, name)
@@ -326,8 +288,6 @@ class DecodeConfig:
                 hint = (f" (to choose the pruning method, use DecodeConfig(method={value!r}))"
                         if name == "prune" and isinstance(value, str) else "")
                 raise ConfigError(f"{name}={value!r} is not a {cls.__name__}: pass {name}={example}{hint}.")
-        if self.reselect.enabled and self.speculative and self.engine != "eager":
-            raise ConfigError("re-selection runs on the eager engine: set the engine to eager, or leave it unset.")
         if self.speculative and self.prune.method != self.method:
             object.__setattr__(self, "prune", replace(self.prune, method=self.method))
 
@@ -338,12 +298,12 @@ class DecodeConfig:
 
 
 def vanilla_config(config: DecodeConfig) -> DecodeConfig:
-    """The plain decoding a speculative run is compared against: ``config``'s budget, EOS rule and sampling, on
-    :data:`VANILLA_ENGINE` whatever engine the speculative run uses, so a speedup is over the fastest vanilla.
+    """The plain decoding a speculative run is compared against: ``config``'s budget, EOS rule and sampling,
+    without re-selection.
 
     Source: docs/design.md §4.13 (the honest baseline).
     """
-    return replace(config, method="vanilla", engine=VANILLA_ENGINE, reselect=ReselectConfig())
+    return replace(config, method="vanilla", reselect=ReselectConfig())
 
 
 @dataclass(frozen=True)
@@ -408,8 +368,7 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
                          top_p_sampling: float = SamplingConfig.top_p_sampling, tree: TreeConfig | None = None,
                          shape: str | None = None, depth: int | None = None, top_k: int | None = None,
                          total_tokens: int | None = None, min_prob: float | None = None,
-                         engine: str | None = None, device_type: str = "cpu", adaptive_r: bool = False,
-                         reselect: ReselectConfig | None = None) -> DecodeConfig:
+                         adaptive_r: bool = False, reselect: ReselectConfig | None = None) -> DecodeConfig:
     """One :class:`DecodeConfig` from flat settings: the one path of the CLI and the app.
 
     Args:
@@ -421,14 +380,11 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
         temperature, top_p_sampling: sampling (temperature 0 = greedy).
         tree: the preset's tree (None = ``TreeConfig()``); shape, depth, top_k, total_tokens, min_prob:
             the tree options, combined with it by :func:`tree_with_options`.
-        engine: the decode loop (:data:`ENGINES`); None = :func:`default_engine` of ``device_type``.
-        device_type: the torch device type the request runs on (``"cpu"``, ``"cuda"``); only read when
-            ``engine`` is None.
         adaptive_r: choose r per clip (:attr:`PruneConfig.adaptive_r`; ``drop_rate`` is then unused).
-        reselect: re-selection settings (None = off); with it enabled and ``engine`` None the engine is eager.
+        reselect: re-selection settings (None = off).
 
     Raises:
-        ConfigError: an unknown method or engine, or an out-of-range value (the message names the setting).
+        ConfigError: an unknown method, or an out-of-range value (the message names the setting).
     """
     return DecodeConfig(
         method=method, max_new_tokens=DecodeConfig.max_new_tokens if max_new_tokens is None else max_new_tokens,
@@ -436,5 +392,4 @@ def config_from_settings(method: str = "specvlm", *, max_new_tokens: int | None 
         tree=tree_with_options(tree, shape=shape, depth=depth, top_k=top_k, total_tokens=total_tokens,
                                min_prob=min_prob),
         sampling=SamplingConfig(temperature=temperature, top_p_sampling=top_p_sampling, seed=seed),
-        engine=engine or ("eager" if reselect is not None and reselect.enabled else default_engine(device_type)),
         reselect=reselect or ReselectConfig())

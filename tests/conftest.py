@@ -59,7 +59,7 @@ def pairs(qwen_tiny, qwen_tiny_draft, llava_tiny, llava_tiny_draft):
 def _no_thread_policy():
     """Tests that run the CLI in-process install the automatic thread policy; it must not follow
     into later tests (it would change torch's threads whenever other processes are busy)."""
-    from specvlm.engine import threads
+    from specvlm.runtime import threads
 
     yield
     threads._POLICY = None

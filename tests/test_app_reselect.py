@@ -42,9 +42,7 @@ def test_identical_output_and_a_higher_tau_with_reselection(runs):
     assert on.settings["reselect"]["enabled"] and not off.settings["reselect"]["enabled"]
     assert f"re-selection added **{on.num_added}** video tokens" in last["on"]["summary"]
     assert "re-selection" not in last["off"]["summary"]
-    # re-selection runs SpecVLM on the eager loop; vanilla stays on the fastest plain decoding, the static engine
-    assert "vanilla on the static engine (the fastest plain decoding), SpecVLM on eager" in last["on"]["summary"]
-    assert "vanilla on the static engine (the fastest plain decoding), SpecVLM on static" in last["off"]["summary"]
+    assert all(" engine" not in up["summary"] for up in last.values())   # one engine: nothing to name
 
 
 def test_the_added_tokens_are_shown(runs):

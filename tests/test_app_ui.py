@@ -349,19 +349,16 @@ BASE_ARGS = ("clip.mp4", "Describe.", "Fake tiny (CPU)", "", "specvlm", 0.9, 0.4
 def test_compare_inputs_end_with_subtitles_truth_early_stop_fixed_length_and_timing():
     compare, comps = _compare_fn(Backend(FakeEngine(step_s=0.0)))
     ids = [c.elem_id for c in compare.inputs]
-    assert ids[-15:-5] == ["srt", "subtitle-mode", "truth", "keep-text", "api-min-prob", "fixed-length",
-                           "timing-pairs", "engine", "old-top-p", "old-max-new"]   # old names of lambda_, max_new_tokens
+    assert ids[-14:-5] == ["srt", "subtitle-mode", "truth", "keep-text", "api-min-prob", "fixed-length",
+                           "timing-pairs", "old-top-p", "old-max-new"]   # old names of lambda_, max_new_tokens
     # the tree, frames and budget: hidden twins without a value (an API caller who leaves them out gets the preset's)
     assert [ids[i] for i in (7, 8, 11, 12)] == ["api-tree", "api-depth", "api-frames", "api-max-new-tokens"]
     assert all(c.value is None and not c.visible for c in compare.inputs if c.elem_id.startswith("api-"))
     assert ids[-5:] == ["reselect", "reselect-min-share", "reselect-step-tokens", "reselect-total-tokens",
                         "adaptive-r"]                             # beyond the paper, appended after them
-    assert comps["engine"].value == "" and comps["engine"].choices == [("auto", ""), ("eager", "eager"),
-                                                                        ("static", "static")]
-    # the page's default engine with re-selection ticked: auto picks the eager loop, where re-selection runs
+    assert "engine" not in comps                                  # one decoding engine: no switch on the page
     from app.inputs.settings import Limits, RunSettings, build_configs
-    assert build_configs(RunSettings(engine=comps["engine"].value, reselect=True), Limits())[0].engine == "eager"
-    assert build_configs(RunSettings(engine=comps["engine"].value), Limits())[0].engine == "static"
+    assert build_configs(RunSettings(reselect=True), Limits())[0].reselect.enabled
     assert ids[:3] == ["video", "prompt", "preset"] and ids[16] == "seed"  # old positions unchanged
     radio = comps["subtitle_mode"]
     assert radio.value == "both" and [v for _, v in radio.choices] == ["both", "target", "draft", "none"]

@@ -151,7 +151,7 @@ def test_shard_rank_environment_and_records(tmp_path):
 def test_ranks_on_one_machine_split_its_cpus():
     import torch
 
-    from specvlm.engine import threads
+    from specvlm.runtime import threads
 
     choice = threads.configure(share=2, environ={})
     try:

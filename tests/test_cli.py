@@ -99,10 +99,10 @@ def test_cli_subtitles_reach_the_prompt_and_notes_are_printed(checkpoints, tmp_p
     assert out["num_prompt_tokens"] == plain["num_prompt_tokens"] + out["target_subtitle_tokens"]
     assert out["identical"] is True                        # lossless with the transcript too
     assert out["divergence"] is None and out["speedup"] > 0 and out["speedup_runs"] == [out["speedup"]]
-    assert (out["engine"], out["vanilla_engine"]) == ("static", "static")
-    # re-selection runs SpecVLM on the eager loop; the vanilla it is compared with stays on the fastest, static
+    assert "engine" not in out and "vanilla_engine" not in out
+    # with re-selection too (the vanilla it is compared with runs without it)
     out = json.loads(cli(*base, "--compare", "--reselect").stdout)
-    assert (out["engine"], out["vanilla_engine"], out["identical"]) == ("eager", "static", True)
+    assert out["identical"] is True
     # target only: the draft's prompt skips the transcript
     out = json.loads(cli(*base, "--srt", str(srt), "--subtitle-mode", "target").stdout)
     assert out["target_subtitle_tokens"] > 5 and out["draft_subtitle_tokens"] == 0
@@ -235,32 +235,14 @@ def test_help_names_lambda_and_threads(command, capsys):
     assert "--threads N" in text
 
 
-def test_engine_flag_reaches_the_config_and_defaults_per_device(monkeypatch):
-    from specvlm.cli.args import decode_config, device_type
-    from specvlm.config import ENGINE_BY_DEVICE, default_engine
-
-    assert decode_config(_generate_args("--engine", "static"), "specvlm", None).engine == "static"
-    assert decode_config(_generate_args("--engine", "eager"), "vanilla", None, "cuda").engine == "eager"
-    # without --engine, the device type picks it (one table, specvlm.config.ENGINE_BY_DEVICE)
-    assert decode_config(_generate_args("--device", "cpu"), "specvlm", None).engine == ENGINE_BY_DEVICE["cpu"]
-    assert decode_config(_generate_args(), "specvlm", None, "cuda").engine == ENGINE_BY_DEVICE["cuda"]
-    assert (default_engine("cpu"), default_engine("cuda"), default_engine("cuda:1")) == ("static", "static", "static")
-    # re-selection runs on the eager loop: without --engine it picks it
-    assert decode_config(_generate_args("--reselect"), "specvlm", None).engine == "eager"
-    assert default_engine("mps") == default_engine("cpu")
-    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    assert device_type(_generate_args()) == "cuda" and device_type(_generate_args("--device", "cpu")) == "cpu"
-    assert decode_config(_generate_args(), "vanilla", None).engine == "static"
-
-
 @pytest.mark.parametrize("command", ["generate", "bench"])
-def test_engine_flag_is_offered_and_checked(command, capsys):
+def test_there_is_no_engine_flag(command, capsys):
+    """One decoding engine: no flag chooses another."""
     from specvlm.cli import main
 
     with pytest.raises(SystemExit):
         main([command, "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--engine {eager,static}" in text and "Default per device: cpu static, cuda static" in text
+    assert "--engine" not in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main([command, "--engine", "fast", "--video", "x.mp4"])
-    assert "invalid choice: 'fast'" in capsys.readouterr().err
+        main([command, "--engine", "static", "--video", "x.mp4"])
+    assert "unrecognized arguments: --engine" in capsys.readouterr().err

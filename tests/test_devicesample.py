@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from specvlm.config import SamplingConfig
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.spec import deviceaccept as da
 from specvlm.spec import devicesampled as dsm
 from specvlm.spec import devicestatic as ds
 from specvlm.spec import devicetree as dt
-from specvlm.spec.drafters import _slot_counts
-from specvlm.spec.sampling import process_logits, verify_tree
+from helpers.hostdrafters import _slot_counts
+from helpers.hostsampling import verify_tree
+from specvlm.spec.sampling import process_logits
 
 V, VD, ROOT = 6, 5, 0
 RUNS = 2500   # 36 cells -> TV bound 0.080

@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from specvlm.config import TreeConfig
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.spec import deviceaccept as da
 from specvlm.spec import devicestatic as ds
 from specvlm.spec import devicetree as dt
-from specvlm.spec.drafters import GreedyDrafter, greedy_accept
-from specvlm.spec.tree import STATIC_TREES, DraftTree, ancestor_mask, static_paths, verify_mask
+from helpers.hostdrafters import GreedyDrafter, greedy_accept
+from helpers.hosttree import DraftTree
+from specvlm.bench.stepcost import ancestor_mask, verify_mask
+from specvlm.spec.tree import STATIC_TREES, static_paths
 
 V = 40
 DCAP = 4

@@ -15,6 +15,7 @@ import torch
 from helpers.media import make_clip
 
 import specvlm.engine.stream as dec
+from specvlm.engine import steps
 from specvlm.config import DecodeConfig, TreeConfig
 from specvlm.analysis.metrics import compare_outputs
 from specvlm.models.pair import pair_from_models
@@ -24,9 +25,8 @@ PROMPT = "describe this video"
 N = 40
 
 
-def _cfg(method):   # the eager loop: its verify forward is the one patched below
-    return DecodeConfig(method=method, max_new_tokens=N, stop_at_eos=False, tree=TreeConfig(shape="dynamic"),
-                        engine="eager")
+def _cfg(method):
+    return DecodeConfig(method=method, max_new_tokens=N, stop_at_eos=False, tree=TreeConfig(shape="dynamic"))
 
 
 def _std_pair(seed=0):
@@ -38,16 +38,18 @@ def _std_pair(seed=0):
 
 
 def _patch_verify(monkeypatch, pair, change):
-    """Route the target's verify forwards (the engine's ``verify_tree``) through ``change(call_index, logits)``."""
-    real, calls = dec.verify_tree, []
+    """Route the target's verify forwards (the target's block forwards in ``verify_step``) through
+    ``change(call_index, logits)``."""
+    real, calls = steps.static_forward, []
 
-    def verify(model, *args, **kw):
-        out = real(model, *args, **kw)
-        assert model is pair.target
+    def forward(side, tokens, positions, block_index, block_bias, *args, **kw):
+        out = real(side, tokens, positions, block_index, block_bias, *args, **kw)
+        if side.model is not pair.target or block_index is None:
+            return out
         calls.append(1)
         return change(len(calls), out)
 
-    monkeypatch.setattr(dec, "verify_tree", verify)
+    monkeypatch.setattr(steps, "static_forward", forward)
     return calls
 
 

@@ -229,45 +229,6 @@ def test_early_stop_min_prob_is_lossless_and_drafts_less(pairs, vanilla, fam, sh
         assert 1 <= n_cut < n_full, (mode, n_cut, n_full)
 
 
-@pytest.mark.parametrize("fam", ["qwen", "llava"])
-def test_chain_draft_feed_runs_without_a_mask_and_matches_the_masked_feed(pairs, fam, monkeypatch):
-    """A chain node sees every fed token, so feed_nodes skips the mask (the decode path); same log-probs."""
-    import specvlm.engine.draft as dr
-    from specvlm.engine import kv
-    from specvlm.engine.forward import embed_tokens
-    from specvlm.engine.prefill import prefill_draft, prefill_target
-    from specvlm.spec.tree import DraftTree, additive_mask
-
-    pair = pairs[(fam, "std")]
-    inputs = pair.adapter.prepare(pair.processor, pair.target, make_clip(), PROMPT)
-    tp = prefill_target(pair, inputs.for_target(), with_scores=False)
-    d_cache, _ = prefill_draft(pair, inputs, tp, torch.arange(inputs.num_video_tokens))
-    R = inputs.positions.shape[0]
-    runner = dr.DraftRunner(pair, d_cache, R)
-    runner.feed_pending([tp.first_token], inputs.next_position)
-    tree = DraftTree(tokens=torch.tensor([7, 11, 13]), parents=torch.tensor([-1, 0, 1]),
-                     depths=torch.tensor([1, 2, 3]), scores=torch.zeros(3))
-    masks = []
-    real = dr.lm_forward
-    monkeypatch.setattr(dr, "lm_forward", lambda *a, **k: masks.append(k.get("mask")) or real(*a, **k))
-    got = [runner.feed_nodes([i], tree) for i in range(3)]
-    assert masks == [None, None, None]
-    kv.truncate(runner.cache, runner.base)
-    for i in range(3):   # the same feeds with the explicit all-visible additive mask
-        mask = additive_mask(torch.ones(1, i + 1, dtype=torch.bool), runner.base, torch.float32)
-        logits = real(pair.draft, pair.draft_adapter, embed_tokens(pair.draft, tree.tokens[[i]]),
-                      (runner.root_pos + tree.depths[[i]]).expand(R, 1), runner.cache, mask=mask, rows=slice(None))
-        torch.testing.assert_close(got[i], runner._logp(logits), atol=1e-5, rtol=1e-5)
-    kv.truncate(runner.cache, runner.base)
-    runner.slot = {}
-    masks.clear()                       # a lone node with an already-fed sibling must not see it: masked
-    fork = DraftTree(tokens=torch.tensor([7, 11]), parents=torch.tensor([-1, -1]), depths=torch.tensor([1, 1]),
-                     scores=torch.zeros(2))
-    runner.feed_nodes([0], fork)
-    runner.feed_nodes([1], fork)
-    assert masks[0] is None and masks[1] is not None and masks[1].shape[-1] == runner.base + 2
-
-
 @pytest.mark.parametrize("mode", ["self", "std"])
 def test_prepared_inputs_and_a_shared_prefill_give_the_same_tokens(pairs, vanilla, mode):
     """prepare() once, prefill the target once, decode several methods: the tokens do not change."""

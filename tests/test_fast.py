@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from specvlm.models import attention as fast
-from specvlm.spec.tree import ancestor_mask, verify_mask
+from specvlm.bench.stepcost import ancestor_mask, verify_mask
 
 
 def _reference(q, k, v, mask_bool):

@@ -22,7 +22,7 @@ def test_cpu_smoke_runs_the_engine_end_to_end(gpu_check, tmp_path, capsys):
     assert "projected speedup = (τ + 1) · t_decode / (5 · t_level + t_verify)" in text
     assert "| byte floor | " in text and "x of " in text
     data = json.loads(out.read_text())
-    assert data["engines"] == ["eager", "static"] and data["bandwidth"] == 5e10
+    assert data["variants"] == ["plain", "reselect"] and data["bandwidth"] == 5e10
     res = data["results"]
     assert [r["key"] for r in res] == ["qwen7-qwen3b", "qwen3-8b-2b", "llava72-llava7"]
     qwen, _, llava = res
@@ -33,8 +33,8 @@ def test_cpu_smoke_runs_the_engine_end_to_end(gpu_check, tmp_path, capsys):
         f = r["floor"]
         assert f["decode_ms"] == pytest.approx(1e3 * f["target_step_bytes"] / 5e10)
         assert 0 < f["draft_level_ms"] < f["decode_ms"] and f["ceiling"]["all_accepted"] > f["ceiling"]["3.8"] > 1
-        assert set(r["engines"]) == {"eager", "static"}
-        for e in r["engines"].values():
+        assert set(r["variants"]) == {"plain", "reselect"}
+        for e in r["variants"].values():
             # fp32 on the CPU: SpecVLM (Std-SD, padded draft vocabulary) is token-identical to vanilla
             assert e["counts"]["identical"] == 1 and not e["divergences"]
             assert min(e["decode_step_ms"], e["draft_level_ms"], e["verify_step_ms"], e["warmup_s"]) > 0
@@ -42,7 +42,7 @@ def test_cpu_smoke_runs_the_engine_end_to_end(gpu_check, tmp_path, capsys):
             assert set(e["projected"]) == {"2.5", "3.0", "3.8"}
             assert e["projected"]["3.8"] > e["projected"]["2.5"] > 0
         assert set(r["isolated"]["verify_curve_ms"]) == {"1", "2", "4"}
-    assert llava["engines"]["static"]["paper_speedup"] == 2.68
+    assert llava["variants"]["plain"]["paper_speedup"] == 2.68
 
 
 def test_floors_and_projections_are_the_ceiling_math(gpu_check):
@@ -60,7 +60,7 @@ def test_floors_and_projections_are_the_ceiling_math(gpu_check):
             "prefill_vanilla_s": [1.0], "prefill_specvlm_s": [1.2], "prune_s": [0.1], "draft_prefill_s": [0.2],
             "decode_ms": [10.0, 10.0], "draft_step_ms": [5.0, 5.0], "verify_step_ms": [15.0, 15.0],
             "tau_random_weights": [0.0]}
-    row = gpu_report.engine_row("qwen7-self", runs, 1.0, 1.0, f, 5)
+    row = gpu_report.variant_row("qwen7-self", runs, 1.0, 1.0, f, 5)
     assert row["draft_level_ms"] == 1.0 and row["projected"]["3.0"] == pytest.approx(4 * 10 / 20)
     assert row["speedup_at_paper_tau"] == pytest.approx(4.8 * 10 / 20)
     assert row["vs_floor"]["decode"] == pytest.approx(10.0 / f["decode_ms"])
@@ -89,13 +89,13 @@ def test_json_is_named_after_the_gpu(gpu_check):
     assert p.parent == gpu_check.ROOT / "docs" / "bench" and p.name == "gpu_check_NVIDIA-H100-80GB-HBM3.json"
 
 
-def test_unknown_gpu_or_engine_is_refused(gpu_check, monkeypatch, capsys):
+def test_unknown_gpu_or_variant_is_refused(gpu_check, monkeypatch, capsys):
     monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(gpu_check.torch.cuda, "get_device_name", lambda d=None: "NVIDIA GeForce GTX 1080")
     assert gpu_check.main([]) == 2
     assert "give it with --bandwidth" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--engines 'fast'"):
-        gpu_check.main(["--cpu-smoke", "--engines", "fast"])
+    with pytest.raises(SystemExit, match="--variants 'fast'"):
+        gpu_check.main(["--cpu-smoke", "--variants", "fast"])
 
 
 def test_unknown_setup_is_refused(gpu_check):

@@ -1,7 +1,7 @@
 """The host-read counter counts each way Python can wait for a tensor's value, and nothing else."""
 import torch
 
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.runtime.hostreads import HostReadCounter
 
 
 def test_each_kind_of_host_read_is_counted_once():

@@ -22,7 +22,7 @@ def _module_name(path: Path) -> str:
 
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("specvlm.config", "specvlm.dtypes", "specvlm.types", "specvlm.assets"),
+    ("specvlm.config", "specvlm.dtypes", "specvlm.types", "specvlm.assets", "specvlm.runtime"),
     ("specvlm.spec",),
     ("specvlm.text", "specvlm.video"),
     ("specvlm.models",),

@@ -14,7 +14,8 @@ from helpers.media import make_clip
 
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
 from specvlm.engine.stream import generate
-from specvlm.spec.drafting import draft_substitute, for_draft
+from helpers.hostdrafting import for_draft
+from specvlm.engine.loop import draft_substitute
 from specvlm.models.pair import pair_from_models
 from specvlm.engine.prepare import prepare
 

@@ -87,11 +87,11 @@ def test_defaults_without_a_preset_are_the_librarys():
     p = argparse.ArgumentParser()
     add_decode_args(p)
     args = p.parse_args([])
-    assert decode_config(args, "specvlm", None, "cpu").max_new_tokens == budget
+    assert decode_config(args, "specvlm", None).max_new_tokens == budget
     assert video_config(args, None, None).num_frames == frames
     bundled = PRESETS[BUNDLED_STD]
-    assert decode_config(args, "specvlm", bundled, "cpu").max_new_tokens == bundled.max_new_tokens != budget
-    assert decode_config(args, "specvlm", bundled, "cpu").tree == bundled.tree
+    assert decode_config(args, "specvlm", bundled).max_new_tokens == bundled.max_new_tokens != budget
+    assert decode_config(args, "specvlm", bundled).tree == bundled.tree
 
 
 def test_one_resolver_fills_what_the_caller_leaves_unset():

@@ -11,17 +11,10 @@ from helpers.media import make_clip
 from specvlm.analysis.run import RunRecord
 from specvlm.analysis.why import explain_rejections
 from specvlm.config import ConfigError, DecodeConfig, PruneConfig, ReselectConfig, TreeConfig, config_from_settings
-from specvlm.engine import draft as draft_mod
-from specvlm.engine import kv, reselect
-from specvlm.engine.draft import DraftRunner
-from specvlm.engine.fastdraft import FastDraftRunner
-from specvlm.engine.forward import embed_tokens, lm_forward
-from specvlm.engine.loopparts import speculative_prefill
 from specvlm.engine.prepare import prepare
 from specvlm.engine.stream import generate, stream
 from specvlm.spec.adaptive import adaptive_drop_rate, reselect_tokens
 from specvlm.spec.pruning import kept_count
-from specvlm.spec.tree import DraftTree
 
 PROMPT = "describe this video in detail"
 N = 48
@@ -106,13 +99,10 @@ def test_settings_are_validated_with_the_setting_named():
         ReselectConfig(track=65)
     with pytest.raises(ConfigError, match="r_max=0.6 is out of range"):
         PruneConfig(r_min=0.7, r_max=0.6)
-    with pytest.raises(ConfigError, match="re-selection runs on the eager engine: set the engine to eager, or leave it unset"):
-        DecodeConfig(engine="static", reselect=ReselectConfig(enabled=True))
     with pytest.raises(ConfigError, match="reselect=True is not a ReselectConfig"):
         DecodeConfig(reselect=True)
-    # a front end that does not choose the engine gets the eager one with re-selection on, on any device
-    assert config_from_settings(device_type="cuda", reselect=ReselectConfig(enabled=True)).engine == "eager"
-    assert config_from_settings(device_type="cuda").engine == "static"
+    # re-selection runs on the one engine, on any device
+    assert config_from_settings(reselect=ReselectConfig(enabled=True)).reselect.enabled
     assert DecodeConfig().reselect.enabled is False and DecodeConfig().prune.adaptive_r is False  # paper defaults
 
 
@@ -131,9 +121,8 @@ def _check_added(res, keep: torch.Tensor, cfg: ReselectConfig) -> list[int]:
 @pytest.mark.parametrize("mode", ["self", "std"])
 @pytest.mark.parametrize("fast", [True, False])
 def test_reselection_is_lossless_self_and_std_sd(pairs, inputs, vanilla, fam, mode, fast, monkeypatch):
-    if not fast:   # the module-stack draft runner (transformers' cache) instead of the fused one
-        monkeypatch.setattr("specvlm.engine.stream.make_draft_runner",
-                            lambda *a, **k: draft_mod.make_draft_runner(*a, fast=False, **k))
+    if not fast:   # the draft through transformers' module stack instead of the fused forward
+        monkeypatch.setattr("specvlm.engine.loop._fused", lambda *a, **k: None)
     res = generate(pairs[(fam, mode)], inputs[(fam, mode)], _cfg(reselect=FIRE))
     assert res.token_ids == vanilla[fam]
     _check_added(res, res.prefill.prune.keep, FIRE)
@@ -145,46 +134,13 @@ def test_reselection_is_lossless_self_and_std_sd(pairs, inputs, vanilla, fam, mo
 def test_every_step_trigger_is_lossless_and_fires_before_and_after_each_step(pairs, inputs, vanilla, fam, mode, fast,
                                                                           monkeypatch):
     if not fast:
-        monkeypatch.setattr("specvlm.engine.stream.make_draft_runner",
-                            lambda *a, **k: draft_mod.make_draft_runner(*a, fast=False, **k))
+        monkeypatch.setattr("specvlm.engine.loop._fused", lambda *a, **k: None)
     res = generate(pairs[(fam, mode)], inputs[(fam, mode)], _cfg(reselect=EVERY))
     assert res.token_ids == vanilla[fam]
     _check_added(res, res.prefill.prune.keep, EVERY)
     assert res.steps[0].added                                   # before the first draft, from the last prompt row
     verify = [s for s in res.steps if s.step > 0]
     assert all(s.unseen_share is not None for s in verify)     # every step measured, refused or not
-
-
-def test_the_measured_row_is_the_diverging_one_or_with_every_the_one_after_a_whole_path():
-    chain = DraftTree.chain([5, 6, 7], [0.0, -1.0, -2.0])                 # root -> 0 -> 1 -> 2: rows 0..3
-    for trigger in ("refused", "every"):
-        assert reselect.measured_row(chain, [], trigger) == 0              # refused at the root
-        assert reselect.measured_row(chain, [0], trigger) == 1             # refused after node 0
-    assert reselect.measured_row(chain, [0, 1, 2], "refused") is None      # whole path taken: not measured
-    assert reselect.measured_row(chain, [0, 1, 2], "every") == 3           # the row that chose the bonus token
-
-
-@pytest.mark.parametrize("cls", [FastDraftRunner, DraftRunner])
-def test_a_synced_self_sd_draft_holding_every_token_is_the_target(pairs, inputs, cls):
-    """Sync puts the target's keys and values in the draft's cache: holding every video token, the Self-SD draft's
-    next-token distribution is the target's own."""
-    pair, inp = pairs[("qwen", "self")], inputs[("qwen", "self")]
-    with torch.inference_mode():
-        sp = speculative_prefill(pair, inp, _cfg(reselect=EVERY), None, None)
-        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), sp.d_in.positions.shape[0])
-        before = runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position)
-        runner.rollback()
-        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), sp.d_in.positions.shape[0])
-        held = torch.ones(inp.num_video_tokens, dtype=torch.bool)
-        reselect.sync_from_target(runner, sp.tp.cache, reselect.held_positions(held, sp.t_in.video_index,
-                                                                                sp.tp.cache))
-        got = runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position)
-        cache = kv.clone_cache(pair.target, sp.tp.cache)
-        pos = torch.full((sp.t_in.positions.shape[0], 1), sp.t_in.next_position)
-        want = torch.log_softmax(lm_forward(pair.target, pair.adapter, embed_tokens(pair.target, [sp.tp.first_token]),
-                                            pos, cache)[-1, :pair.shared_vocab].float(), -1)
-    assert torch.allclose(got, want, atol=1e-4)
-    assert not torch.allclose(before, want, atol=1e-4)          # the pruned draft's own cache differs
 
 
 def test_reselection_equals_hf_generate(pairs, inputs, vanilla):
@@ -290,20 +246,18 @@ def test_cli_flags_reach_the_config(capsys):
         args = build_parser().parse_args([*command, "--reselect", "--reselect-min-share", "0.3",
                                           "--reselect-step-tokens", "4", "--reselect-total-tokens", "20",
                                           "--adaptive-r"])
-        cfg = decode_config(args, "specvlm", None, "cuda")
+        cfg = decode_config(args, "specvlm", None)
         assert cfg.reselect == ReselectConfig(enabled=True, min_share=0.3, step_tokens=4, total_tokens=20)
         assert (cfg.reselect.trigger, cfg.reselect.sync) == ("every", True)                  # the defaults
         more = build_parser().parse_args([*command, "--reselect", "--reselect-trigger", "refused", "--reselect-track",
                                           "2", "--no-reselect-sync"])
-        got = decode_config(more, "specvlm", None, "cpu").reselect
+        got = decode_config(more, "specvlm", None).reselect
         assert (got.trigger, got.track, got.sync) == ("refused", 2, False)
-        assert cfg.prune.adaptive_r and cfg.engine == "eager"
-        plain = decode_config(build_parser().parse_args(command), "specvlm", None, "cpu")
+        assert cfg.prune.adaptive_r
+        plain = decode_config(build_parser().parse_args(command), "specvlm", None)
         assert not plain.reselect.enabled and not plain.prune.adaptive_r
     assert main(["generate", "--video", "missing.mp4", "--reselect", "--reselect-min-share", "2"]) == 2
     assert "reselect min_share=2.0 is out of range" in capsys.readouterr().err
-    assert main(["generate", "--video", "missing.mp4", "--reselect", "--engine", "static"]) == 2
-    assert "re-selection runs on the eager engine" in capsys.readouterr().err
 
 
 def test_reselection_with_a_draft_of_another_token_grid():
@@ -321,30 +275,3 @@ def test_reselection_with_a_draft_of_another_token_grid():
     res = generate(pair, inp, _cfg(reselect=FIRE))
     assert res.token_ids == want
     _check_added(res, res.prefill.prune.keep, FIRE)
-
-
-@pytest.mark.parametrize("mode", ["self", "std"])
-def test_both_draft_runners_add_the_same_tokens(pairs, inputs, mode):
-    """The fused runner's additions (its own RoPE from the M-RoPE positions, or the copied keys) give the same draft
-    as the module-stack runner's (transformers' cache and rotary embedding)."""
-    with torch.inference_mode():
-        _runners_agree(pairs[("qwen", mode)], inputs[("qwen", mode)])
-
-
-def _runners_agree(pair, inp):
-    sp = speculative_prefill(pair, inp, _cfg(reselect=FIRE), None, None)
-    lacking = torch.nonzero(~torch.isin(torch.arange(inp.num_video_tokens), sp.info.prune.keep)).flatten()
-    add = lacking[torch.randperm(lacking.numel(), generator=torch.Generator().manual_seed(0))[:5]]
-    R = sp.d_in.positions.shape[0]
-    out = []
-    for cls in (FastDraftRunner, DraftRunner):
-        runner = cls(pair, kv.clone_cache(pair.draft, sp.d_cache), R)
-        if pair.self_sd:
-            reselect.copy_target_kv(runner, sp.tp.cache, sp.t_in.video_index[add])
-        else:
-            reselect.prefill_video(runner, pair, sp.d_in, sp.tp.draft_video, add)
-        out.append(runner.feed_pending([int(sp.tp.first_token)], sp.t_in.next_position))
-    plain = FastDraftRunner(pair, kv.clone_cache(pair.draft, sp.d_cache), R).feed_pending(
-        [int(sp.tp.first_token)], sp.t_in.next_position)
-    assert torch.allclose(out[0], out[1], atol=1e-4)
-    assert not torch.allclose(out[0], plain, atol=1e-4)                  # the added tokens changed the draft

@@ -124,16 +124,14 @@ def test_engine_pieces_are_its_text_deltas(pairs):
         assert rec.text == tok.decode(rec.token_ids, skip_special_tokens=True) and rec.num_generated == 12
 
 
-def test_static_engine_pieces_match_the_eager_ones(pairs):
+def test_vanilla_and_speculative_pieces_match(pairs):
     """Both decode loops emit the same per-token text pieces through the one text decoder."""
     pair = pairs[("qwen", "std")]
     inputs = prepare(pair, make_clip(), PROMPT)
+    recs = []
     for method in ("vanilla", "specvlm"):
-        recs = []
-        for engine in ("eager", "static"):
-            cfg = DecodeConfig(method=method, max_new_tokens=10, stop_at_eos=False, tree=TreeConfig(depth=3),
-                               engine=engine)
-            recs.append(RunRecord.from_events(stream(pair, inputs, cfg), cfg))
-        assert recs[0].token_ids == recs[1].token_ids and recs[0].text == recs[1].text
-        assert [p for p, _ in recs[0].pieces()] == [p for p, _ in recs[1].pieces()]
-        assert all(len(s.pieces) == len(s.token_ids) for s in recs[1].steps)
+        cfg = DecodeConfig(method=method, max_new_tokens=10, stop_at_eos=False, tree=TreeConfig(depth=3))
+        recs.append(RunRecord.from_events(stream(pair, inputs, cfg), cfg))
+    assert recs[0].token_ids == recs[1].token_ids and recs[0].text == recs[1].text
+    assert [p for p, _ in recs[0].pieces()] == [p for p, _ in recs[1].pieces()]
+    assert all(len(s.pieces) == len(s.token_ids) for s in recs[1].steps)

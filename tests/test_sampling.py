@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from specvlm.config import ConfigError, TreeConfig
-from specvlm.spec.drafters import GreedyDrafter, SampledDrafter, greedy_accept
-from specvlm.spec.sampling import (SamplingConfig, _accept, _children, _pad, exclude, make_generator, process_logits,
-                                   residual, sample, sample_without_replacement, verify_tree)
+from helpers.hostdrafters import GreedyDrafter, SampledDrafter, greedy_accept
+from helpers.hostsampling import _accept, _children, _pad, exclude, residual, sample_without_replacement, verify_tree
+from specvlm.config import SamplingConfig
+from specvlm.spec.sampling import make_generator, process_logits, sample
 
 V, VD, ROOT = 6, 5, 0
 ALPHA = 1e-3
@@ -165,7 +166,7 @@ def tree_step(seq: list[int], gen: torch.Generator, build: str, **kw) -> list[in
 
 class SyntheticRunner:
     """The synthetic draft behind the runner interface the engine hands a drafter
-    (``feed_pending``, ``feed_nodes``, ``feed_next``, ``rollback``: :func:`specvlm.engine.draft.make_draft_runner`)."""
+    (``feed_pending``, ``feed_nodes``, ``feed_next``, ``rollback``)."""
 
     def __init__(self, seq: list[int]):
         self.seq, self.chain = seq, []

@@ -17,8 +17,7 @@ CASES = [  # (preset, app settings) - the CLI gets the same values as flags
     (BUNDLED_STD, dict(tree_shape="dynamic", depth=5, top_k=2, total_tokens=10, min_prob=0.0)),
     (QWEN7_SELF, dict(method="attention", temperature=0.7, top_p_sampling=0.9, seed=3, max_new_tokens=64)),
     (QWEN7_SELF, dict(tree_shape="static")),
-    (BUNDLED_STD, dict(engine="static")),
-    (BUNDLED_STD, dict(engine="eager")),
+    (BUNDLED_STD, dict(reselect=True)),
 ]
 
 
@@ -41,7 +40,7 @@ def _cli(preset: str, kw: dict):
                                     ("--min-prob", "min_prob", tree.min_prob)):
         if key in kw:
             argv += [flag, str(kw[key])]
-    argv += ["--engine", kw["engine"]] if "engine" in kw else []
+    argv += ["--reselect"] if kw.get("reselect") else []
     args = build_parser().parse_args(argv)
     return decode_config(args, s.method, PRESETS[preset])
 
@@ -83,27 +82,17 @@ def test_app_random_pruning_honours_the_seed():
     assert kept(2) != first
 
 
-def test_the_engine_defaults_to_the_devices_and_a_request_may_name_it():
+def test_a_request_names_no_engine_and_vanilla_drops_reselection():
     from app.inputs.settings import FIELDS
-    from specvlm.config import ENGINE_BY_DEVICE
+    from specvlm.config import vanilla_config
 
-    assert [f.name for f in FIELDS[-8:-5]] == ["engine", "top_p", "max_new"] and RunSettings().engine == ""  # appended
+    assert [f.name for f in FIELDS[-7:-5]] == ["top_p", "max_new"] and "engine" not in {f.name for f in FIELDS}
     assert [f.name for f in FIELDS[-5:]] == ["reselect", "reselect_min_share", "reselect_step_tokens",
                                              "reselect_total_tokens", "adaptive_r"]        # appended after them
-    assert build_configs(RunSettings(), Limits())[0].engine == ENGINE_BY_DEVICE["cpu"]
-    assert build_configs(RunSettings(), Limits(), "cuda")[0].engine == ENGINE_BY_DEVICE["cuda"] == "static"
-    assert build_configs(RunSettings(engine="eager"), Limits(), "cuda")[0].engine == "eager"
-    assert RunRequest.from_inputs({"video": "v.mp4", "engine": "static"}).settings.engine == "static"
-    # re-selection runs on the eager loop; the vanilla run it is compared with stays on the fastest, static
-    from specvlm.config import VANILLA_ENGINE, vanilla_config
+    assert not hasattr(RunSettings(), "engine")
     spec = build_configs(RunSettings(reselect=True), Limits())[0]
     van = vanilla_config(spec)
-    assert (spec.engine, van.engine, VANILLA_ENGINE) == ("eager", "static", "static")
     assert van.method == "vanilla" and not van.reselect.enabled and van.max_new_tokens == spec.max_new_tokens
-    assert vanilla_config(build_configs(RunSettings(engine="eager"), Limits())[0]).engine == "static"
-    from app.inputs.settings import UserError
-    with pytest.raises(UserError, match="Invalid setting: engine 'fast' is unknown: use one of eager, static"):
-        build_configs(RunSettings(engine="fast"), Limits())
 
 
 @pytest.mark.parametrize("preset", [BUNDLED_STD, SPARSE_SELF, QWEN7_SELF])
@@ -114,7 +103,7 @@ def test_settings_left_unset_are_the_presets_in_the_api_and_the_cli(preset):
     dec, vid = build_configs(req.settings, Limits())
     args = build_parser().parse_args(["generate", "--video", "clip.mp4"])
     p = PRESETS[preset]
-    assert dec == decode_config(args, "specvlm", p, "cpu") and dec.tree is p.tree
+    assert dec == decode_config(args, "specvlm", p) and dec.tree is p.tree
     assert (vid.num_frames, dec.max_new_tokens) == (video_config(args, None, p).num_frames, p.max_new_tokens)
     assert vid.num_frames == p.num_frames
 

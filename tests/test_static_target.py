@@ -6,7 +6,7 @@ import torch
 
 from helpers.media import make_clip
 from specvlm.engine import statickv
-from specvlm.engine.loopparts import rope_dims
+from specvlm.engine.loop import rope_dims
 from specvlm.engine.prefill import prefill_target
 from specvlm.engine.prepare import prepare
 from specvlm.engine.statictarget import fused_target

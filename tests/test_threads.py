@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specvlm.engine import threads
-from specvlm.engine.cpus import (CpuSample, cgroup_quota, foreign_cores, parse_cfs, parse_cpu_max, parse_proc_stat,
+from specvlm.runtime import threads
+from specvlm.runtime.cpus import (CpuSample, cgroup_quota, foreign_cores, parse_cfs, parse_cpu_max, parse_proc_stat,
                                  usable_cpus)
-from specvlm.engine.threads import (ThreadChoice, ThreadsError, adapt, configure, decide, omp_env_defaults,
+from specvlm.runtime.threads import (ThreadChoice, ThreadsError, adapt, configure, decide, omp_env_defaults,
                                     parse_threads)
 
 

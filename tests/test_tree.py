@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from specvlm.config import TreeConfig
-from specvlm.spec.drafters import GreedyDrafter, greedy_accept
-from specvlm.spec.tree import STATIC_TREES, DraftTree, ancestor_mask, feed_mask, paths, verify_mask
+from helpers.hostdrafters import GreedyDrafter, greedy_accept
+from helpers.hosttree import DraftTree, feed_mask, paths
+from specvlm.bench.stepcost import ancestor_mask, verify_mask
+from specvlm.spec.tree import STATIC_TREES
 
 V = 50
 

@@ -44,9 +44,9 @@ def _clip(tmp_path, monkeypatch):
     (tmp_path / "clip.mp4").write_bytes(b"\x00" * 16)
 
 
-def _job(frames: int, tokens: int, target: str, draft: str | None = None, engine: str = "eager") -> RunJob:
+def _job(frames: int, tokens: int, target: str, draft: str | None = None) -> RunJob:
     from specvlm.config import DecodeConfig, VideoConfig
-    return RunJob("v.mp4", "p", DecodeConfig(max_new_tokens=tokens, engine=engine), VideoConfig(num_frames=frames),
+    return RunJob("v.mp4", "p", DecodeConfig(max_new_tokens=tokens), VideoConfig(num_frames=frames),
                   (target, draft))
 
 
@@ -83,9 +83,8 @@ def test_the_gpu_function_takes_and_yields_plain_data_only():
 
 
 def _zerogpu_default_job(monkeypatch) -> RunJob:
-    """The default ZeroGPU Run: the default preset with the frames and new tokens the page suggests there, on the
-    CUDA default engine (static: its graphs are captured inside the GPU task)."""
-    from specvlm.config import default_engine
+    """The default ZeroGPU Run: the default preset with the frames and new tokens the page suggests there (its
+    graphs are captured inside the GPU task)."""
     from specvlm.models.presets import GPU_DEFAULTS, PRESETS
 
     class Engine(FakeEngine):
@@ -100,7 +99,7 @@ def _zerogpu_default_job(monkeypatch) -> RunJob:
     assert d.preset == GPU_DEFAULTS[0]
     assert (d.num_frames, d.max_new_tokens) == (zerogpu.DEFAULT_FRAMES, zerogpu.DEFAULT_NEW_TOKENS) == (64, 128)
     p = PRESETS[d.preset]
-    return _job(d.num_frames, d.max_new_tokens, p.target, p.draft, default_engine("cuda"))
+    return _job(d.num_frames, d.max_new_tokens, p.target, p.draft)
 
 
 @pytest.mark.filterwarnings("ignore:Error while reading infos from Nvidia driver FS")  # spaces, without a GPU
@@ -110,15 +109,14 @@ def test_the_default_zerogpu_run_needs_under_a_minute_and_the_duration_grows_wit
     t, p = zerogpu.GpuTime(), PRESETS[QWEN7_SELF]
     default = _zerogpu_default_job(monkeypatch)
     # 10 s start + 64 frames * 0.22 s + 2 runs * 128 tokens * 0.075 s * 1.31 (8B + 2B weights over a 7B's)
-    # + 10 s graph capture (static engine) = 59.3 s
+    # + 10 s graph capture = 59.3 s
     assert zerogpu.weight_factor(default) == pytest.approx((8.77 + 2.13) * 2 / 16.6)
     assert t.seconds(default) == 60 and zerogpu.reserved_seconds(default) <= 60
     self7 = _job(64, 128, p.target)
-    # eager SpecVLM: only the vanilla run (always static) captures, half the allowance
-    assert t.seconds(self7) == 49 and t.seconds(_job(64, 128, p.target, engine="static")) == 54
+    assert t.seconds(self7) == 54
     paper = _job(p.num_frames, p.max_new_tokens, p.target)    # 128 frames, 256 tokens: over a minute
-    assert t.seconds(paper) == 82
-    assert t.seconds(_job(8, 24, "assets/model/target")) == 21   # 10 + 1.76 + 3.6 + 5 (vanilla capture)
+    assert t.seconds(paper) == 87
+    assert t.seconds(_job(8, 24, "assets/model/target")) == 26   # 10 + 1.76 + 3.6 + 10 (graph capture)
     assert t.seconds(_job(32, 128, p.target)) < t.seconds(self7) < t.seconds(_job(64, 256, p.target))
     assert t.seconds(_job(64, 256, p.target)) < t.seconds(paper)
     big = t.seconds(_job(64, 128, "Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"))
@@ -332,7 +330,7 @@ def plain_space():
     from helpers.fakes import free_port, sample_video
     from helpers.served import app_main, through_server
 
-    from specvlm.engine import threads
+    from specvlm.runtime import threads
 
     before = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
@@ -405,15 +403,10 @@ def test_app_py_on_zerogpu_a_killed_worker_and_a_used_up_quota_give_one_line(spa
     assert z["next_status"].startswith("**Done.**")   # and the next Run gets a fresh worker
 
 
-def test_the_capture_term_counts_the_runs_on_the_static_engine():
-    t = zerogpu.GpuTime()   # vanilla always runs static; an eager SpecVLM run captures nothing
-    assert (t.capture_seconds("static"), t.capture_seconds("eager")) == (t.capture_s, t.capture_s / 2) == (10.0, 5.0)
-    assert zerogpu.GpuTime(capture_s=3.0).capture_seconds("static") == 3.0
-    eager, static = _job(16, 32, "assets/model/target"), _job(16, 32, "assets/model/target", engine="static")
-    assert t.seconds(eager) == 24 and t.seconds(static) == 29   # 18.3 s + 5 s (vanilla's capture) / + 10 s
-    big_e, big_s = _job(64, 128, "Qwen/Qwen2.5-VL-7B-Instruct"), _job(64, 128, "Qwen/Qwen2.5-VL-7B-Instruct",
-                                                                       engine="static")
-    assert t.seconds(big_s) - t.seconds(big_e) == 5
+def test_the_capture_term_is_added_to_every_run():
+    t = zerogpu.GpuTime()
+    assert t.seconds(_job(16, 32, "assets/model/target")) == 29                       # 18.3 s + 10 s capture
+    assert zerogpu.GpuTime(capture_s=3.0).seconds(_job(16, 32, "assets/model/target")) == 22
 
 
 @pytest.mark.timeout(420)

@@ -152,7 +152,7 @@ SELF_SD_CPU_CAVEAT = ("**Self-SD on a CPU is slower than vanilla on short clips.
                       "costs several vanilla steps; pruning pays only once the video's cache outweighs the weights "
                       "(thousands of video tokens). On a short clip this run shows τ and where the pruned draft "
                       "fails, not a speedup; Std-SD with a small draft is the pair that wins there.")
-"""The summary's caveat for a Self-SD run on a CPU (figures: docs/benchmark.md, *The static engine on a CPU*)."""
+"""The summary's caveat for a Self-SD run on a CPU (figures: docs/benchmark.md, *The engine on a CPU*)."""
 
 
 def run_caveat(target: str, draft: str | None, video: str, device_type: str, hub_ok: bool = True) -> str:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from specvlm.config import (DEFAULT_PROMPT, ENGINES, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
+from specvlm.config import (DEFAULT_PROMPT, PRUNE_METHODS, TREE_SHAPES, ConfigError, DecodeConfig,
                             ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text import prompting
 from specvlm.text.prompting import SUBTITLE_MODES
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_PROMPT", "ENGINES", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
+__all__ = ["DEFAULT_PROMPT", "PRUNE_METHODS", "TREE_SHAPES", "SUBTITLE_MODES", "UserError", "Limits",
            "RunSettings", "RunRequest", "PRESET_FIELDS", "resolve", "build_configs", "check_prompt",
            "check_subtitle_mode", "old_name_notes"]
 
@@ -153,9 +153,6 @@ class RunSettings:
             False; the CLI's ``--no-eos``): a decode long enough to watch, stop and time.
         timing_pairs: interleaved vanilla / speculative pairs of runs; the speedup is their median
             (1 to :data:`app.runs.timing.MAX_REPEATS`; pairs after the first are timed, not shown).
-        engine: the speculative run's decode loop (:data:`specvlm.config.ENGINES`); "" = the default of the
-            device the server decodes on (:func:`specvlm.config.default_engine`; eager with re-selection on).
-            Vanilla always runs on :data:`specvlm.config.VANILLA_ENGINE` (:func:`specvlm.config.vanilla_config`).
         reselect, reselect_min_share, reselect_step_tokens, reselect_total_tokens: re-selection of the draft's
             video tokens during decoding (:class:`specvlm.config.ReselectConfig`; off by default).
         adaptive_r: r per clip from the target's attention (:attr:`specvlm.config.PruneConfig.adaptive_r`).
@@ -180,7 +177,6 @@ class RunSettings:
     keep_text: bool = False
     fixed_length: bool = not _DEC.stop_at_eos
     timing_pairs: int = 1
-    engine: str = ""
     reselect: bool = _DEC.reselect.enabled
     reselect_min_share: float = _DEC.reselect.min_share
     reselect_step_tokens: int = _DEC.reselect.step_tokens
@@ -212,7 +208,7 @@ FIELDS = (Field("video"), Field("prompt", default=DEFAULT_PROMPT), Field("preset
           Field("top_p_sampling", "top_p_sampling"), Field("seed", "seed"), Field("srt"),
           Field("subtitle_mode", "subtitle_mode"), Field("truth"), Field("keep_text", "keep_text"),
           Field("min_prob", "min_prob"), Field("fixed_length", "fixed_length"), Field("timing_pairs", "timing_pairs"),
-          Field("engine", "engine"), Field("top_p", "top_p", renamed_to="lambda_"),
+          Field("top_p", "top_p", renamed_to="lambda_"),
           Field("max_new", "max_new_tokens", renamed_to="max_new_tokens"), Field("reselect", "reselect"),
           Field("reselect_min_share", "reselect_min_share"), Field("reselect_step_tokens", "reselect_step_tokens"),
           Field("reselect_total_tokens", "reselect_total_tokens"), Field("adaptive_r", "adaptive_r"))
@@ -298,11 +294,11 @@ def device_type_of(device: str | None, cuda_available: bool) -> str:
 def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
                   presets: Mapping[str, Any] | None = None,
                   budget: Callable[[int, int], tuple[int, int]] | None = None) -> tuple[DecodeConfig, VideoConfig]:
-    """Validate settings into (DecodeConfig, VideoConfig); ``device_type`` (``cpu``, ``cuda``) picks the engine
-    when ``s.engine`` is empty. The :data:`PRESET_FIELDS` left unset are the preset's (:func:`resolve`).
+    """Validate settings into (DecodeConfig, VideoConfig). The :data:`PRESET_FIELDS` left unset are the preset's
+    (:func:`resolve`; ``device_type`` ``cuda`` gives a custom model the GPU budget).
 
     Args:
-        s: the Run's settings.  limits: the server's limits.  device_type: as above.
+        s: the Run's settings.  limits: the server's limits.  device_type: ``cpu`` or ``cuda``.
         presets: preset name -> Preset (None: the library's presets).
         budget: caps the preset's (frames, new tokens) (ZeroGPU's :func:`app.runs.zerogpu.default_budget`).
 
@@ -325,7 +321,7 @@ def build_configs(s: RunSettings, limits: Limits, device_type: str = "cpu",
             temperature=_as_float("temperature", s.temperature),
             top_p_sampling=_as_float("nucleus top-p", s.top_p_sampling),
             tree=r.tree, stop_at_eos=not s.fixed_length,
-            engine=s.engine or None, device_type=device_type, adaptive_r=bool(s.adaptive_r), reselect=reselect)
+            adaptive_r=bool(s.adaptive_r), reselect=reselect)
         vid = VideoConfig(num_frames=ints["num_frames"], max_frames=limits.max_frames)
     except ConfigError as e:
         raise UserError(f"Invalid setting: {e}") from e

@@ -11,7 +11,7 @@ import gradio as gr
 
 from app.inputs.access import custom_field
 from app.inputs.run_inputs import FIXED_LENGTH_NOTE
-from app.inputs.settings import (DEFAULT_PROMPT, ENGINES, FIELDS, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
+from app.inputs.settings import (DEFAULT_PROMPT, FIELDS, HEATMAP_MODES, PRUNE_METHODS, SUBTITLE_MODE_CHOICES,
                                  TREE_SHAPES, Limits, RunSettings)
 from app.page.page_js import VIDEO_EXTENSIONS
 from app.runs.backend import Backend
@@ -113,16 +113,11 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                           label="Timing runs",
                                           info="interleaved vanilla / SpecVLM pairs; the speedup is their median",
                                           elem_id="timing-pairs")
-        c["engine"] = gr.Radio([("auto", ""), *[(e, e) for e in ENGINES]], value=d.engine, label="Decode engine",
-                               elem_id="engine", info=(
-            "SpecVLM's decode loop, same tokens; auto: static, or eager with re-selection (it runs only there); "
-            "static: fixed-shape steps (CUDA graphs on a GPU), eager: each step from Python; vanilla always runs on "
-            "static, the fastest plain decoding"))
         with gr.Row():   # beyond the paper (off: the paper's one selection at prefill, fixed r)
             c["reselect"] = gr.Checkbox(value=d.reselect, label="Re-select video tokens during decoding",
                                         info="before the first draft and after each step, when the target, choosing "
                                              "the next token, looks at video tokens the draft lacks, add the most "
-                                             "attended of them to the draft; output unchanged; eager engine",
+                                             "attended of them to the draft; output unchanged",
                                         elem_id="reselect")
             c["adaptive_r"] = gr.Checkbox(value=d.adaptive_r, label="Adaptive r",
                                           info="r per clip: keep the video tokens holding most of the target's "

@@ -51,7 +51,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
             page shows them and no request uses them (:class:`app.runs.backend.UploadJanitor`).
         scratch_dir: where each request writes its temporary files (a private folder removed
             when the request ends); default the system temp folder.
-        footer: one line about the server shown under the page (e.g. ``specvlm.engine.threads``'s
+        footer: one line about the server shown under the page (e.g. ``specvlm.runtime.threads``'s
             ``ThreadChoice.describe()`` and a model-loading note).
 
     Returns:

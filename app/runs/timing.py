@@ -6,7 +6,7 @@ decoding (docs/design.md §7). The worker can repeat the vanilla / speculative p
 (interleaved: vanilla, speculative, vanilla, speculative, ...) and the summary then reports the
 median of the per-pair speedups (:func:`specvlm.analysis.metrics.speedup` and
 :func:`~specvlm.analysis.metrics.median_speedup`, through the run record's comparison); it also measures how much CPU other processes used while the
-runs decoded (``/proc/stat``, through :mod:`specvlm.engine.cpus`). :func:`speed_note` turns both into
+runs decoded (``/proc/stat``, through :mod:`specvlm.runtime.cpus`). :func:`speed_note` turns both into
 one sentence for the summary when the speedup should not be trusted as it stands.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (speedup = vanilla decode time / method decode time
@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from specvlm.engine.cpus import cpu_sample, foreign_cores
+from specvlm.runtime.cpus import cpu_sample, foreign_cores
 
 MIN_DECODE_S = 0.5
 """A decode shorter than this (seconds, either run) is too short for its speedup to mean much."""
@@ -81,7 +81,7 @@ def speed_note(decode_s: Sequence[float], other_cores: float | None, pairs: int)
 
 class LoadMeter:
     """Measures other processes' CPU use on this process's CPUs between :meth:`start` and :meth:`stop`
-    (``specvlm.engine.cpus.cpu_sample``); every method is a no-op where ``/proc/stat`` is unreadable."""
+    (``specvlm.runtime.cpus.cpu_sample``); every method is a no-op where ``/proc/stat`` is unreadable."""
 
     def __init__(self) -> None:
         self._first: Any = None

@@ -108,10 +108,10 @@ class GpuTime:
 
     ``base_s + frames * per_frame_s + 2 runs * max_new_tokens * per_token_s * weight_factor + capture``,
     rounded up and clamped to ``[min_s, max_s]``, for a 7B-class bf16 target on the ``large`` half of an RTX
-    Pro 6000. ``capture`` (:meth:`capture_seconds`) is ``capture_s`` when the Run decodes on the ``static``
-    engine: its CUDA graphs are captured inside the GPU task (a fresh worker per Run keeps nothing from the
-    last one, and ZeroGPU runs no ``torch.compile``), for the vanilla and the speculative run together; an
-    allowance of a few eager forwards per captured step function (decode, the draft's tree, a few verify
+    Pro 6000. ``capture`` is ``capture_s``: the Run's CUDA graphs are captured inside the GPU task (a fresh
+    worker per Run keeps nothing from the last one, and ZeroGPU runs no ``torch.compile``), for the vanilla
+    and the speculative run together; an
+    allowance of a few uncaptured forwards per captured step function (decode, the draft's tree, a few verify
     sizes) until ``scripts/gpu_check.py``'s warm-up column measures it. The costs come from
     ``scripts/gpu_check.py`` scaled to that GPU; the figures behind them and the durations of the presets'
     Runs are in docs/scaling.md (*How a Run's duration is sized*).
@@ -124,17 +124,12 @@ class GpuTime:
     min_s: int = 20
     max_s: int = 300
 
-    def capture_seconds(self, engine: str) -> float:
-        """Seconds of graph capture a Run whose speculative run is on ``engine`` does inside the GPU task:
-        ``capture_s`` for ``static``, half of it for ``eager`` (only the vanilla run, always static, captures)."""
-        return self.capture_s if engine == "static" else self.capture_s / 2
-
     def seconds(self, job: Any) -> int:
         """The GPU time ``job`` may need (whole seconds)."""
         frames = int(getattr(job.vid, "num_frames", 0) or VideoConfig.num_frames)
         tokens = int(getattr(job.dec, "max_new_tokens", 0) or DecodeConfig.max_new_tokens)
         raw = (self.base_s + frames * self.per_frame_s + 2 * tokens * self.per_token_s * weight_factor(job)
-               + self.capture_seconds(getattr(job.dec, "engine", "eager")))
+               + self.capture_s)
         return int(min(self.max_s, max(self.min_s, math.ceil(raw))))
 
 
@@ -177,10 +172,9 @@ def settings_note(target: str, draft: str | None, frames: int, tokens: int) -> s
     if not active():
         return ""
     from app.runs.worker import RunJob
-    from specvlm.config import DecodeConfig, VideoConfig, default_engine
+    from specvlm.config import DecodeConfig, VideoConfig
     try:
-        return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens,
-                                                                          engine=default_engine("cuda")),
+        return reserve_note(RunJob(video="", prompt="", dec=DecodeConfig(max_new_tokens=tokens),
                                    vid=VideoConfig(num_frames=frames), model=(target, draft)))
     except Exception:  # the note is optional
         return ""

@@ -11,7 +11,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from specvlm.analysis.run import Comparison, run_speedup
-from specvlm.config import VANILLA_ENGINE
 
 if TYPE_CHECKING:
     from app.views.run_view import RunPanel, RunView
@@ -70,9 +69,6 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
         if s.num_forced:
             facts.append(f"kept **{s.num_forced}** on-screen-text token{'s' if s.num_forced != 1 else ''} (forced)")
         facts += _beyond(s, dec)
-    if getattr(dec, "engine", None):
-        facts.append(f"vanilla on the {VANILLA_ENGINE} engine (the fastest plain decoding), {spec.name} on "
-                     f"{dec.engine}")
     lines = ["\n".join(rows), "", " · ".join(facts), ""]
     if speed is not None and speed.note:
         lines += [f"*{speed.note}*", ""]
@@ -145,8 +141,7 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
         median over the interleaved pairs when several ran, ``speedup_runs``; None / [] until both runs
         finished), ``"speed_note"`` (why the speedup may be noisy, or None), ``"other_cpu_cores"`` (other
         processes' CPU use during the runs, or None), and the speculative run's ``"tau"``,
-        ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"``, ``"forced_tokens"``, and ``"engine"`` (the
-        speculative run's) and ``"vanilla_engine"`` (:data:`specvlm.config.VANILLA_ENGINE`), as the CLI's}``.
+        ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"`` and ``"forced_tokens"``, as the CLI's.
 
     Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, speedup); docs/design.md §1, §3 (the run record).
     """
@@ -155,8 +150,7 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
                            "speculative": None,
                            "identical": None, "divergence": None, "speedup": None, "speedup_runs": [],
                            "speed_note": None, "other_cpu_cores": None, "tau": None,
-                           "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0,
-                           "engine": None, "vanilla_engine": VANILLA_ENGINE}
+                           "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
     if view is None:
         return out
     van, spec = view.runs["vanilla"], view.runs["spec"]
@@ -164,7 +158,6 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     out["caveat"] = view.caveat.replace("**", "") or None
     out["vanilla"], out["speculative"] = (p.record.run_json() | {"done": p.done} for p in (van, spec))
     out["speculative"]["method"] = getattr(view.dec, "method", None)
-    out["engine"] = getattr(view.dec, "engine", None)
     c = view.comparison
     if c is not None and van.done and spec.done:
         out.update(c.to_json())

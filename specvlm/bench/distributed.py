@@ -309,7 +309,7 @@ def run_distributed(pair: Any, plans: Sequence[PlannedInput], settings: BenchSet
         resume: keep the finished inputs found in the folder and measure only the others; False
             empties the folder first.
         progress: called with one line per measured run.
-        threads: this process's :class:`specvlm.engine.threads.ThreadChoice` (``meta.ranks[i].threads``).
+        threads: this process's :class:`specvlm.runtime.threads.ThreadChoice` (``meta.ranks[i].threads``).
 
     Returns:
         On rank 0 the report (see :func:`specvlm.bench.protocol.run_bench`) with ``meta.ranks``:

@@ -2,7 +2,7 @@
 
 A host read (``item``, ``tolist``, ``cpu``, ``bool``/``int``/``float`` of a tensor, ``nonzero``,
 boolean indexing, ...) makes Python wait for the device; on a GPU each one is a sync, and a step with
-more than one cannot be captured whole in a CUDA graph. :class:`specvlm.engine.hostreads.HostReadCounter`
+more than one cannot be captured whole in a CUDA graph. :class:`specvlm.runtime.hostreads.HostReadCounter`
 counts them; here they are counted during the decode steps only (the counter is reset once the first
 token is out: our step-0 event, or the first token a Hugging Face streamer receives) and divided by the
 number of decode steps (our StepEvents after step 0; the streamer's later callbacks for the peers).
@@ -20,7 +20,7 @@ from typing import Any
 from specvlm.bench.records import READ_FIELDS  # noqa: F401 - the fields set here
 from specvlm.bench.settings import PEERS, SELF, BenchSettings
 from specvlm.config import DecodeConfig
-from specvlm.engine.hostreads import HostReadCounter
+from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.types import StepEvent
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,6 @@ from specvlm.bench.records import INT_FIELDS, METHOD_FIELDS, RUN_FIELDS, empty_r
 from specvlm.bench.runners import hf_inputs, method_label, run_method
 from specvlm.bench.settings import PEERS, BenchError, BenchInput, BenchSettings
 from specvlm.bench.memory import rss_mb
-from specvlm.config import VANILLA_ENGINE
 from specvlm.analysis.metrics import compare_outputs, speedup
 from specvlm.analysis.run import Comparison
 
@@ -194,10 +193,8 @@ def _meta(pair: Any, settings: BenchSettings) -> dict:
         "draft_params": params(pair.draft), "methods": list(settings.methods), "repeats": settings.repeats,
         "warmup": settings.warmup, "max_new_tokens": settings.config.max_new_tokens,
         "fixed_length": not settings.config.stop_at_eos, "decode_config": asdict(settings.config),
-        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION, "engine": settings.config.engine,
-        "vanilla_engine": VANILLA_ENGINE,
-        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round, "
-                   f"vanilla on the {VANILLA_ENGINE} engine (the fastest plain decoding)",
+        "hf_timing": HF_TIMING, "hf_attention": HF_ATTENTION,
+        "speedup": "median over rounds of method decode tokens/s / vanilla decode tokens/s in the same round",
         "host_reads": "reads of a tensor's value by the host (item, tolist, cpu, bool/int/float of a tensor, nonzero, "
                       "boolean indexing, ...) during the decode steps of one untimed run, per decode step"
                       if settings.host_reads else None,
@@ -217,7 +214,7 @@ def run_bench(pair: Any, inputs: Sequence[BenchInput], settings: BenchSettings |
         inputs: clips and prompts (inputs with ``sweep=True`` form the length sweep).
         settings: methods, decoding settings, rounds (default: :class:`BenchSettings`).
         progress: called with one line per measured run (the CLI prints it to stderr).
-        threads: the process's :class:`specvlm.engine.threads.ThreadChoice` (from ``configure()`` at start),
+        threads: the process's :class:`specvlm.runtime.threads.ThreadChoice` (from ``configure()`` at start),
             recorded in ``meta.threads`` and the ``Machine:`` line; None records nothing.
 
     Returns:
@@ -278,7 +275,7 @@ def assemble_report(pair: Any, settings: BenchSettings, meta_inputs: list[dict],
         meta_inputs: one :func:`input_meta` entry per input, in report order.
         results: the per-method rows of every input, in the same order.
         machine: :func:`specvlm.bench.machine.machine_info` of the process that measured.
-        threads: the process's :class:`specvlm.engine.threads.ThreadChoice`, or None.
+        threads: the process's :class:`specvlm.runtime.threads.ThreadChoice`, or None.
         load: the :class:`specvlm.bench.load.LoadSummary` of the rounds, or None.
 
     Returns:

@@ -115,8 +115,7 @@ def format_report(report: dict) -> str:
     decoding = f", sampling at temperature {temp:g}" if temp > 0 else ", greedy"
     out = [f"## SpecVLM bench: {m['pair']} on {m['device']} ({m['dtype']}), {m['max_new_tokens']} new tokens"
            f"{' (fixed length)' if m['fixed_length'] else ''}{decoding}, {m['repeats']} "
-           f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up"
-           + (f", {m['engine']} engine (vanilla: {m.get('vanilla_engine', m['engine'])})" if m.get("engine") else ""), ""]
+           f"round{'s' if m['repeats'] != 1 else ''} + {m['warmup']} warm-up", ""]
     machine = machine_lines(m)
     if machine:
         out += machine + [""]

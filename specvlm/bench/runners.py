@@ -46,8 +46,8 @@ def self_sd_pair(pair: Any) -> Any:
 
 
 def method_config(config: DecodeConfig, method: str) -> DecodeConfig:
-    """``config`` for one of our methods: vanilla on :data:`specvlm.config.VANILLA_ENGINE`
-    (:func:`specvlm.config.vanilla_config`), a speculative method on ``config``'s engine.
+    """``config`` for one of our methods: vanilla (:func:`specvlm.config.vanilla_config`), or a speculative
+    method with ``config``'s settings.
 
     Source: docs/design.md §4.13 (the honest baseline).
     """
@@ -94,7 +94,7 @@ def run_ours(pair: Any, method: str, inputs: Any, config: DecodeConfig, memory: 
         draft_kv_mb=kv_mb(run_pair.draft, d_len + n) if d_len is not None else None,
         **memory_fields(mem),
     )
-    out["torch_threads"] = torch.get_num_threads()   # what this run used (specvlm.engine.threads.adapt)
+    out["torch_threads"] = torch.get_num_threads()   # what this run used (specvlm.runtime.threads.adapt)
     return out
 
 

@@ -23,7 +23,7 @@ DEFAULT_METHODS = ("vanilla", "none", "random", "uniform", "frame", "attention",
 LABELS = {"vanilla": "vanilla (ours)", "none": "SD-Tree", "random": "SD-Rand", "specvlm": "SpecVLM",
           "hf": "model.generate() (HF, the paper's baseline)", "hf-assisted": "HF assisted",
           "prompt-lookup": "HF prompt lookup"}
-"""Row labels. Every speedup is over our vanilla on :data:`specvlm.config.VANILLA_ENGINE`; Hugging Face's
+"""Row labels. Every speedup is over our vanilla (:func:`specvlm.config.vanilla_config`); Hugging Face's
 plain ``model.generate()``, the baseline the paper's speedups are stated over, has its own row."""
 
 

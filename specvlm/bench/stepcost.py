@@ -14,7 +14,7 @@ Token values do not change the cost (no data-dependent branches on the fixed-siz
 path), so the cache is filled with random token embeddings at explicit positions.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 3 (tree verification in one target forward); the
-engine's verify mask and positions (next position + node depth), :func:`specvlm.spec.tree.verify_mask`.
+engine's verify mask and positions (next position + node depth), :func:`verify_mask`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from specvlm.engine import kv
 from specvlm.engine.forward import embed_tokens, lm_forward
 from specvlm.analysis.metrics import Timer
 from specvlm.models.registry import adapter_for
-from specvlm.spec.tree import verify_mask
 
 
 def random_prefill(model: Any, length: int, *, chunk: int = 4096, seed: int = 0) -> tuple[Any, Any]:
@@ -104,7 +103,7 @@ def verify_cost_curve(model: Any, kv_tokens: int, sizes: tuple[int, ...] = tuple
     """Time a decode step and verify forwards of each size in ``sizes`` after ``kv_tokens`` cached tokens.
 
     Each size n is one target forward over n tokens (the root and a chain of n - 1 drafted
-    nodes) with :func:`specvlm.spec.tree.verify_mask` and the LM head on every row, exactly what the
+    nodes) with :func:`verify_mask` and the LM head on every row, exactly what the
     engine's verify step runs; the decode step is one token with no mask and the LM head on
     one row, what vanilla decoding runs. The cache is rolled back after every call.
 
@@ -164,7 +163,7 @@ class DraftCost:
         chain_ms: median draft feed of one chain node (no mask; ms).
         level_ratio / chain_ratio: medians over rounds of level / decode and chain / decode
             measured in the same round.
-        runner: class name of the draft runner measured.
+        runner: the draft forward measured: ``fused`` or ``module stack``.
         rounds: interleaved rounds.
     """
 
@@ -184,9 +183,10 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
                rounds: int = 7, iters: int = 5, warmup: int = 3, seed: int = 0) -> DraftCost:
     """Time a target decode step, a draft tree level and a draft chain node, interleaved.
 
-    The draft side is what the engine runs per tree level: the draft runner's ``feed_nodes``
-    over ``width`` sibling nodes (each sees the cache and itself: the 4-D tree mask), and its
-    ``feed_next`` on one chain node (no mask, a single query), rolled back after every call. Ratios are taken per round, so
+    Each is the engine's static forward (:func:`specvlm.engine.steps.static_forward`) over a static buffer:
+    the target's one-token decode step, the draft on ``width`` sibling nodes (each sees the buffer and
+    itself: the tree block's bias), and the draft on one chain node (no block, a single query). Nothing
+    advances a buffer's length, so every call measures the same state. Ratios are taken per round, so
     machine drift hits both sides alike.
 
     Args:
@@ -194,8 +194,8 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
         target_tokens: L, tokens in the target's cache (prompt incl. video tokens).
         draft_tokens: tokens in the draft's cache (text + kept video tokens).
         width: nodes in the measured level (the dynamic tree's ``top_k``).
-        fast: the engine's draft runner (:func:`specvlm.engine.draft.make_draft_runner`); False
-            measures the module-stack :class:`specvlm.engine.draft.DraftRunner`.
+        fast: the engine's fused draft forward where the draft supports it
+            (:func:`specvlm.engine.staticdraft.fused_draft`); False measures the module stack.
         rounds, iters, warmup: as in :func:`verify_cost_curve`.
         seed: token-id seed.
 
@@ -205,8 +205,12 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
     Raises:
         ValueError: a token count < 1, ``width`` < 1, or ``rounds``/``iters`` < 1.
     """
-    from specvlm.engine.draft import make_draft_runner
-    from specvlm.spec.tree import DraftTree
+    from specvlm.engine import statickv
+    from specvlm.engine.staticdraft import fused_draft
+    from specvlm.engine.statictarget import fused_target
+    from specvlm.engine.steps import ModelSide, static_forward
+    from specvlm.engine.weights import FusedUnsupported
+    from specvlm.models.staticattn import allowed_bias
 
     if min(target_tokens, draft_tokens, width, rounds, iters) < 1:
         raise ValueError(f"draft_cost needs token counts, width, rounds and iters >= 1 (got {target_tokens}, "
@@ -215,17 +219,29 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
     with torch.inference_mode():
         t_cache, ad = random_prefill(pair.target, target_tokens, seed=seed)
         d_cache, _ = random_prefill(pair.draft, draft_tokens, seed=seed + 1)
-        runner = make_draft_runner(pair, d_cache, 3, 0, fast=fast)
-        runner.feed_pending([7], draft_tokens)
-        tok = torch.tensor([7])
-        level = DraftTree(tokens=torch.arange(width) + 3, parents=torch.full((width,), -1),
-                          depths=torch.ones(width, dtype=torch.long), scores=torch.zeros(width))
+        cap = max(target_tokens, draft_tokens) + width + 8
+        fused = None
+        if fast:
+            try:
+                fused = fused_draft(pair, 3, cap)
+            except FusedUnsupported:
+                fused = None
+        tdt = pair.target.get_input_embeddings().weight.dtype
+        target = ModelSide(pair.target, ad, statickv.allocate(t_cache, target_tokens + 8), 3, tdt,
+                           fused_target(pair.target, ad, 3, cap))
+        ddt = pair.draft.get_input_embeddings().weight.dtype
+        draft = ModelSide(pair.draft, pair.draft_adapter, statickv.allocate(d_cache, draft_tokens + width + 8), 3,
+                          ddt, fused)
+        tok, pos = torch.tensor([7], device=dev), torch.tensor([draft_tokens], device=dev)
+        nodes = torch.arange(width, device=dev) + 3
+        slots = draft.cache.slots[:width] + draft.cache.length
+        eye = allowed_bias(torch.eye(width, dtype=torch.bool, device=dev), ddt)
         steps = {
-            "decode": (lambda: lm_forward(pair.target, ad, embed_tokens(pair.target, tok),
-                                          torch.full((3, 1), target_tokens), t_cache),
-                       lambda: kv.truncate(t_cache, target_tokens)),
-            "level": (lambda: runner.feed_nodes(list(range(width)), level), runner.rollback),
-            "chain": (lambda: runner.feed_next(3, 1), runner.rollback),
+            "decode": (lambda: static_forward(target, tok, torch.tensor([target_tokens], device=dev), None, None,
+                                              visible=target.cache.length + 1), lambda: None),
+            "level": (lambda: static_forward(draft, nodes, pos.expand(width), slots, eye), lambda: None),
+            "chain": (lambda: static_forward(draft, tok, pos, None, None, visible=draft.cache.length + 1),
+                      lambda: None),
         }
         per: dict[str, list[float]] = {k: [] for k in steps}
         for r in range(rounds):
@@ -234,4 +250,54 @@ def draft_cost(pair: Any, target_tokens: int, draft_tokens: int, *, width: int =
     ratio = {k: statistics.median(a / b for a, b in zip(per[k], per["decode"])) for k in ("level", "chain")}
     return DraftCost(target_tokens, draft_tokens, width, statistics.median(per["decode"]),
                      statistics.median(per["level"]), statistics.median(per["chain"]), ratio["level"],
-                     ratio["chain"], type(runner).__name__, rounds)
+                     ratio["chain"], "fused" if fused is not None else "module stack", rounds)
+
+
+def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
+    """Which nodes each node may attend to (its ancestors and itself).
+
+    Args:
+        parents: int64 (N,), parents-first order (parents[i] < i or -1).
+
+    Returns:
+        bool (N, N): [i, j] True iff j == i or j is an ancestor of i.
+    """
+    n = int(parents.numel())
+    par = parents.tolist()
+    if par == list(range(-1, n - 1)):   # a chain: every earlier node is an ancestor
+        return torch.ones(n, n, dtype=torch.bool).tril_()
+    mask = torch.eye(n, dtype=torch.bool)
+    for i in range(n):
+        p = par[i]
+        if p >= 0:
+            mask[i] |= mask[p]
+    return mask
+
+
+def verify_mask(parents: torch.Tensor, prefix_len: int, dtype: torch.dtype,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+    """4-D additive mask for verifying [root] + N tree nodes after a cached prefix.
+
+    Args:
+        parents: int64 (N,) tree parents.
+        prefix_len: P, tokens already in the KV cache (all visible).
+        dtype: float dtype of the model (mask values 0 / dtype min).
+
+    Returns:
+        float (1, 1, N+1, P+N+1): prefix fully visible; the root sees itself; a node sees the
+        root, its ancestors and itself. A bool mask is silently wrong under eager attention.
+    """
+    n = int(parents.numel())
+    allowed = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    allowed[:, 0] = True
+    allowed[1:, 1:] = ancestor_mask(parents)
+    return additive_mask(allowed, prefix_len, dtype, device)
+
+
+def additive_mask(allowed: torch.Tensor, prefix_len: int, dtype: torch.dtype,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+    """bool (q, k) block after a fully visible prefix -> float (1, 1, q, prefix_len + k)."""
+    q, k = allowed.shape
+    mask = torch.zeros(q, prefix_len + k, dtype=dtype)
+    mask[:, prefix_len:].masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]

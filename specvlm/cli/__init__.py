@@ -18,7 +18,7 @@ import sys
 from specvlm.bench.distributed import local_ranks
 from specvlm.cli import bench, generate
 from specvlm.cli.args import resolve_lambda
-from specvlm.engine.threads import configure
+from specvlm.runtime.threads import configure
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import argparse
 import os
 
 from specvlm.dtypes import DTYPES
-from specvlm.config import (DEFAULT_PROMPT, ENGINE_BY_DEVICE, ENGINES, TREE_SHAPES, DecodeConfig,
+from specvlm.config import (DEFAULT_PROMPT, TREE_SHAPES, DecodeConfig,
                             PruneConfig, RESELECT_TRIGGERS, ReselectConfig, VideoConfig, config_from_settings)
 from specvlm.text.prompting import PromptError, check_prompt
 
@@ -86,7 +86,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reselect", action="store_true",
                    help="re-selection: when the target's attention at the position choosing the next token falls "
                         "mostly on video tokens the draft lacks, add the most attended of them to the draft (output "
-                        "unchanged; eager engine)")
+                        "unchanged)")
     g.add_argument("--reselect-min-share", type=float, default=r.min_share, metavar="S",
                    help="share of that position's video attention on tokens the draft lacks above which "
                         "a step re-selects, in [0, 1] (default %(default)s)")
@@ -102,11 +102,6 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reselect-sync", action=argparse.BooleanOptionalAction, default=r.sync,
                    help="Self-SD: the draft's cache takes the target's keys and values at every re-selection step "
                         "(default %(default)s)")
-    g.add_argument("--engine", choices=ENGINES, default=None,
-                   help="decode loop: eager (each step issued from Python) or static (fixed-shape step functions "
-                        "over preallocated KV buffers, captured on CUDA); same tokens either way. Default per "
-                        "device: " + ", ".join(f"{k} {v}" for k, v in ENGINE_BY_DEVICE.items())
-                        + "; eager with --reselect. The vanilla run a speedup is stated over always runs static")
 
 
 def resolve_lambda(args: argparse.Namespace) -> str | None:
@@ -167,30 +162,17 @@ def load_from_args(args: argparse.Namespace):
     return load_pair(target, draft, device=args.device, dtype=args.dtype, device_map=args.device_map), preset
 
 
-def device_type(args: argparse.Namespace) -> str:
-    """The torch device type the arguments run on: ``--device``'s, else ``cuda`` when available (as
-    :func:`specvlm.models.loading.load_pair` chooses: :func:`~specvlm.models.loading.default_device`), else ``cpu``."""
-    import torch
-
-    from specvlm.models.loading import default_device
-    return torch.device(args.device or default_device()).type
-
-
-def decode_config(args: argparse.Namespace, method: str, preset, device: str | None = None) -> DecodeConfig:
+def decode_config(args: argparse.Namespace, method: str, preset) -> DecodeConfig:
     """DecodeConfig from the arguments, each tree option and the budget left unset taken from the preset
     (:func:`specvlm.models.presets.resolve_settings`, the page's and the API's resolver too;
-    :func:`specvlm.config.config_from_settings`; raises ConfigError on bad values).
-
-    ``device``: the device type the pair is on (None: :func:`device_type` of the arguments); without
-    ``--engine`` it picks the engine (:func:`specvlm.config.default_engine`)."""
-    dev = device or device_type(args)
+    :func:`specvlm.config.config_from_settings`; raises ConfigError on bad values)."""
     resolved = preset_settings(args, preset)
     lam = getattr(args, "stage1_mass", None)
     return config_from_settings(
         method, max_new_tokens=resolved.max_new_tokens, stop_at_eos=not args.no_eos, drop_rate=args.drop_rate,
         top_p=PruneConfig().top_p if lam is None else lam, seed=args.seed, temperature=args.temperature,
-        top_p_sampling=args.top_p_sampling, tree=resolved.tree, engine=getattr(args, "engine", None),
-        device_type=dev, adaptive_r=bool(getattr(args, "adaptive_r", False)), reselect=reselect_config(args))
+        top_p_sampling=args.top_p_sampling, tree=resolved.tree,
+        adaptive_r=bool(getattr(args, "adaptive_r", False)), reselect=reselect_config(args))
 
 
 def preset_settings(args: argparse.Namespace, preset):

@@ -300,7 +300,7 @@ def plan_from_args(args: argparse.Namespace, progress: Callable[[str], None] | N
     else:
         pair, preset = load_from_args(args)
     methods, dropped = drop_redundant_self(methods, pair.self_sd)
-    settings = BenchSettings(methods=methods, config=decode_config(args, "vanilla", preset, pair.device.type),
+    settings = BenchSettings(methods=methods, config=decode_config(args, "vanilla", preset),
                              repeats=args.repeats, warmup=args.warmup, prompt_lookup_tokens=args.prompt_lookup_tokens,
                              step_costs=not args.no_step_costs, background_load=args.background_load)
     settings.validate()

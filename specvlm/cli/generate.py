@@ -141,18 +141,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         notes.append("--min-prob has no effect on a static tree (its shape is fixed); use --tree chain or dynamic")
         print(f"note: {notes[-1]}", file=sys.stderr)
     out["notes"] = notes
-    out["engine"] = cfg.engine
     if args.compare and cfg.speculative:
         van_cfg = vanilla_config(cfg)
         van = generate(pair, inputs, van_cfg)
         out["vanilla"] = result_json(van, van_cfg)
-        out["vanilla_engine"] = van_cfg.engine
         out.update(compare_json(van, res, cfg, pair.target.get_input_embeddings().weight.dtype))
     if args.json:
         print(json.dumps(out))
         return 0
     print(res.text)
-    print(f"\n[{res.method}, {cfg.engine} engine] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, "
+    print(f"\n[{res.method}] {len(res.token_ids)} tokens, {res.tokens_per_s:.1f} tokens/s, "
           f"decode {res.decode_s:.2f} s, "
           f"total {res.total_s:.2f} s, video tokens {res.num_video_tokens} -> kept {res.num_kept}, "
           f"tau {res.tau:.2f}, tokens/target forward {res.tokens_per_target_forward:.2f}", file=sys.stderr)
@@ -163,7 +161,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if "vanilla" in out:
         same = "identical" if cfg.sampling.temperature == 0 else "identical (sampling: equal only in distribution)"
         div, speed = out["divergence"], out["speedup"]
-        print(f"[vanilla, {out['vanilla_engine']} engine] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
+        print(f"[vanilla] {out['vanilla']['tokens_per_s']:.1f} tokens/s; speedup "
               f"{'n/a' if speed is None else f'{speed:.2f}x'} "
               f"(one run each, no warm-up: use `bench` for measured speedups); {same}: {out['identical']}"
               + (f" ({div['kind']} at token {div['index']}, target margin {div['margin']:.3g})"

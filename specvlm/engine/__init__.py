@@ -1,17 +1,19 @@
-"""Running the models: forwards, KV caches, prefill, draft runners and the decoding loops.
+"""Running the models: one request in order, prepare -> prefill -> loop -> events.
 
 * :mod:`~specvlm.engine.prepare`: a clip and a prompt -> :class:`~specvlm.types.ModelInputs`.
-* :mod:`~specvlm.engine.stream`: :func:`~specvlm.engine.stream.stream` and
-  :func:`~specvlm.engine.stream.generate`, the vanilla and speculative loops.
-* :mod:`~specvlm.engine.forward`: one language-model forward, embeddings.
-* :mod:`~specvlm.engine.prefill`: target and draft prefill.
-* :mod:`~specvlm.engine.draft` and :mod:`~specvlm.engine.fastdraft`: the draft's cache owner
-  (transformers' modules, or fused ops over a static buffer).
-* :mod:`~specvlm.engine.kv`: KV caches (the attention the language models run is
-  :mod:`~specvlm.models.attention`, set when a pair is built).
+* :mod:`~specvlm.engine.prefill`: the target's two-pass prefill, scoring and pruning, the draft's prefill (over
+  :mod:`~specvlm.engine.forward` and :mod:`~specvlm.engine.kv`, the prefill's forward and cache).
+* :mod:`~specvlm.engine.loop`: the decode loop over static buffers (:mod:`~specvlm.engine.statickv`): a vanilla
+  step, or draft -> verify -> accept -> commit (:mod:`~specvlm.engine.steps`,
+  :mod:`~specvlm.engine.sampledsteps`), with re-selection between steps (:mod:`~specvlm.engine.reselection`,
+  :mod:`~specvlm.engine.draftcache`); each step captured in a CUDA graph on a GPU (:mod:`~specvlm.engine.graphs`);
+  fused forwards on a CPU (:mod:`~specvlm.engine.staticdraft`, :mod:`~specvlm.engine.statictarget`,
+  :mod:`~specvlm.engine.weights`).
+* :mod:`~specvlm.engine.emit` (tokens to text pieces, EOS, the budget) and :mod:`~specvlm.engine.stream`:
+  :func:`~specvlm.engine.stream.stream` (the events) and :func:`~specvlm.engine.stream.generate`.
 * :mod:`~specvlm.engine.measures`: the timer, the logit margin and the fold of a stream's events
-  (tokens/s, τ, tokens per target forward).
-* :mod:`~specvlm.engine.threads` and :mod:`~specvlm.engine.cpus`: CPU thread policy.
+  (tokens/s, τ, tokens per target forward); :mod:`~specvlm.runtime.hostreads`: counting host reads.
+* :mod:`~specvlm.runtime.threads` and :mod:`~specvlm.runtime.cpus`: CPU thread policy.
 
 Source: docs/design.md §2 and §7.
 """

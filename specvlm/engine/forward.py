@@ -1,8 +1,7 @@
-"""Forward primitives: one language-model forward over a KV cache, token and prompt embeddings.
+"""Forward primitives of the prefill: one language-model forward over a KV cache, token and prompt embeddings.
 
-Every model call of the engine goes through :func:`lm_forward` (prefill, drafting, verify and
-plain decode steps), so the positions, masks and cache handling live in one place; :func:`verify_tree` and
-:func:`commit` are the speculative step's verify forward and cache commit.
+The prefills (:mod:`specvlm.engine.prefill`), the Inspect view's forwards and the step-cost measurements go
+through :func:`lm_forward`; decode steps run over static buffers (:func:`specvlm.engine.steps.static_forward`).
 
 Source: docs/design.md §4.1 and §7.
 """
@@ -12,9 +11,7 @@ from typing import Any
 
 import torch
 
-from specvlm.engine import kv
 from specvlm.models.adapter import encode_video
-from specvlm.spec.tree import DraftTree, verify_mask
 from specvlm.types import ModelInputs
 
 
@@ -50,49 +47,6 @@ def lm_forward(model: Any, adapter: Any, embeds: torch.Tensor, positions: torch.
     if rows is None:
         return None
     return model.get_output_embeddings()(out.last_hidden_state[0, rows])
-
-
-def verify_tree(model: Any, adapter: Any, cache: Any, root: int, tree: DraftTree, position: int,
-                rope_dims: int) -> torch.Tensor:
-    """The verify forward: the root and every tree node in one target forward under the tree mask.
-
-    Node i sits at position ``position + depth_i`` and sees the cache, the root, its ancestors and itself
-    (:func:`specvlm.spec.tree.verify_mask`); the root sits at ``position``. Afterwards the cache holds all
-    N + 1 fed entries: :func:`commit` keeps the accepted ones.
-
-    Args:
-        model, adapter: the target and its family adapter.
-        cache: the target's KV cache holding P tokens (P + N + 1 afterwards).
-        root: the token the tree grows from (the last committed token, not yet in the cache).
-        tree: the draft tree (N nodes).
-        position: the root's position.
-        rope_dims: R, rows of the position ids (3 for M-RoPE).
-
-    Returns:
-        float (N + 1, vocab) logits: row 0 the root's, row i + 1 node i's.
-
-    Source: docs/design.md §4.9.
-    """
-    prefix = kv.cache_length(cache)
-    toks = torch.cat([torch.tensor([root]), tree.tokens])
-    positions = (position + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])).expand(rope_dims, -1)
-    dtype = model.get_input_embeddings().weight.dtype
-    mask = verify_mask(tree.parents, prefix, dtype, device_of(model))
-    return lm_forward(model, adapter, embed_tokens(model, toks), positions, cache, mask=mask, rows=slice(None))
-
-
-def commit(cache: Any, prefix_len: int, path: list[int]) -> None:
-    """After :func:`verify_tree`: keep the root and the accepted nodes, in path order, after the ``prefix_len``
-    tokens the cache held before the verify; the rejected nodes' entries are dropped.
-
-    Args:
-        cache: the target's KV cache (``prefix_len + 1 + len(path)`` tokens afterwards).
-        prefix_len: P, the cache length before the verify forward.
-        path: accepted node indices, root to leaf.
-
-    Source: docs/design.md §4.10.
-    """
-    kv.keep_tail(cache, prefix_len + 1, torch.tensor(path, dtype=torch.long))
 
 
 def embed_tokens(model: Any, token_ids: list[int] | torch.Tensor) -> torch.Tensor:

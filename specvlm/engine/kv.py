@@ -1,14 +1,15 @@
-"""KV caches: a preallocating cache, and commit and rollback over transformers' public Cache API.
+"""The prefill's KV caches over transformers' public Cache API (the decode loop copies them into static
+buffers, :mod:`specvlm.engine.statickv`).
 
-:class:`PreallocLayer` / :func:`prealloc_cache`: a KV cache that writes into a preallocated
-buffer (grown geometrically) instead of concatenating the whole cache on every step (a
-DynamicCache re-concatenates every step, docs/design.md §7). Rollback and commit slice views
-of the same buffer.
+:class:`PreallocLayer` / :func:`new_cache`: a KV cache that writes into a preallocated
+buffer (grown geometrically) instead of concatenating the whole cache on every chunk (a
+DynamicCache re-concatenates every time, docs/design.md §7). A rollback (:func:`truncate`, the
+step-cost measurements') slices a view of the same buffer.
 
 Per-layer tensors live in ``cache.layers[i].keys / .values`` with shape
 (B, kv_heads, L, head_dim) (docs/design.md §7).
 
-Source: docs/design.md §4.10 (commit = keep prefix + accepted path, in path order).
+Source: docs/design.md §4.1 and §7.
 """
 from __future__ import annotations
 
@@ -61,14 +62,9 @@ class PreallocCache(DynamicCache):
         Cache.__init__(self, layers=[PreallocLayer() for _ in range(num_layers)])
 
 
-def prealloc_cache(model) -> PreallocCache:
-    """An empty :class:`PreallocCache` for ``model``'s text decoder."""
-    cfg = model.config.get_text_config(decoder=True)
-    return PreallocCache(cfg.num_hidden_layers)
-
-def new_cache(model) -> DynamicCache:
+def new_cache(model) -> PreallocCache:
     """An empty preallocating cache for ``model``'s text decoder (:class:`PreallocCache`)."""
-    return prealloc_cache(model)
+    return PreallocCache(model.config.get_text_config(decoder=True).num_hidden_layers)
 
 
 def clone_cache(model, cache: DynamicCache) -> DynamicCache:
@@ -103,26 +99,3 @@ def truncate(cache: DynamicCache, length: int) -> None:
     drop = cache_length(cache) - length
     if drop > 0:
         cache.crop(-drop)
-
-
-def keep_tail(cache: DynamicCache, prefix_len: int, tail_index: torch.Tensor) -> None:
-    """Keep ``prefix_len`` tokens plus the tail entries ``prefix_len + tail_index``, in that order.
-
-    Only the tail is gathered and rewritten, so the cost is O(tail), not O(L), when
-    ``tail_index`` is a prefix of the tail (the usual case after a chain accept).
-
-    Args:
-        cache: the cache holding prefix + N tail tokens.
-        prefix_len: P, tokens kept as they are.
-        tail_index: int64 (A,), indices in [0, N) of tail tokens to keep, in path order.
-    """
-    a = int(tail_index.numel())
-    for layer in cache.layers:
-        if not getattr(layer, "is_initialized", True) or layer.keys is None:
-            continue
-        idx = tail_index.to(layer.keys.device) + prefix_len
-        if a and not torch.equal(idx, torch.arange(prefix_len, prefix_len + a, device=idx.device)):
-            layer.keys[..., prefix_len:prefix_len + a, :] = layer.keys.index_select(-2, idx)
-            layer.values[..., prefix_len:prefix_len + a, :] = layer.values.index_select(-2, idx)
-        layer.keys = layer.keys[..., : prefix_len + a, :]
-        layer.values = layer.values[..., : prefix_len + a, :]

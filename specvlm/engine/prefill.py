@@ -1,20 +1,27 @@
-"""Prefill: the target's two-pass prefill with attention scores, and the draft's on the kept tokens.
+"""The prefill phase: the target's two-pass prefill with attention scores (or a copy of a reused one),
+pruning, and the draft's prefill on the kept tokens.
 
 Source: SpecVLM (Ji et al., EMNLP 2025, arXiv 2508.16201) Sec. 3.2; docs/design.md §4.1-4.2 and §4.7.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import torch
 
+from specvlm.config import DecodeConfig, PruneConfig
 from specvlm.engine import kv
+from specvlm.engine.measures import Timer
 from specvlm.models.attention import ATTN_IMPL, attention_weights, text_attn_implementation
 from specvlm.engine.forward import embed_tokens, is_video, lm_forward, prompt_video
 from specvlm.models.adapter import video_lm_kwargs
 from specvlm.models.pair import ModelPair
-from specvlm.types import ModelInputs
+from specvlm.models.stopping import stop_between_layers
+from specvlm.spec.adaptive import adaptive_drop_rate
+from specvlm.spec.grid import map_keep
+from specvlm.spec.pruning import SCORE_METHODS, prune
+from specvlm.types import ModelInputs, PrefillInfo
 
 
 @dataclass
@@ -168,3 +175,99 @@ def prefill_draft(pair: ModelPair, inputs: ModelInputs, target: TargetPrefill, k
     cache = kv.new_cache(draft)
     lm_forward(draft, pair.draft_adapter, emb, inputs.positions[:, idx], cache, rows=None, extra=extra)
     return cache, int(idx.numel())
+
+
+def target_prefill(pair: ModelPair, inputs: ModelInputs, with_scores: bool, reuse: TargetPrefill | None) -> TargetPrefill:
+    """The target prefill: computed, or a copy of ``reuse`` after checking that it fits ``inputs``.
+
+    Source: docs/design.md §4.1-4.2.
+    """
+    if reuse is None:
+        return prefill_target(pair, inputs, with_scores=with_scores)
+    held, L = kv.cache_length(reuse.cache), int(inputs.input_ids.shape[1])
+    if held != L:
+        raise ValueError(f"prefill holds {held} tokens but the target's prompt has {L}: make it with "
+                         "prefill_target(pair, inputs.for_target(), ...) for these inputs.")
+    if with_scores and reuse.scores is None:
+        raise ValueError("prefill has no attention scores, which this pruning method needs: make it with "
+                         "prefill_target(..., with_scores=True).")
+    return replace(reuse, cache=kv.clone_cache(pair.target, reuse.cache))
+
+
+def subtitle_tokens(inputs: ModelInputs, seen_by: str) -> int:
+    """Transcript tokens in the prompt of ``seen_by`` ("target" or "draft").
+
+    Source: docs/design.md §2 (subtitle modes).
+    """
+    hidden = {"target": "draft", "draft": "target"}[seen_by]
+    return 0 if inputs.subtitle_mode in (hidden, "none") else inputs.num_subtitle_tokens
+
+
+@dataclass
+class SpeculativePrefill:
+    """What the speculative loop starts from (docs/design.md §4.1-4.7).
+
+    Attributes:
+        t_in: the target's inputs (without the transcript in subtitle mode ``draft``).
+        d_in: the draft's inputs (its own prompt when its token grid differs).
+        tp: the target prefill (KV cache of L tokens, last logits, scores).
+        d_cache: the draft's KV cache over the kept video tokens; d_len: its length in tokens.
+        info: the PrefillInfo event the loop yields first.
+    """
+
+    t_in: ModelInputs
+    d_in: ModelInputs
+    tp: TargetPrefill
+    d_cache: Any
+    d_len: int
+    info: PrefillInfo
+
+
+def speculative_prefill(pair: ModelPair, inputs: ModelInputs, config: DecodeConfig, reuse: TargetPrefill | None,
+                        should_stop: Callable[[], bool] | None) -> SpeculativePrefill:
+    """Target prefill (two passes, scores), pruning and the draft prefill on the kept video tokens.
+
+    Raises:
+        Stopped: ``should_stop`` turned True between two layers of a prefill.
+        ValueError: as :func:`prefill` for a ``reuse`` of other inputs.
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3.1-3.2; docs/design.md §4.1-4.7.
+    """
+    t_in = inputs.for_target()
+    # 4.1-4.2 target prefill in two passes, attention scores from pass B
+    with Timer(pair.device) as t_pre, stop_between_layers(should_stop):
+        tp = target_prefill(pair, t_in, config.prune.method in SCORE_METHODS, reuse)
+    # 4.3-4.6 pruning (pure), with r chosen per clip when asked
+    with Timer() as t_prune:
+        pcfg, why_r = drop_rate_for(config, tp.scores)
+        pr = prune(tp.scores, pcfg, grid=inputs.token_grid, num_video_tokens=inputs.num_video_tokens,
+                   force_keep=inputs.force_keep)
+    # 4.7 draft prefill on kept video tokens (+ transcript if the draft sees it), original positions;
+    # a draft with its own token grid reads its own prompt, the kept set carried over by overlap
+    d_in = inputs.draft_inputs or inputs
+    with Timer(pair.draft.device) as t_dpre, stop_between_layers(should_stop):
+        if config.reselect.enabled and not pair.self_sd and tp.draft_video is None:  # kept for re-selection
+            tp = replace(tp, draft_video=prompt_video(pair.draft, pair.draft_adapter, d_in))
+        keep = pr.keep if d_in is inputs else map_keep(pr.keep, inputs.token_grid, d_in.token_grid)
+        d_cache, d_len = prefill_draft(pair, d_in, tp, keep, target_inputs=t_in)
+    info = PrefillInfo(int(t_in.input_ids.shape[1]), inputs.num_video_tokens, d_len, pr, t_pre.seconds,
+                       t_prune.seconds, t_dpre.seconds, inputs.token_grid, inputs.frames_per_token,
+                       subtitle_tokens(inputs, "target"), subtitle_tokens(d_in, "draft"), float(pcfg.drop_rate), why_r)
+    return SpeculativePrefill(t_in, d_in, tp, d_cache, d_len, info)
+
+
+def drop_rate_for(config: DecodeConfig, scores: torch.Tensor | None) -> tuple[PruneConfig, str]:
+    """The pruning settings a request uses and one sentence on its r: ``drop_rate``, or with
+    ``adaptive_r`` the clip's own r from the Stage I scores (:func:`specvlm.spec.adaptive.adaptive_drop_rate`).
+
+    Source: SpecVLM (arXiv 2508.16201) Sec. 3.2 and 4 (r = 0.9 fixed); docs/design.md §4.3.
+    """
+    p = config.prune
+    if p.method == "none":
+        return replace(p, drop_rate=0.0), "r = 0: the draft sees every video token (method none)."
+    if not p.adaptive_r:
+        return p, f"r = {p.drop_rate:g} as set (fixed drop rate)."
+    if scores is None:
+        return p, f"r = {p.drop_rate:g} as set: method {p.method} has no attention scores to adapt r from."
+    r, why = adaptive_drop_rate(scores, p)
+    return replace(p, drop_rate=r), why

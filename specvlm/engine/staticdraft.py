@@ -1,8 +1,8 @@
-"""The draft's static forward with fused ops: the fast draft runner's math over static KV buffers.
+"""The draft's static forward with fused ops over static KV buffers.
 
-A draft of the plain pre-norm decoder :class:`specvlm.engine.fastdraft.FastDraftRunner` supports runs
-its static steps through the same folded weights (:func:`specvlm.engine.fastdraft.draft_weights`) and
-RoPE table (:func:`specvlm.engine.fastdraft.rope_table`) instead of transformers' module stack: a few
+A draft of the plain pre-norm decoder :mod:`specvlm.engine.weights` supports runs
+its static steps through folded weights (:func:`specvlm.engine.weights.draft_weights`) and
+RoPE table (:func:`specvlm.engine.weights.rope_table`) instead of transformers' module stack: a few
 fused ops per layer, which on a CPU is most of a small draft's step. Keys and values go into the
 request's :class:`~specvlm.engine.statickv.StaticKV` buffers by ``index_copy_`` at device-side slots,
 positions are looked up in the RoPE table by device-side index, and attention is
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specvlm.engine.fastdraft import _matmul, _rms, draft_weights, rope_table
+from specvlm.engine.weights import FusedUnsupported, _matmul, _rms, draft_weights, rope_table
 from specvlm.models.staticattn import StaticAttn, static_attention
 from specvlm.engine.statickv import StaticKV
 
@@ -29,7 +29,7 @@ class FusedDraft:
     """A draft's folded weights and RoPE table for :func:`fused_forward`.
 
     Attributes:
-        layers, dims, head, final_norm: :func:`specvlm.engine.fastdraft.draft_weights`.
+        layers, dims, head, final_norm: :func:`specvlm.engine.weights.draft_weights`.
         embed: float (Vd, D) the input embedding table.
         cos, sin: float (P, head_dim) RoPE rows for positions 0..P-1 (sin sign-folded).
 
@@ -49,17 +49,15 @@ def fused_draft(pair: Any, rope_dims: int, max_position: int) -> FusedDraft:
     """The fused view of ``pair.draft`` for positions below ``max_position``.
 
     Raises:
-        FastDraftUnsupported: the draft is not the plain decoder the fast runner implements, or its
+        FusedUnsupported: the draft is not the plain decoder the fused forward implements, or its
             weights are on several devices.
 
     Source: docs/design.md §7.
     """
-    from specvlm.engine.fastdraft import FastDraftUnsupported
-
     model, ad = pair.draft, pair.draft_adapter
     lm = ad.language_model(model)
     if len({t.device for t in lm.parameters()} | {model.get_input_embeddings().weight.device}) > 1:
-        raise FastDraftUnsupported("the draft's weights are spread over several devices.")
+        raise FusedUnsupported("the draft's weights are spread over several devices.")
     layers, dims, head, norm = draft_weights(model, lm, int(pair.shared_vocab))
     cos, sin = rope_table(model, lm, ad, rope_dims, max_position + 1)
     return FusedDraft(layers, dims, head, norm, model.get_input_embeddings().weight, cos, sin)

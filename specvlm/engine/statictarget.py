@@ -2,7 +2,7 @@
 
 On a CPU a small target's decode step is mostly per-op fixed cost: Python and ATen dispatch through
 the module stack (hooks, keyword plumbing, mask and cache bookkeeping around every layer). For the
-plain pre-norm decoder that :func:`specvlm.engine.fastdraft.read_layers` supports,
+plain pre-norm decoder that :func:`specvlm.engine.weights.read_layers` supports,
 :func:`target_forward` runs the target's own weights (the module's tensors, no copies) through the
 ops its modules run, in the same order and with the same operands: the RMS norm as
 ``weight * (x * rsqrt(mean(x^2) + eps))``, each projection as ``F.linear``, RoPE as
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specvlm.engine.fastdraft import FastDraftUnsupported, read_layers, rope_table
+from specvlm.engine.weights import FusedUnsupported, read_layers, rope_table
 from specvlm.engine.statickv import StaticKV
 from specvlm.models.staticattn import StaticAttn, static_attention
 
@@ -86,7 +86,7 @@ def fused_target(model: Any, adapter: Any, rope_dims: int, max_position: int) ->
     """The fused view of a target for positions below ``max_position``, or None where the module stack runs.
 
     None (logged) when the model is not float32 on a CPU, or its decoder is not the plain pre-norm
-    stack :func:`specvlm.engine.fastdraft.read_layers` supports (then its reason is logged).
+    stack :func:`specvlm.engine.weights.read_layers` supports (then its reason is logged).
 
     Args:
         model: the target ``...ForConditionalGeneration``; adapter: its family adapter.
@@ -100,9 +100,9 @@ def fused_target(model: Any, adapter: Any, rope_dims: int, max_position: int) ->
     lm = adapter.language_model(model)
     try:
         if len({t.device for t in lm.parameters()}) > 1:
-            raise FastDraftUnsupported("the target's weights are spread over several devices.")
+            raise FusedUnsupported("the target's weights are spread over several devices.")
         read_layers(lm, fuse_limit=0)   # raises on anything but the plain pre-norm decoder
-    except FastDraftUnsupported as e:
+    except FusedUnsupported as e:
         log.info("fused static target not used: %s", e)
         return None
     layers = [_layer(layer) for layer in lm.layers]

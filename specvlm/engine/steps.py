@@ -3,7 +3,7 @@
 Each step reads and writes only device tensors of fixed shapes held in its state
 (:class:`VanillaState`, :class:`SpecState`): token ids, positions, lengths, the drafted tree and a
 packed output row. No step reads a value to the host; the decode loop
-(:mod:`specvlm.engine.staticloop`) reads the packed output once per step. The same functions run
+(:mod:`specvlm.engine.loop`) reads the packed output once per step. The same functions run
 eagerly on the CPU and are captured in CUDA graphs on a GPU (:mod:`specvlm.engine.graphs`).
 
 A model forward (:func:`static_forward`) goes through transformers' modules with a
@@ -16,7 +16,7 @@ draft and verify).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -46,6 +46,7 @@ class ModelSide:
         dtype: the model's float dtype.
         fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), the target's
             (:mod:`specvlm.engine.statictarget`), or None = the module stack.
+        tap: handed every layer's queries of each forward (:attr:`StaticAttn.tap`), or None.
 
     Source: docs/design.md §4.13.
     """
@@ -56,6 +57,7 @@ class ModelSide:
     rope_dims: int
     dtype: torch.dtype
     fused: FusedDraft | FusedTarget | None = None
+    tap: Callable[[torch.Tensor, float], None] | None = None
 
 
 def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
@@ -83,7 +85,7 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
     model, cache = side.model, side.cache
     if bias is None:
         bias = key_bias(cache.length if visible is None else visible, cache.slots, side.dtype)
-    sa = StaticAttn(bias, block_index, block_bias)
+    sa = StaticAttn(bias, block_index, block_bias, side.tap)
     if side.fused is not None:
         slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
         if block_index is not None:
@@ -105,7 +107,7 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
 ONE_MASK_ROWS = 24
 """Folded query rows (tokens x query heads per KV head) up to which a block forward on a CPU attends in one
 masked attention call over the whole buffer instead of prefix + block merged by log-sum-exp (fewer ops per
-layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The static engine on a CPU*)."""
+layer; past it, the split is as fast or faster at long prompts: docs/benchmark.md, *The engine on a CPU*)."""
 
 
 def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> StaticAttn:
@@ -124,7 +126,7 @@ def _one_mask(fused: FusedDraft | FusedTarget, sa: StaticAttn, n: int) -> Static
     full = sa.key_bias.expand(1, 1, n, cap).index_copy(-1, sa.block_index, sa.block_bias.to(sa.key_bias.dtype))
     if g > 1:
         full = full[:, :, None].expand(1, 1, g, n, cap).reshape(1, 1, g * n, cap)
-    return StaticAttn(full, None, None)
+    return StaticAttn(full, None, None, sa.tap)
 
 
 # --------------------------------------------------------------------------- vanilla

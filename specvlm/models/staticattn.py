@@ -13,8 +13,8 @@ The two softmaxes are merged exactly by their log-sum-exps (the split-softmax id
 FlashAttention's block merge). Query heads that share a KV head are folded into the query axis
 (B, KV, G*n, d), so each KV head is read once and nothing is repeated per head.
 
-:func:`attend_lse` and :func:`merge_lse` are shared with the eager engine's split
-(:func:`specvlm.engine.attention.gqa_attention`).
+:func:`attend_lse` and :func:`merge_lse` are shared with the prefill's grouped-query attention
+(:func:`specvlm.models.attention.gqa_attention`).
 
 Source: Dao et al. 2022 (FlashAttention, block merge by log-sum-exp); vLLM / SGLang tree attention
 (only an n x n bias for the tree block); grouped-query attention (Ainslie et al. 2023).
@@ -22,6 +22,7 @@ Source: Dao et al. 2022 (FlashAttention, block merge by log-sum-exp); vLLM / SGL
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,8 @@ class StaticAttn:
             step, and for a draft tree level also the tree nodes written by earlier levels; None when
             every query sees exactly the slots ``key_bias`` leaves visible (one token, a chain node).
         block_bias: float (1, 1, n, F) additive bias of the n queries over the block (0 = visible), or None.
+        tap: called with each layer's queries (B, H, n, d) after RoPE and the softmax scale, in layer
+            order, before attending (a verify's queries, kept for re-selection), or None.
 
     Source: docs/design.md §4.13; vLLM tree attention (an n x n bias for the tree block).
     """
@@ -49,6 +52,7 @@ class StaticAttn:
     key_bias: torch.Tensor
     block_index: torch.Tensor | None
     block_bias: torch.Tensor | None
+    tap: Callable[[torch.Tensor, float], None] | None = None
 
 
 def attend_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
@@ -119,6 +123,8 @@ def static_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     kvh = key.shape[1]
     g = h // kvh
     scale = scaling if scaling is not None else d ** -0.5
+    if sa.tap is not None:
+        sa.tap(query, scale)
     q = query.reshape(b, kvh, g * n, d)
     if sa.block_index is None:   # one part: the visible slots already include the new ones
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=sa.key_bias.to(q.dtype), scale=scale)

@@ -88,22 +88,39 @@ def reselect_tokens(video_row: torch.Tensor, held: torch.Tensor, config: Reselec
     lack = ~held.cpu().reshape(-1)
     total = float(row.sum())
     share = float(row[lack].sum()) / total if total > 0 else 0.0
+    w = torch.where(lack, row, torch.full_like(row, -1.0))
+    order = torch.argsort(w, descending=True, stable=True)
+    return pick_unseen(share, order[w[order] > 0], lack, config, budget_left, token_grid)
+
+
+def pick_unseen(share: float, order: torch.Tensor, lack: torch.Tensor, config: ReselectConfig, budget_left: int,
+                token_grid: torch.Tensor | None = None) -> Reselection:
+    """:func:`reselect_tokens` from its ranking: the tokens to add given the unseen share and the candidates.
+
+    Args:
+        share: the row's share on tokens the draft lacks, in [0, 1].
+        order: int64 (C,) unheld video tokens with positive attention, most attended first (ties by index);
+            at least min(step_tokens, budget_left) of them when there are that many, twice that with ``track``.
+        lack: bool (V,) tokens the draft lacks; config, budget_left, token_grid: as :func:`reselect_tokens`.
+
+    Returns:
+        :class:`Reselection` as :func:`reselect_tokens`.
+
+    Source: SpecVLM Sec. 3.2 (the verifier's attention as importance), re-applied during decoding.
+    """
     n = min(int(config.step_tokens), int(budget_left), int(lack.sum()))
     if share <= config.min_share or n <= 0:
         return Reselection(share, torch.empty(0, dtype=torch.long))
-    w = torch.where(lack, row, torch.full_like(row, -1.0))
+    order = order.cpu().long()
     if config.track == 0 or token_grid is None:
-        top = torch.topk(w, n)
-        return Reselection(share, torch.sort(top.indices[top.values > 0]).values.long())
-    order = torch.argsort(w, descending=True, stable=True)
-    order = order[w[order] > 0]
-    return Reselection(share, track_cells(order, lack, token_grid, config.track, n))
+        return Reselection(share, torch.sort(order[:n]).values)
+    return Reselection(share, track_cells(order, lack.cpu(), token_grid, config.track, n))
 
 
 def track_cells(order: torch.Tensor, lack: torch.Tensor, token_grid: torch.Tensor, track: int,
                 n: int) -> torch.Tensor:
     """Up to ``n`` tokens: each of ``order`` in turn, then its grid cell in the frame groups 1..``track``
-    before and after it (nearest first), keeping only tokens in ``lack`` and each once.
+    before and after it (nearest first), keeping only tokens in ``lack`` and each once (:func:`track_picks`).
 
     Args:
         order: int64 (C,) candidate video tokens, most wanted first; lack: bool (V,) tokens that may be added.
@@ -114,19 +131,31 @@ def track_cells(order: torch.Tensor, lack: torch.Tensor, token_grid: torch.Tenso
 
     Source: the draft's missing objects persist across frames (a picked cell's track).
     """
-    grid = torch.as_tensor(token_grid).long().reshape(-1, 3).cpu()
-    dims = (grid.max(0).values + 1).tolist()
-    cell = torch.full(dims, -1, dtype=torch.long)
-    cell[grid[:, 0], grid[:, 1], grid[:, 2]] = torch.arange(grid.shape[0])
-    free = lack.clone()
-    out: list[int] = []
-    for i in order.tolist():
-        t, r, c = grid[i].tolist()
-        for j in [i] + [int(cell[t + s * d, r, c]) for d in range(1, track + 1) for s in (-1, 1)
-                        if 0 <= t + s * d < dims[0]]:
-            if j >= 0 and free[j] and len(out) < n:
-                free[j] = False
-                out.append(j)
-        if len(out) >= n:
+    cells = {tuple(c): i for i, c in enumerate(torch.as_tensor(token_grid).long().reshape(-1, 3).tolist())}
+    held = [not x for x in lack.cpu().tolist()]
+    return torch.tensor(track_picks(order.tolist(), held, cells, track, n), dtype=torch.long)
+
+
+def track_picks(order: list[int], held: list[bool], cells: dict[tuple[int, int, int], int], track: int,
+                n: int) -> list[int]:
+    """:func:`track_cells` over plain lists (no tensor is read: the decode loop calls it between steps).
+
+    Args:
+        order: candidates, most wanted first; held: per video token, whether the draft holds it;
+        cells: (frame group, row, col) -> video token; track: frame groups either side; n: most tokens.
+
+    Returns:
+        ascending token indices.
+
+    Source: the draft's missing objects persist across frames (a picked cell's track).
+    """
+    where = {i: cell for cell, i in cells.items()}
+    taken: set[int] = set()
+    for i in order:
+        t, r, col = where[i]
+        for j in [i] + [cells.get((t + s * d, r, col), -1) for d in range(1, track + 1) for s in (-1, 1)]:
+            if j >= 0 and not held[j] and j not in taken and len(taken) < n:
+                taken.add(j)
+        if len(taken) >= n:
             break
-    return torch.tensor(sorted(out), dtype=torch.long)
+    return sorted(taken)

@@ -23,7 +23,7 @@ from specvlm.spec.devicetree import DeviceTreeError, ancestor_matrix
 # --------------------------------------------------------------------------- greedy
 def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: torch.Tensor, max_depth: int,
                   anc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The longest path whose drafted tokens equal the target's greedy tokens (:func:`specvlm.spec.drafters.greedy_accept`).
+    """The longest path whose drafted tokens equal the target's greedy tokens (the tests' host ``greedy_accept``).
 
     A node is on the path iff it and every ancestor carry the target's argmax after their parent and
     are the first sibling with that token (the host keeps the first of duplicate siblings).
@@ -136,7 +136,7 @@ def _children_of(node: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """normalize(max(0, p - q)), or ``p`` when that is all zero (:func:`specvlm.spec.sampling.residual`)."""
+    """normalize(max(0, p - q)), or ``p`` when that is all zero (the tests' host ``residual``)."""
     r = (p - q).clamp(min=0.0)
     s = r.sum()
     return torch.where(s > 0, r / torch.where(s > 0, s, 1.0), p)
@@ -166,7 +166,7 @@ def _try_children(p: torch.Tensor, q: torch.Tensor, kids: torch.Tensor, tokens: 
 def sampled_accept(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
                    draft_probs: torch.Tensor, uniforms: torch.Tensor, max_depth: int, max_children: int
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Recursive rejection sampling (:func:`specvlm.spec.sampling.verify_tree`) on the device.
+    """Recursive rejection sampling (the tests' host ``verify_tree``) on the device.
 
     From the root: try the node's children in index order (= draw order); child j with token x is
     accepted with probability min(1, p(x) / q_j(x)), q_j = the node's draft row without the earlier

@@ -1,6 +1,6 @@
 """Sampled draft trees on the device: children drawn without replacement, fixed shapes, no host reads.
 
-The device counterparts of :class:`specvlm.spec.drafters.SampledDrafter`'s trees. Children of a node are
+The device counterparts of the host reference ``SampledDrafter``'s trees (in the tests). Children of a node are
 the first draws of Gumbel-top-k over its processed draft row q (the law of sequential draws without
 replacement), so :func:`specvlm.spec.deviceaccept.sampled_accept` keeps the target's distribution. A
 node the host drafter would not draw (q's support exhausted, the budget spent, the ``min_prob`` stop)

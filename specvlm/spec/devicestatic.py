@@ -2,8 +2,8 @@
 
 A static tree (:data:`specvlm.spec.tree.STATIC_TREES`) is a list of rank paths: path (r_1, ..., r_d) is
 the r_d-th child of path (r_1, ..., r_{d-1}). Its shape never changes, so :func:`static_plan` turns it,
-once per tree, into index tensors in the host drafter's node order (:meth:`specvlm.spec.drafting.Drafter.static`:
-level by level, parents in node order, children in rank order). Each step then needs only
+once per tree, into index tensors in the reference drafter's node order (level by level, parents in node
+order, children in rank order; the tests' host ``Drafter.static``). Each step then needs only
 :func:`static_children` per level (greedy, the host's ``topk`` with each parent's own child count), or
 the whole tree in :func:`static_tree`; sampled static trees are in :mod:`specvlm.spec.devicesampled`.
 No host reads, traceable by ``torch.compile(fullgraph=True)``.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from specvlm.spec.devicetree import DeviceFeed, DeviceTree, DeviceTreeError
-from specvlm.spec.drafting import _child_counts
+from specvlm.spec.tree import child_counts
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def static_plan(spec: list[tuple[int, ...]], device: torch.device | str = "cpu")
     Raises:
         ValueError: a path's prefix is missing or a node's child ranks have gaps.
     """
-    kids = _child_counts(spec)
+    kids = child_counts(spec)
     node_of: dict[tuple[int, ...], int] = {}
     parents: list[int] = []
     levels = []
@@ -120,7 +120,7 @@ def static_children(logp: torch.Tensor, level: StaticLevel) -> tuple[torch.Tenso
 
 
 def static_tree(root_logp: torch.Tensor, feed: DeviceFeed, plan: StaticPlan) -> DeviceTree:
-    """The greedy static tree of :meth:`specvlm.spec.drafting.Drafter.static`, on the device.
+    """The greedy static tree of the host reference drafter (``Drafter.static``), on the device.
 
     Args:
         root_logp: float32 (V,) draft log-probs after the root.

@@ -1,6 +1,6 @@
 """Draft trees on the device: fixed shapes, no host reads, traceable by ``torch.compile(fullgraph=True)``.
 
-The same trees as the host drafters (:class:`specvlm.spec.drafters.GreedyDrafter`), built from tensors
+The same trees as the host drafters (the tests' reference ``GreedyDrafter``), built from tensors
 only, so a decode engine can run a whole draft step (every level, top-k, rerank, masks) without waiting
 for the device and can capture it in a CUDA graph:
 
@@ -254,7 +254,7 @@ def ancestor_matrix(parents: torch.Tensor) -> torch.Tensor:
         parents: int64 (n,) parents-first (-1 = child of the root).
 
     Returns:
-        bool (n, n): [i, j] True iff j == i or j is an ancestor of i (:func:`specvlm.spec.tree.ancestor_mask`).
+        bool (n, n): [i, j] True iff j == i or j is an ancestor of i (:func:`specvlm.bench.stepcost.ancestor_mask` on the host).
 
     Source: SpecInfer (Miao et al. 2024) tree attention; EAGLE-2 (Li et al. 2024) Sec. 4.
     """
@@ -289,7 +289,7 @@ def verify_bias(parents: torch.Tensor, dtype: torch.dtype, anc: torch.Tensor | N
     Returns:
         dtype (n+1, n+1): 0 where allowed, ``finfo(dtype).min`` elsewhere; the root sees itself, a node
         sees the root, its ancestors and itself: the last n+1 columns of
-        :func:`specvlm.spec.tree.verify_mask`.
+        :func:`specvlm.bench.stepcost.verify_mask` (its host form).
 
     Source: SpecInfer (Miao et al. 2024) tree attention; docs/design.md §4.9.
     """

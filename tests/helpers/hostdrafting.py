@@ -1,4 +1,5 @@
-"""One drafting interface: build a draft tree, then accept against the target's logits.
+"""Reference drafters on the host (the device trees are checked against them): build a draft tree, then
+accept against the target's logits.
 
 A :class:`Drafter` has two methods, like transformers' candidate generators:
 :meth:`Drafter.draft` builds one step's tree with the draft model (through a draft runner's
@@ -26,11 +27,14 @@ from typing import Any, Callable
 import torch
 
 from specvlm.config import TreeConfig
-from specvlm.spec.tree import DraftTree, FeedFn, static_paths
+from specvlm.spec.tree import child_counts as _child_counts
+from specvlm.spec.tree import static_paths
+
+from helpers.hosttree import DraftTree, FeedFn
 
 NextFn = Callable[[int, int], torch.Tensor]
 """feed_next(token, depth) -> float32 (vocab,) draft log-probs after one chain node: the child of
-the node fed just before (of the root at depth 1); see ``FastDraftRunner.feed_next``."""
+the node fed just before (of the root at depth 1); a draft runner's ``feed_next``."""
 
 
 @dataclass
@@ -49,33 +53,6 @@ class Draft:
 
 
 # --------------------------------------------------------------------------- padded vocabularies
-def draft_substitute(pair: Any) -> tuple[int, int]:
-    """How the draft embeds target tokens it has no row for: (draft rows, substitute id).
-
-    In Std-SD the target's LM head can be larger than the draft's embedding table (padded
-    vocabularies: Qwen2.5-VL-7B 152,064 vs 3B 151,936). The target may emit such an id (sampled,
-    or greedy when its head favours a padding row); the draft then sees the tokenizer's pad id
-    in its place (else its unk id, else 0). Only the draft's context changes, so later drafts
-    may be accepted less often; the target still decides every token, so the output does not.
-
-    Args:
-        pair: the ModelPair.
-
-    Returns:
-        (Vd, substitute): ids >= Vd are replaced by ``substitute`` (< Vd) before the draft
-        embeds them.
-
-    Source: docs/design.md §4 (padded vocabularies within a family).
-    """
-    rows = int(pair.draft.get_input_embeddings().weight.shape[0])
-    tok = getattr(pair.processor, "tokenizer", None)
-    for name in ("pad_token_id", "unk_token_id"):
-        tid = getattr(tok, name, None)
-        if isinstance(tid, int) and 0 <= tid < rows:
-            return rows, tid
-    return rows, 0
-
-
 def for_draft(tokens: list[int], rows: int, substitute: int) -> list[int]:
     """``tokens`` with every id >= ``rows`` replaced by ``substitute`` (see :func:`draft_substitute`)."""
     return [t if t < rows else substitute for t in tokens]
@@ -246,17 +223,3 @@ class Drafter:
                 for p, r in zip(todo, out):
                     row_of[p] = r
         return nodes.draft(root)
-
-
-def _child_counts(spec: list[tuple[int, ...]]) -> dict[tuple[int, ...], int]:
-    """Children per path of a static tree spec; raises ValueError for orphans and rank gaps."""
-    have = set(spec)
-    kids: dict[tuple[int, ...], int] = {}
-    for p in sorted(have, key=lambda q: (len(q), q)):
-        if len(p) > 1 and p[:-1] not in have:
-            raise ValueError(f"static tree path {p} has no parent {p[:-1]} in the tree.")
-        kids[p[:-1]] = kids.get(p[:-1], 0) + 1
-    for par, m in kids.items():
-        if any(par + (r,) not in have for r in range(m)):
-            raise ValueError(f"static tree children of {par} must be ranked 0..{m - 1} without gaps.")
-    return kids

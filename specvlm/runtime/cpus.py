@@ -1,7 +1,7 @@
 """The CPUs this process may use and how busy other processes keep them.
 
 Reads the scheduler affinity, the cgroup v1/v2 CPU quota and ``/proc/stat``; no torch. The thread
-policy (:mod:`specvlm.engine.threads`) decides from these.
+policy (:mod:`specvlm.runtime.threads`) decides from these.
 
 Source: Linux ``sched_getaffinity(2)``; cgroup v2 ``cpu.max`` and cgroup v1 ``cpu.cfs_quota_us`` /
 ``cpu.cfs_period_us`` (kernel docs, Documentation/admin-guide/cgroup-v2.rst, scheduler/sched-bwc.rst);

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from specvlm.engine.cpus import affinity_cpus, affinity_set, cgroup_quota, cpu_sample, foreign_cores, usable_cpus
+from specvlm.runtime.cpus import affinity_cpus, affinity_set, cgroup_quota, cpu_sample, foreign_cores, usable_cpus
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,11 @@ import math
 import torch
 
 from specvlm.config import DecodeConfig, SamplingConfig, TreeConfig
-from specvlm.spec.drafting import Draft, Drafter, NextFn, _Nodes
-from specvlm.spec.sampling import _draw, process_logits, verify_tree
-from specvlm.spec.tree import DraftTree, FeedFn
+from helpers.hostdrafting import Draft, Drafter, NextFn, _Nodes
+from specvlm.spec.sampling import process_logits
+
+from helpers.hostsampling import _draw, verify_tree
+from helpers.hosttree import DraftTree, FeedFn
 
 
 # --------------------------------------------------------------------------- greedy
