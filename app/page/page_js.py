@@ -34,8 +34,22 @@ VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".m
 """File types the video box accepts: every container the video reader decodes (FFmpeg through PyAV)."""
 
 PAGE_CSS = """
-:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label { white-space: normal !important;
-  overflow: visible !important; max-width: 100% !important; text-overflow: clip !important; line-height: 1.25; }
+@font-face { font-family: "Source Sans Pro"; font-weight: 700; font-style: normal;
+  src: url("static/fonts/SourceSansPro/SourceSansPro-Bold.woff2") format("woff2"); }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .grid-container {
+  grid-template-columns: repeat(auto-fill, minmax(var(--specvlm-thumb, 120px), 1fr)) !important;
+  grid-template-rows: none !important; grid-auto-rows: auto !important; }
+#heatmaps { --specvlm-thumb: 200px; }
+#specvlm-inspect-why-maps { --specvlm-thumb: 160px; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item { aspect-ratio: auto !important;
+  height: auto !important; display: flex !important; flex-direction: column; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item > img { height: auto !important;
+  aspect-ratio: auto; object-fit: contain !important; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label { position: static !important;
+  white-space: normal !important; overflow: visible !important; max-width: 100% !important; border: none !important;
+  border-top: 1px solid var(--border-color-primary) !important; border-radius: 0 !important;
+  text-overflow: clip !important; line-height: 1.25; opacity: 1 !important; }
+#preset-info { font-size: var(--text-sm); }
 .js-plotly-plot .main-svg :is(.infolayer, .xaxislayer-above, .yaxislayer-above) text {
   fill: var(--body-text-color) !important; }
 #specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
