@@ -152,7 +152,8 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                                    min_width=WIDE_SLIDER_PX)
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
-                                         min_width=WIDE_SLIDER_PX, info="0 = greedy (token-identical outputs)", elem_id="temperature")
+                                         min_width=WIDE_SLIDER_PX, info="0 = greedy (token-identical outputs)",
+                                         elem_id="temperature")
             c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
                                             label="Nucleus top-p (sampling)", min_width=WIDE_SLIDER_PX,
                                             elem_id="top-p-sampling")
@@ -199,6 +200,7 @@ def output_section() -> dict[str, Any]:
             gr.HTML(plots.tokens_legend_html())
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
                                      label="SpecVLM text", elem_id="spec-text")
+    c["race"] = gr.HTML("", label="The race (a replay of the measured runs)", elem_id="race")   # page_js plays it
     c["fixed_note"] = gr.Markdown(f"<small>*{FIXED_LENGTH_NOTE[0].upper()}{FIXED_LENGTH_NOTE[1:]}.*</small>",
                                   visible=False, elem_id="fixed-length-note")   # shown while Fixed length is on
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")

@@ -19,6 +19,8 @@
 * The two text panels follow their newest text while it streams (each update replaces the panel's
   content, which would otherwise start again at its top); a panel the user scrolled up in stays
   where the user put it until they scroll back to its end (within :data:`FOLLOW_SLACK_PX`).
+* The race of the two finished runs plays once when it appears and again on *Replay the race*
+  (:mod:`app.page.race_js`).
 * The charts' titles, legends and axis labels take the page's text colour, so they read in the light
   and the dark theme (``?__theme=dark``) alike (the figures have transparent backgrounds and grey grid
   lines, :func:`app.views.plots.themed`); the Inspect table's headers break between words only.
@@ -28,6 +30,8 @@ Source: docs/design.md §1 (the app), §8 (Gradio traps).
 from __future__ import annotations
 
 import json
+
+from app.page.race_js import RACE_CSS, RACE_JS
 
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".mpg", ".mpeg", ".ts", ".flv",
                     ".wmv", ".3gp", ".ogv")
@@ -60,7 +64,7 @@ PAGE_CSS = """
   background: var(--background-fill-primary); box-shadow: 0 2px 6px rgba(0, 0, 0, 0.2); }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
-"""
+""" + RACE_CSS
 """While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
 either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
 scroll box the bar sticks in, and it never scrolls). Heatmap captions (Compare and Inspect) wrap: they name
@@ -76,7 +80,8 @@ FOLLOW_PANELS = ("vanilla-text", "spec-text")
 
 def page_js() -> str:
     """The JavaScript function (as ``demo.load(None, js=...)`` runs it) that installs the hooks."""
-    return _JS.replace("__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
+    return _JS.replace("__RACE__", RACE_JS).replace(
+        "__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
         "__CSS__", json.dumps(PAGE_CSS)).replace("__DOUBLE_CLICK_MS__", str(DOUBLE_CLICK_MS)).replace(
         "__FOLLOW__", json.dumps(list(FOLLOW_PANELS))).replace("__SLACK__", str(FOLLOW_SLACK_PX))
 
@@ -175,5 +180,6 @@ _JS = """
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;
     ev.stopImmediatePropagation();  // no red "Video not playable" toast: the server sends a playable preview
   }, true);
+  __RACE__
 }
 """

@@ -20,6 +20,7 @@ from app.runs.progress import LayerProgress, decode_status, layer_status
 from app.runs.timing import MachineLoad, PairTiming, speed_note
 from app.runs.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
 from app.views import plots
+from app.views.race import race_html
 from app.views.summary import Speed, summary_md
 from specvlm.analysis.metrics import median_speedup
 from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
@@ -27,10 +28,11 @@ from specvlm.types import StepEvent
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
-    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps", "record",
+    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps", "record", "race",
 )
 """Keys of the update dicts, in the UI's output order. ``heatmaps`` is the per-session heatmap state
-for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export."""
+for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export; ``race`` the
+replay of both finished runs on one clock (:func:`app.views.race.race_html`, "" until both finished)."""
 
 PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (vanilla)"),
           "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs"),
@@ -252,6 +254,7 @@ class RunView:
             "accept_plot": self._accept_fig(),
             "time_plot": self._time_fig(),
             "heatmaps": self.heatmaps,
+            "race": race_html(van.record, spec.record, (van.name, spec.name)) if van.done and spec.done else "",
         }
 
     def speed(self) -> Speed:
@@ -397,7 +400,7 @@ def blank_outputs() -> dict[str, Any]:
     return {"status": "", "vanilla_html": plots.plain_text_html("", placeholder="waiting…"), "vanilla_stats": "",
             "spec_html": plots.tokens_html([], legend=False, placeholder="waiting…"), "spec_stats": "",
             "summary": "", "gallery": [], "heatmap_legend": plots.heatmap_legend_html("stages"),
-            "accept_plot": None, "time_plot": None, "heatmaps": None}
+            "accept_plot": None, "time_plot": None, "heatmaps": None, "race": ""}
 
 
 def fresh_outputs() -> dict[str, Any]:
