@@ -19,6 +19,8 @@
 * The two text panels follow their newest text while it streams (each update replaces the panel's
   content, which would otherwise start again at its top); a panel the user scrolled up in stays
   where the user put it until they scroll back to its end (within :data:`FOLLOW_SLACK_PX`).
+* While the status line carries the Run's own progress bar (:mod:`app.views.progress_bar`), Gradio's progress
+  overlay on it is hidden: the bar and the words come in one update, the overlay on a channel of its own.
 * The race of the two finished runs plays once when it appears and again on *Replay the race*
   (:mod:`app.page.race_js`).
 * The charts' titles, legends and axis labels take the page's text colour, so they read in the light
@@ -54,6 +56,7 @@ PAGE_CSS = """
   border-top: 1px solid var(--border-color-primary) !important; border-radius: 0 !important;
   text-overflow: clip !important; line-height: 1.25; opacity: 1 !important; }
 #preset-info { font-size: var(--text-sm); }
+#status:has(.specvlm-progress) [data-testid="status-tracker"] { display: none !important; }
 .js-plotly-plot .main-svg :is(.infolayer, .xaxislayer-above, .yaxislayer-above) text {
   fill: var(--body-text-color) !important; }
 #specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
