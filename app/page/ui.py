@@ -67,7 +67,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
     examples = example_rows(examples, d.max_new_tokens, d.preset, d.subtitle_mode)
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
-        gr.Markdown(INTRO)
+        gr.Markdown(INTRO, elem_id="intro")
         c: dict[str, Any] = {}
         with gr.Tab("Compare", elem_id="tab-compare"):
             with gr.Row():
