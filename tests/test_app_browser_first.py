@@ -147,3 +147,16 @@ def test_inspect_shows_every_frame_with_captions_under_the_thumbnails(chrome, tm
     assert all(it["imgHeight"] > 20 and it["capTop"] >= it["imgBottom"] - 1 and it["capHeight"] > 0
                for it in items), items                                              # captions under, not over
     assert label_lines is not None and label_lines <= 2, label_lines               # no word-per-line label
+
+
+def test_an_example_with_subtitles_names_them_on_the_closed_section(chrome, real_page):
+    from app.page.examples import FAILURE_CLIP, FAILURE_LABEL
+    page = _open(chrome, real_page, (1280, 900))
+    try:
+        page.locator("#examples").get_by_text(FAILURE_LABEL).first.click()
+        srt = FAILURE_CLIP.replace(".mp4", ".srt")
+        page.locator("#more-inputs").get_by_text(f"subtitles: {srt}").first.wait_for(timeout=60_000)
+        run = page.evaluate(BOXES_JS, ["#run"])[0]
+    finally:
+        page.close()
+    assert run[2] <= 900, run                                   # Run stays in the first screen

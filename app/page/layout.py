@@ -5,6 +5,7 @@ Source: docs/design.md §1 (what the page shows).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -33,6 +34,11 @@ tokens (**SpecVLM**, EMNLP 2025) on your video: the same text, token for token, 
 prompt, the preset and Run)."""
 MORE_INPUTS = "Subtitles, ground truth, formats and limits"
 """Label of the collapsed accordion under the video."""
+
+
+def more_inputs_label(srt: str | None) -> str:
+    """The accordion's label, naming the subtitle file it holds (an example may load one while it is closed)."""
+    return f"{MORE_INPUTS} · subtitles: {Path(srt).name}" if srt else MORE_INPUTS
 
 
 def input_column(backend: Backend) -> dict[str, Any]:

@@ -47,6 +47,7 @@ PAGE_CSS = """
   grid-template-rows: none !important; grid-auto-rows: auto !important; }
 #heatmaps { --specvlm-thumb: 200px; }
 #specvlm-inspect-why-maps { --specvlm-thumb: 160px; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .grid-wrap { padding-top: 2.2em !important; }
 :is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item { aspect-ratio: auto !important;
   height: auto !important; display: flex !important; flex-direction: column; }
 :is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item > img { height: auto !important;
@@ -70,9 +71,12 @@ PAGE_CSS = """
 """ + RACE_CSS
 """While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
 either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
-scroll box the bar sticks in, and it never scrolls). Heatmap captions (Compare and Inspect) wrap: they name
-frames, times, shares and kept counts; an empty video note takes no room; chart text takes the page's text colour
-(light or dark theme); the Inspect table's headers break between words only."""
+scroll box the bar sticks in, and it never scrolls). The frame-map galleries (Compare and Inspect) fill their width
+with as many columns as fit (so every frame shows at 800 px) and put each caption under its thumbnail, wrapped: they
+name frames, times, shares and kept counts; bold text uses Gradio's bundled bold face (its semibold file covers only
+a few letters, so "200 MB" came out in two fonts); the preset's description is small; an empty video note takes no
+room; chart text takes the page's text colour (light or dark theme); the Inspect table's headers break between words
+only; while the status line carries the Run's own progress bar, Gradio's overlay on it is hidden."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
 FOLLOW_SLACK_PX = 24

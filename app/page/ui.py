@@ -20,7 +20,7 @@ from app.inputs.settings import COMPARE_INPUTS, RunRequest, UserError, bind_inpu
 from app.inputs.uploads import UploadJanitor
 from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows
 from app.page.gradio_io import gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
-from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
+from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, more_inputs_label, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
 from app.runs.timing import SUGGESTED_REPEATS
@@ -240,14 +240,15 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     demo.load(None, js=page_js())
 
     def show_subtitles(path, request: gr.Request):
-        """Parse the uploaded .srt and show its cues."""
+        """Parse the uploaded .srt and show its cues; the collapsed section holding it names the file."""
         janitor.hold(getattr(request, "session_hash", None), "srt", path)
+        label = gr.update(label=more_inputs_label(path))
         try:
             with janitor.using([path]):
-                return backend.subtitles_text(path)
+                return backend.subtitles_text(path), label
         except UserError as e:
             gr.Warning(str(e))
-            return f"Error: {e}"
+            return f"Error: {e}", label
 
     def on_truth(path, request: gr.Request):
         """Keep the uploaded ground truth for re-runs and warn right away if it is malformed."""
@@ -307,7 +308,8 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         _, frames, max_new = backend.preset_info(name)
         return gr.update(value=frames), gr.update(value=max_new)
 
-    c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
+    c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"], c["more_inputs"]],
+                    api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=[c["truth_note"]], api_visibility="private",
                       show_progress="hidden")
     c["video"].change(on_video, inputs=[c["video"]], outputs=[c["video"], c["video_note"]], api_visibility="private",
