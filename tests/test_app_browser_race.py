@@ -39,7 +39,8 @@ def _expected(events: list) -> tuple[float, list[float]]:
     return start, [start + e.elapsed_s for e in events if isinstance(e, StepEvent)]
 
 
-RACE_JS = "() => { const el = document.querySelector('#race .specvlm-race'); return el ? JSON.parse(el.dataset.race) : null; }"
+RACE_JS = ("() => { const el = document.querySelector('#race .specvlm-race');"
+           " return el ? JSON.parse(el.dataset.race) : null; }")
 LANES_JS = """() => [...document.querySelectorAll('#race .race-lane')].map((l) => [
   l.querySelector('.race-text').textContent, l.querySelector('.race-state').textContent,
   document.querySelector('#race .race-clock').textContent])"""

@@ -113,9 +113,9 @@ def race_html(vanilla: RunRecord, spec: RunRecord, names: tuple[str, str] = ("Va
     verdict = f"End to end (prefill included): {html.escape(sp['name'])} {_verdict(data['end_to_end_speedup'])} · " \
               f"decode alone **{ratio_text(data['decode_speedup'])}**"
     return (f'<div class="specvlm-race" data-race="{html.escape(json.dumps(data), quote=True)}">'
-            f'<div class="race-head"><span class="race-title"><b>The race</b>: a replay of the measured runs on one clock '
-            f'from each run\'s start (prefill, then every token at its measured time; reading the video, shared, '
-            f'is left out)</span> <button type="button" class="race-replay">{REPLAY_LABEL}</button> '
+            f'<div class="race-head"><span class="race-title"><b>The race</b>: a replay of the measured runs on '
+            f'one clock from each run\'s start (prefill, then every token at its measured time; reading the video, '
+            f'shared, is left out)</span> <button type="button" class="race-replay">{REPLAY_LABEL}</button> '
             f'<span class="race-clock">0.00 s</span></div>'
             f'<div class="race-lanes">{lanes}</div>'
             f'<div class="race-result">{_md_bold(finish)}<br>{_md_bold(verdict)}</div></div>')
