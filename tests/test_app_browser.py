@@ -80,6 +80,7 @@ def test_browser_stop_then_error(chrome):
         assert "stopped" in page.locator("#vanilla-stats").inner_text()
         assert eng.streams == ["vanilla"]  # SpecVLM never started
         assert stream_endings(eng) == ["stopped"]  # the engine loop ended through its stop check
+        page.locator("#custom-model-box").get_by_text("Custom model").first.click()   # a collapsed section
         page.locator("#custom-model textarea, #custom-model input").first.fill(" + x")
         page.locator("#run").click()  # a bad setting: a readable error, the server keeps running
         page.locator("#status").get_by_text("custom model field").wait_for(timeout=30_000)

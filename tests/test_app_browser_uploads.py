@@ -7,6 +7,8 @@ import subprocess
 from helpers.browser import chromium, served_page
 from helpers.fakes import ProbingEngine, free_port
 
+from app.page.layout import MORE_INPUTS
+
 
 def test_wrong_uploads_say_why_before_run(tmp_path):
     exe = chromium()
@@ -24,6 +26,7 @@ def test_wrong_uploads_say_why_before_run(tmp_path):
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     with served_page(demo, port, exe) as page:
         page.locator("#run").wait_for(timeout=60_000)
+        page.locator("#more-inputs").get_by_text(MORE_INPUTS).first.click()   # the ground truth box is in there
         page.wait_for_function("() => { const i = document.querySelector('#truth input[type=file]');"
                                " return i && i.accept === '.json'; }", timeout=30_000)  # the picker's filter
         page.locator("#video input[type=file]").set_input_files(str(audio))

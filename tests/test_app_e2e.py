@@ -36,7 +36,7 @@ def _compare(backend: Backend, preset: str, frames: int, max_new: int, extra: tu
 
 
 def _check(out, want_tokens: int | None):
-    status, van_html, van_stats, spec_html, spec_stats, summary, gallery, legend, accept, times = out
+    status, van_html, van_stats, spec_html, spec_stats, summary, gallery, legend, accept, times, race = out
     assert status.startswith("**Done.**"), status
     van, spec = _text(van_html), _text(spec_html)
     assert van and van == spec
@@ -49,6 +49,7 @@ def _check(out, want_tokens: int | None):
     assert gallery and gallery[0]["image"] and "kept" in gallery[0]["caption"]
     assert accept["type"] == "plotly" and "running" in accept["plot"]
     assert times["type"] == "plotly" and "Vanilla" in times["plot"]
+    assert "replay of the measured runs" in race and race.count("finished at") >= 2 and "decode alone" in race
 
 
 def test_e2e_fake_engine():

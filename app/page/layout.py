@@ -5,6 +5,7 @@ Source: docs/design.md §1 (what the page shows).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -18,53 +19,67 @@ from app.runs.backend import Backend
 from app.runs.timing import MAX_REPEATS, SUGGESTED_REPEATS
 from app.views import plots
 
+VIDEO_HEIGHT_PX = 240
+"""Height of the video box: the first screen (800x900 and up) holds it with the prompt, preset, examples and Run."""
+WIDE_SLIDER_PX = 300
+"""Least width of a slider with a long label in a settings row: narrower rows put it on a line of its own, so its
+label never wraps word by word."""
 RUN_LABELS = {"idle": "Run", "running": "Running…", "stopping": "Run", "queued": "Queued…"}
 """The Run button's label per page state (it is disabled while running or queued)."""
 
 INTRO = """# SpecVLM Studio
-Lossless speculative decoding for video LLMs (SpecVLM, EMNLP 2025). Upload a video, press **Run**:
-plain greedy decoding (**Vanilla**) and speculative decoding with a draft that sees only the
-most useful video tokens (**SpecVLM**) run one after the other on the same device, streaming live.
-Greedy speculative decoding must give the *same* text, only faster."""
+Plain greedy decoding (**Vanilla**) races lossless speculative decoding whose draft sees only the most useful video \
+tokens (**SpecVLM**, EMNLP 2025) on your video: the same text, token for token, sooner."""
+"""The page's title and one sentence on what the app does (the first screen holds it, the examples, the video, the
+prompt, the preset and Run)."""
+MORE_INPUTS = "Subtitles, ground truth, formats and limits"
+"""Label of the collapsed accordion under the video."""
+
+
+def more_inputs_label(srt: str | None) -> str:
+    """The accordion's label, naming the subtitle file it holds (an example may load one while it is closed)."""
+    return f"{MORE_INPUTS} · subtitles: {Path(srt).name}" if srt else MORE_INPUTS
 
 
 def input_column(backend: Backend) -> dict[str, Any]:
-    """Video upload, limits, prompt, subtitles (and who sees them), ground truth and text forcing.
+    """The video, then (collapsed) the accepted formats, limits, subtitles (and who sees them), ground truth and text
+    forcing, so the first screen keeps the video, prompt, preset, examples and Run.
 
     Args:
         backend: the page's backend (its ``limits``, when it has them, size the fields).
 
     Returns:
-        Component name -> component, inside the caller's open Gradio column.
+        Component name -> component, inside the caller's open Gradio column (``more_inputs`` is the accordion).
     """
     limits = getattr(backend, "limits", None)
     d = RunSettings()
-    return dict(
+    c: dict[str, Any] = dict(
         video=gr.Video(label="Video", sources=["upload"], format=None, include_audio=True, elem_id="video",
-                       height=300),
+                       height=VIDEO_HEIGHT_PX),
         video_note=gr.Markdown("", elem_id="video-note"),
-        formats_md=gr.Markdown(f"<small>Accepted: {', '.join(e.lstrip('.').upper() for e in VIDEO_EXTENSIONS)} "
-                               "(any codec FFmpeg reads).</small>", elem_id="video-formats"),
-        limits_md=gr.Markdown(limits.describe() if limits else "", elem_id="limits"),
-        prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
-                          max_length=limits.max_prompt_chars if limits else None),
-        srt=gr.File(label="Subtitles (.srt, optional)", type="filepath", elem_id="srt",
-                    height=120),  # any file type: a wrong one gets a message that says why
-        srt_text=gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text"),
-        subtitle_mode=gr.Radio(list(SUBTITLE_MODE_CHOICES), value=d.subtitle_mode, label="Subtitles go to",
-                               info="vanilla decoding sees them exactly when the target does",
-                               elem_id="subtitle-mode"),
-        truth=gr.File(label="Ground truth of a generated clip (.json, optional)",
-                      type="filepath", elem_id="truth", height=120),
-        truth_note=gr.Markdown("", elem_id="truth-note"),
-        keep_text=gr.Checkbox(value=d.keep_text, label="Always keep the video tokens covering on-screen text",
-                              info="needs the ground truth (.json) of a generated clip; forced tokens count against the "
-                              "draft's budget and replace Stage I/II picks", elem_id="keep-text"),
     )
+    with gr.Accordion(MORE_INPUTS, open=False, elem_id="more-inputs") as c["more_inputs"]:
+        c["formats_md"] = gr.Markdown(f"<small>Accepted: {', '.join(e.lstrip('.').upper() for e in VIDEO_EXTENSIONS)} "
+                                      "(any codec FFmpeg reads).</small>", elem_id="video-formats")
+        c["limits_md"] = gr.Markdown(limits.describe() if limits else "", elem_id="limits")
+        c["srt"] = gr.File(label="Subtitles (.srt, optional)", type="filepath", elem_id="srt",
+                           height=120)  # any file type: a wrong one gets a message that says why
+        c["srt_text"] = gr.Textbox(label="Subtitle cues", lines=3, max_lines=8, interactive=False, elem_id="srt-text")
+        c["subtitle_mode"] = gr.Radio(list(SUBTITLE_MODE_CHOICES), value=d.subtitle_mode, label="Subtitles go to",
+                                      info="vanilla decoding sees them exactly when the target does",
+                                      elem_id="subtitle-mode")
+        c["truth"] = gr.File(label="Ground truth of a generated clip (.json, optional)", type="filepath",
+                             elem_id="truth", height=120)
+        c["truth_note"] = gr.Markdown("", elem_id="truth-note")
+        c["keep_text"] = gr.Checkbox(value=d.keep_text, label="Always keep the video tokens covering on-screen text",
+                                     info="needs the ground truth (.json) of a generated clip; forced tokens count "
+                                          "against the draft's budget and replace Stage I/II picks",
+                                     elem_id="keep-text")
+    return c
 
 
 def model_column(backend: Backend) -> dict[str, Any]:
-    """Preset, custom model and the settings accordion (paper defaults).
+    """Prompt, preset and its description, then (collapsed) the custom model and the settings (paper defaults).
 
     Args:
         backend: the page's backend (presets, default settings, access and limits).
@@ -74,12 +89,16 @@ def model_column(backend: Backend) -> dict[str, Any]:
         names of renamed fields are included.
     """
     d = backend.default_settings()
+    limits = getattr(backend, "limits", None)
     c: dict[str, Any] = dict(
+        prompt=gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="prompt",
+                          max_length=limits.max_prompt_chars if limits else None),
         preset=gr.Dropdown(backend.preset_names(), value=d.preset, label="Model preset", elem_id="preset"),
         preset_md=gr.Markdown(backend.preset_info(d.preset)[0], elem_id="preset-info"),
-        hub_md=gr.Markdown(f"*{backend.hub_note()}*" if backend.hub_note() else "", elem_id="hub-note"),
-        custom=gr.Textbox(value="", elem_id="custom-model", **custom_field(getattr(backend, "access", None))),
     )
+    with gr.Accordion("Custom model", open=False, elem_id="custom-model-box"):
+        c["hub_md"] = gr.Markdown(f"*{backend.hub_note()}*" if backend.hub_note() else "", elem_id="hub-note")
+        c["custom"] = gr.Textbox(value="", elem_id="custom-model", **custom_field(getattr(backend, "access", None)))
     with gr.Accordion("Settings (paper defaults)", open=False, elem_id="settings"):
         c["method"] = gr.Dropdown(list(PRUNE_METHODS), value=d.method, label="Pruning method (right panel)",
                                   elem_id="method")
@@ -97,8 +116,7 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                   info="dynamic and chain trees: stop drafting deeper once the best path's cumulative "
                                        "draft probability is below this; 0 = off. Greedy output stays identical",
                                   elem_id="min-prob")
-        limits = getattr(backend, "limits", None) or Limits()
-        max_frames, max_new = limits.max_frames, limits.max_new_tokens
+        max_frames, max_new = (limits or Limits()).max_frames, (limits or Limits()).max_new_tokens
         with gr.Row():
             c["frames"] = gr.Slider(1, max_frames, value=min(d.num_frames, max_frames), step=1, precision=0,
                                     label="Frames", elem_id="frames")
@@ -124,18 +142,22 @@ def model_column(backend: Backend) -> dict[str, Any]:
                                                "attention (drop rate r is then unused)", elem_id="adaptive-r")
         with gr.Row():
             c["reselect_min_share"] = gr.Slider(0.0, 1.0, value=d.reselect_min_share, step=0.05,
-                                                label="Re-select above this unseen share",
+                                                label="Re-select above this unseen share", min_width=WIDE_SLIDER_PX,
                                                 info="of the target's video attention where it chose the next token",
                                                 elem_id="reselect-min-share")
             c["reselect_step_tokens"] = gr.Slider(1, 256, value=d.reselect_step_tokens, step=1, precision=0,
-                                                  label="Tokens added per step", elem_id="reselect-step-tokens")
+                                                  label="Tokens added per step", elem_id="reselect-step-tokens",
+                                                  min_width=WIDE_SLIDER_PX)
             c["reselect_total_tokens"] = gr.Slider(1, 4096, value=d.reselect_total_tokens, step=1, precision=0,
-                                                   label="Tokens added per run", elem_id="reselect-total-tokens")
+                                                   label="Tokens added per run", elem_id="reselect-total-tokens",
+                                                   min_width=WIDE_SLIDER_PX)
         with gr.Row():
             c["temperature"] = gr.Slider(0.0, 5.0, value=d.temperature, step=0.05, label="Temperature",
-                                         info="0 = greedy (token-identical outputs)", elem_id="temperature")
+                                         min_width=WIDE_SLIDER_PX, info="0 = greedy (token-identical outputs)",
+                                         elem_id="temperature")
             c["top_p_sampling"] = gr.Slider(0.05, 1.0, value=d.top_p_sampling, step=0.05,
-                                            label="Nucleus top-p (sampling)", elem_id="top-p-sampling")
+                                            label="Nucleus top-p (sampling)", min_width=WIDE_SLIDER_PX,
+                                            elem_id="top-p-sampling")
             c["seed"] = gr.Number(value=d.seed, precision=0, label="Seed", elem_id="seed")
     for f in (f for f in FIELDS if f.renamed_to):   # old API names (top_p, max_new): None unless an API caller
         c[f.name] = gr.Number(value=None, visible=False, label=f"{f.name} (old name of {f.renamed_to})",   # sets them
@@ -179,6 +201,7 @@ def output_section() -> dict[str, Any]:
             gr.HTML(plots.tokens_legend_html())
             c["spec_html"] = gr.HTML(plots.tokens_html([], legend=False, placeholder="waiting…"),
                                      label="SpecVLM text", elem_id="spec-text")
+    c["race"] = gr.HTML("", label="The race (a replay of the measured runs)", elem_id="race")   # page_js plays it
     c["fixed_note"] = gr.Markdown(f"<small>*{FIXED_LENGTH_NOTE[0].upper()}{FIXED_LENGTH_NOTE[1:]}.*</small>",
                                   visible=False, elem_id="fixed-length-note")   # shown while Fixed length is on
     c["summary"] = gr.Markdown(label="Summary", elem_id="summary")

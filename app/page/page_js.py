@@ -19,6 +19,10 @@
 * The two text panels follow their newest text while it streams (each update replaces the panel's
   content, which would otherwise start again at its top); a panel the user scrolled up in stays
   where the user put it until they scroll back to its end (within :data:`FOLLOW_SLACK_PX`).
+* While the status line carries the Run's own progress bar (:mod:`app.views.progress_bar`), Gradio's progress
+  overlay on it is hidden: the bar and the words come in one update, the overlay on a channel of its own.
+* The race of the two finished runs plays once when it appears and again on *Replay the race*
+  (:mod:`app.page.race_js`).
 * The charts' titles, legends and axis labels take the page's text colour, so they read in the light
   and the dark theme (``?__theme=dark``) alike (the figures have transparent backgrounds and grey grid
   lines, :func:`app.views.plots.themed`); the Inspect table's headers break between words only.
@@ -29,13 +33,31 @@ from __future__ import annotations
 
 import json
 
+from app.page.race_js import RACE_CSS, RACE_JS
+
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif", ".mpg", ".mpeg", ".ts", ".flv",
                     ".wmv", ".3gp", ".ogv")
 """File types the video box accepts: every container the video reader decodes (FFmpeg through PyAV)."""
 
 PAGE_CSS = """
-:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label { white-space: normal !important;
-  overflow: visible !important; max-width: 100% !important; text-overflow: clip !important; line-height: 1.25; }
+@font-face { font-family: "Source Sans Pro"; font-weight: 700; font-style: normal;
+  src: url("static/fonts/SourceSansPro/SourceSansPro-Bold.woff2") format("woff2"); }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .grid-container {
+  grid-template-columns: repeat(auto-fill, minmax(var(--specvlm-thumb, 120px), 1fr)) !important;
+  grid-template-rows: none !important; grid-auto-rows: auto !important; }
+#heatmaps { --specvlm-thumb: 200px; }
+#specvlm-inspect-why-maps { --specvlm-thumb: 160px; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .grid-wrap { padding-top: 2.2em !important; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item { aspect-ratio: auto !important;
+  height: auto !important; display: flex !important; flex-direction: column; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .thumbnail-item > img { height: auto !important;
+  aspect-ratio: auto; object-fit: contain !important; }
+:is(#heatmaps, #specvlm-inspect-why-maps, #specvlm-inspect-maps) .caption-label { position: static !important;
+  white-space: normal !important; overflow: visible !important; max-width: 100% !important; border: none !important;
+  border-top: 1px solid var(--border-color-primary) !important; border-radius: 0 !important;
+  text-overflow: clip !important; line-height: 1.25; opacity: 1 !important; }
+#preset-info { font-size: var(--text-sm); }
+#status:has(.specvlm-progress) [data-testid="status-tracker"] { display: none !important; }
 .js-plotly-plot .main-svg :is(.infolayer, .xaxislayer-above, .yaxislayer-above) text {
   fill: var(--body-text-color) !important; }
 #specvlm-inspect-table th, #specvlm-inspect-table th * { word-break: normal !important;
@@ -46,12 +68,15 @@ PAGE_CSS = """
   background: var(--background-fill-primary); box-shadow: 0 2px 6px rgba(0, 0, 0, 0.2); }
 #stop.specvlm-running { background: var(--button-cancel-background-fill); color: var(--button-cancel-text-color);
   border-color: var(--button-cancel-border-color); }
-"""
+""" + RACE_CSS
 """While a Run works (Stop red, or Run disabled) the Run / Stop / status bar stays at the top of the window, opaque in
 either theme (the page's container clips instead of hiding its overflow: a hidden overflow would make it the
-scroll box the bar sticks in, and it never scrolls). Heatmap captions (Compare and Inspect) wrap: they name
-frames, times, shares and kept counts; an empty video note takes no room; chart text takes the page's text colour
-(light or dark theme); the Inspect table's headers break between words only."""
+scroll box the bar sticks in, and it never scrolls). The frame-map galleries (Compare and Inspect) fill their width
+with as many columns as fit (so every frame shows at 800 px) and put each caption under its thumbnail, wrapped: they
+name frames, times, shares and kept counts; bold text uses Gradio's bundled bold face (its semibold file covers only
+a few letters, so "200 MB" came out in two fonts); the preset's description is small; an empty video note takes no
+room; chart text takes the page's text colour (light or dark theme); the Inspect table's headers break between words
+only; while the status line carries the Run's own progress bar, Gradio's overlay on it is hidden."""
 DOUBLE_CLICK_MS = 1500
 """Run clicks this soon after an accepted one are ignored (milliseconds)."""
 FOLLOW_SLACK_PX = 24
@@ -62,7 +87,8 @@ FOLLOW_PANELS = ("vanilla-text", "spec-text")
 
 def page_js() -> str:
     """The JavaScript function (as ``demo.load(None, js=...)`` runs it) that installs the hooks."""
-    return _JS.replace("__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
+    return _JS.replace("__RACE__", RACE_JS).replace(
+        "__EXTS__", json.dumps([e.lstrip(".") for e in VIDEO_EXTENSIONS])).replace(
         "__CSS__", json.dumps(PAGE_CSS)).replace("__DOUBLE_CLICK_MS__", str(DOUBLE_CLICK_MS)).replace(
         "__FOLLOW__", json.dumps(list(FOLLOW_PANELS))).replace("__SLACK__", str(FOLLOW_SLACK_PX))
 
@@ -161,5 +187,6 @@ _JS = """
     if (!(v instanceof HTMLVideoElement) || !inBox(v)) return;
     ev.stopImmediatePropagation();  // no red "Video not playable" toast: the server sends a playable preview
   }, true);
+  __RACE__
 }
 """

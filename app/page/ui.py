@@ -21,7 +21,7 @@ from app.inputs.settings import (COMPARE_INPUTS, FIELDS, PRESET_FIELDS, RunReque
 from app.inputs.uploads import UploadJanitor
 from app.page.examples import EXAMPLE_COLUMNS, STREAMING_TOKENS, default_examples, example_rows, wire_reset
 from app.page.gradio_io import api_twins, gallery_files, gradio_upload_dir, queued_files, queued_runs, request_scratch
-from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, output_section, run_bar
+from app.page.layout import INTRO, RUN_LABELS, input_column, model_column, more_inputs_label, output_section, run_bar
 from app.page.page_js import SCROLL_JS, page_js
 from app.runs.backend import Backend
 from app.runs.timing import SUGGESTED_REPEATS
@@ -69,7 +69,7 @@ def build_demo(backend: Backend, examples: list[list[Any]] | None = None, *,
                             budget_of=lambda p: backend.preset_widgets(p)["max_new_tokens"])
     delete_cache = (max(1, cache_ttl_s // 4), cache_ttl_s) if cache_ttl_s else None
     with gr.Blocks(title="SpecVLM Studio", delete_cache=delete_cache) as demo:
-        gr.Markdown(INTRO)
+        gr.Markdown(INTRO, elem_id="intro")
         c: dict[str, Any] = {}
         with gr.Tab("Compare", elem_id="tab-compare"):
             with gr.Row():
@@ -253,14 +253,15 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
     demo.load(None, js=page_js())
 
     def show_subtitles(path, request: gr.Request):
-        """Parse the uploaded .srt and show its cues."""
+        """Parse the uploaded .srt and show its cues; the collapsed section holding it names the file."""
         janitor.hold(getattr(request, "session_hash", None), "srt", path)
+        label = gr.update(label=more_inputs_label(path))
         try:
             with janitor.using([path]):
-                return backend.subtitles_text(path)
+                return backend.subtitles_text(path), label
         except UserError as e:
             gr.Warning(str(e))
-            return f"Error: {e}"
+            return f"Error: {e}", label
 
     def on_truth(path, request: gr.Request):
         """Keep the uploaded ground truth for re-runs and warn right away if it is malformed."""
@@ -319,7 +320,8 @@ def _wire(backend: Backend, c: dict[str, Any], janitor: UploadJanitor, demo: gr.
         _, frames, max_new = backend.preset_info(name)
         return gr.update(value=frames), gr.update(value=max_new)
 
-    c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"]], api_visibility="private")
+    c["srt"].change(show_subtitles, inputs=[c["srt"]], outputs=[c["srt_text"], c["more_inputs"]],
+                    api_visibility="private")
     c["truth"].change(on_truth, inputs=[c["truth"]], outputs=[c["truth_note"]], api_visibility="private",
                       show_progress="hidden")
     c["video"].change(on_video, inputs=[c["video"]], outputs=[c["video"], c["video_note"]], api_visibility="private",

@@ -65,7 +65,7 @@ class Backend:
 
     def __init__(self, engine: Facade | None = None, *, device: str | None = None, dtype: str | None = None,
                  devices: list[str | None] | None = None, max_cached_pairs: int = 1,
-                 update_interval_s: float = 0.15, plot_interval_s: float = 1.0,
+                 update_interval_s: float = 0.15, plot_interval_s: float = 0.4,
                  limits: Limits | None = None, access: ModelAccess | None = None) -> None:
         self.limits = limits or Limits.from_env()
         self.access = access or ModelAccess()

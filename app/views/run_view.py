@@ -3,8 +3,9 @@ library's run records (:class:`specvlm.analysis.run.RunRecord`, one per panel) a
 updates from them (dicts keyed by :data:`OUTPUT_KEYS`): streaming panels, stats, summary, charts, heatmap
 gallery, status, record.
 
-Each update carries only what changed, the last one everything. Charts are redrawn at most every
-``plot_interval_s`` and at the end (re-drawing plotly figures is the browser's heaviest work).
+Each update carries only what changed, the last one everything. Charts are redrawn when a run's first verify
+step (vanilla: first token) arrives, then at most every ``plot_interval_s`` and at the end (re-drawing plotly figures
+is the browser's heaviest work). The status line carries the Run's progress bar, from the same update.
 
 Source: SpecVLM (arXiv 2508.16201) Sec. 4.12 (τ, tokens per forward, speedup); docs/design.md §1, §3.
 """
@@ -20,6 +21,8 @@ from app.runs.progress import LayerProgress, decode_status, layer_status
 from app.runs.timing import MachineLoad, PairTiming, speed_note
 from app.runs.worker import ClipReady, Failure, Heatmaps, Phase, Record, RunEvents
 from app.views import plots
+from app.views.progress_bar import status_with_bar
+from app.views.race import race_html
 from app.views.summary import Speed, summary_md
 from specvlm.analysis.metrics import median_speedup
 from specvlm.analysis.run import Comparison, RunRecord, prefill_from_dict, run_speedup
@@ -27,10 +30,11 @@ from specvlm.types import StepEvent
 
 OUTPUT_KEYS = (
     "status", "vanilla_html", "vanilla_stats", "spec_html", "spec_stats", "summary",
-    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps", "record",
+    "gallery", "heatmap_legend", "accept_plot", "time_plot", "heatmaps", "record", "race",
 )
 """Keys of the update dicts, in the UI's output order. ``heatmaps`` is the per-session heatmap state
-for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export."""
+for :func:`pick_heatmaps`; ``record`` the speculative run's ``RunRecord`` for Inspect and Export; ``race`` the
+replay of both finished runs on one clock (:func:`app.views.race.race_html`, "" until both finished)."""
 
 PHASES = {"frames": (0.2, "Decoding video frames"), "vanilla": (0.3, "Prefill (vanilla)"),
           "spec": (0.6, "Prefill + pruning"), "repeat": (0.9, "Timing runs"),
@@ -103,13 +107,18 @@ class RunView:
         self.load: MachineLoad | None = None
         self.stopped = False
         self._plotted = 0.0
+        self._charted: set[str] = set()   # runs whose verify steps (or tokens) the charts already show
+        self._bar: tuple[float, str] | None = None   # the last progress (fraction, description)
         self._seen: list[str] = []
         self._told_vanilla_decodes = False   # the empty SpecVLM panel said "waiting · vanilla decoding"
 
     # ---- folding -----------------------------------------------------------------------------
 
     def fold(self, batch: list[Any], progress: Any = None) -> dict[str, Any]:
-        """Fold one batch of worker messages; returns the update it calls for."""
+        """Fold one batch of worker messages; returns the update it calls for. Its status carries the progress bar
+        of the same moment (:func:`app.views.progress_bar.status_with_bar`); ``progress(fraction, description)``
+        hears of every progress step too."""
+        progress = self._reporter(progress)
         upd: dict[str, Any] = {}
         changed: list[str] = []
         for msg in batch:
@@ -141,7 +150,17 @@ class RunView:
                 self.failure = msg.message
         for name in dict.fromkeys(changed):
             upd.update(self.step_update(name))
+        if "status" in upd and self._bar is not None:
+            upd["status"] = status_with_bar(upd["status"], *self._bar)
         return upd
+
+    def _reporter(self, progress: Any) -> Any:
+        """``progress`` that also keeps the last (fraction, description) for the status line's bar."""
+        def report(frac: float, desc: str) -> None:
+            self._bar = (frac, desc)
+            if progress is not None:
+                progress(frac, desc)
+        return report
 
     def _phase(self, name: str, progress: Any) -> dict[str, Any]:
         frac, desc = PHASES[name]
@@ -216,10 +235,15 @@ class RunView:
                 self._told_vanilla_decodes = True   # once: the prefill's part count there is over
                 upd["spec_html"] = plots.tokens_html([], legend=False, placeholder="waiting · vanilla decoding")
         phase = "stopped" if st.stopped else "finished" if st.done else "decoding"
-        upd["status"] = f"{st.name} {phase}: {st.record.num_generated} tokens"
+        budget = int(getattr(self.dec, "max_new_tokens", 0) or 0)
+        upd["status"] = (decode_status(name, st.name, st.record.num_generated, budget, PHASES)[1]
+                         if phase == "decoding" else f"{st.name} {phase}: {st.record.num_generated} tokens")
         now = time.perf_counter()
-        if st.done or st.stopped or now - self._plotted >= self.plot_interval_s:
+        news = name not in self._charted and bool(st.record.accept_lengths if spec else st.record.steps)
+        if st.done or st.stopped or news or now - self._plotted >= self.plot_interval_s:
             self._plotted = now
+            if news:
+                self._charted.add(name)   # the first verify step shows at once, then every plot_interval_s
             upd["time_plot"] = self._time_fig()
             if spec:
                 upd["accept_plot"] = self._accept_fig()
@@ -252,6 +276,7 @@ class RunView:
             "accept_plot": self._accept_fig(),
             "time_plot": self._time_fig(),
             "heatmaps": self.heatmaps,
+            "race": race_html(van.record, spec.record, (van.name, spec.name)) if van.done and spec.done else "",
         }
 
     def speed(self) -> Speed:
@@ -397,7 +422,7 @@ def blank_outputs() -> dict[str, Any]:
     return {"status": "", "vanilla_html": plots.plain_text_html("", placeholder="waiting…"), "vanilla_stats": "",
             "spec_html": plots.tokens_html([], legend=False, placeholder="waiting…"), "spec_stats": "",
             "summary": "", "gallery": [], "heatmap_legend": plots.heatmap_legend_html("stages"),
-            "accept_plot": None, "time_plot": None, "heatmaps": None}
+            "accept_plot": None, "time_plot": None, "heatmaps": None, "race": ""}
 
 
 def fresh_outputs() -> dict[str, Any]:

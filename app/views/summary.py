@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from app.views.race import end_to_end_speedup, lane
 from specvlm.analysis.run import Comparison, run_speedup
 
 if TYPE_CHECKING:
@@ -60,6 +61,10 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
     elif so_far is not None:
         when = "" if van.done and spec.done else " so far, before a run finished"
         facts.append(f"**Decode speedup {so_far:.2f}x** (tokens/s ratio{when})")
+    e2e = end_to_end(van, spec)
+    if e2e is not None:
+        pair = ", the first pair" if speed is not None and len(speed.runs) > 1 else ""
+        facts.append(f"**end to end {e2e:.2f}x** (prefill included{pair})")
     if s_sum.accept_lengths:
         facts.append(f"τ = **{s_sum.tau:.2f}**")
         facts.append(f"**{s_sum.tokens_per_target_forward:.2f}** tokens / target forward")
@@ -81,6 +86,15 @@ def summary_md(van: RunPanel, spec: RunPanel, dec: Any = None, comparison: Compa
     else:
         lines.append(_identity(van, spec, comparison))
     return "\n".join(lines)
+
+
+def end_to_end(van: RunPanel, spec: RunPanel) -> float | None:
+    """The end-to-end speedup of the two finished runs shown (:func:`app.views.race.end_to_end_speedup`: prefill,
+    scoring, pruning and draft prefill included), or None until both finished."""
+    if not (van.done and spec.done):
+        return None
+    lanes = lane(van.name, van.record), lane(spec.name, spec.record)
+    return None if None in lanes else end_to_end_speedup(*lanes)
 
 
 def _beyond(s: Any, dec: Any) -> list[str]:
@@ -139,7 +153,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
         :meth:`~specvlm.analysis.run.RunRecord.run_json` and ``done``), the comparison
         (:meth:`~specvlm.analysis.run.Comparison.to_json`: ``identical``, ``divergence``, ``speedup``, the
         median over the interleaved pairs when several ran, ``speedup_runs``; None / [] until both runs
-        finished), ``"speed_note"`` (why the speedup may be noisy, or None), ``"other_cpu_cores"`` (other
+        finished), ``"end_to_end_speedup"`` (the shown pair's, prefill included, :func:`end_to_end`, or None),
+        ``"speed_note"`` (why the speedup may be noisy, or None), ``"other_cpu_cores"`` (other
         processes' CPU use during the runs, or None), and the speculative run's ``"tau"``,
         ``"accept_lengths"``, ``"video_tokens"``, ``"kept_tokens"`` and ``"forced_tokens"``, as the CLI's.
 
@@ -149,6 +164,7 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     out: dict[str, Any] = {"status": status, "error": error, "notes": [], "caveat": None, "vanilla": None,
                            "speculative": None,
                            "identical": None, "divergence": None, "speedup": None, "speedup_runs": [],
+                           "end_to_end_speedup": None,
                            "speed_note": None, "other_cpu_cores": None, "tau": None,
                            "accept_lengths": [], "video_tokens": None, "kept_tokens": None, "forced_tokens": 0}
     if view is None:
@@ -161,6 +177,8 @@ def comparison_json(view: RunView | None, error: str | None = None, stopped: boo
     c = view.comparison
     if c is not None and van.done and spec.done:
         out.update(c.to_json())
+    e2e = end_to_end(van, spec)
+    out["end_to_end_speedup"] = None if e2e is None else round(e2e, 4)
     out["speed_note"] = view.speed().note or None
     out["other_cpu_cores"] = view.load.other_cores if view.load else None
     rec = spec.record
