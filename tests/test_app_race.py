@@ -50,3 +50,12 @@ def test_no_race_before_both_runs_decoded():
     van = _record(False, [0.0, 0.1], 1)
     assert lane("SpecVLM", RunRecord()) is None and race_data(van, RunRecord()) is None
     assert race_html(van, RunRecord()) == ""
+
+
+def test_the_verdict_says_why_speculation_lost_end_to_end():
+    from app.views.race import _verdict
+
+    assert _verdict(1.4, 1.6) == "**1.40x**, faster than vanilla"
+    assert _verdict(0.9, 1.3).endswith("slower than vanilla (its prefill costs more than decoding saves)")
+    assert _verdict(0.38, 0.26).endswith("slower than vanilla (its decoding was slower too)")
+    assert _verdict(None) == "has no end-to-end time"

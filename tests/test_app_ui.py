@@ -636,3 +636,10 @@ def test_an_example_resets_what_it_does_not_name_and_says_what_the_person_had_ch
     assert note == ("*This example reset settings you had changed to its preset's defaults: "
                     "Frames (256 → 16), Timing runs (5 → 1).*")
     assert example_reset(row, defaults("A"), defaults, {})[1] == ""     # A's own defaults: nothing to say
+    # the click may already have set the preset to the example's (B) while the settings still hold A's defaults:
+    # A's values are not the person's changes when A is one of the page's example presets
+    on_b = defaults("A") | {"preset": "B"}
+    assert example_reset(row, on_b, defaults, {"depth": "Depth"}, presets=["A", "B"])[1] == ""
+    changed = on_b | {"frames": 256.0}
+    assert example_reset(row, changed, defaults, {"frames": "Frames"}, presets=["A", "B"])[1] == (
+        "*This example reset settings you had changed to its preset's defaults: Frames (256 → 16).*")

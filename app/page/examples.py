@@ -130,7 +130,7 @@ def settings_values(s: RunSettings) -> dict[str, Any]:
 
 
 def example_reset(row: Sequence[Any], current: Mapping[str, Any], defaults: Callable[[str], Mapping[str, Any]],
-                  labels: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+                  labels: Mapping[str, str], presets: Sequence[str] = ()) -> tuple[dict[str, Any], str]:
     """What clicking an example does to the settings it does not name: each goes back to its preset's default, so
     a Run after the click runs the example as its preset means it. The note names those the person had changed
     (a value other than the default of the preset the page had), with the value they had.
@@ -141,15 +141,19 @@ def example_reset(row: Sequence[Any], current: Mapping[str, Any], defaults: Call
         defaults: preset name -> component name -> default value (:func:`settings_values` of the preset's
             defaults, e.g. :meth:`app.runs.backend.Backend.default_settings` for that preset).
         labels: component name -> the label the note uses.
+        presets: other presets whose defaults count as values the person did not choose (the page's examples'
+            presets: an example click may already have set the preset, and its tree, before this runs).
 
     Returns:
         (component name -> value for each of :data:`RESET` that ``current`` holds, the note in Markdown: "" when
         nothing the person changed was reset).
     """
     ex = dict(zip(EXAMPLE_COLUMNS, row))
-    new, old = defaults(ex["preset"]), defaults(current.get("preset") or ex["preset"])
+    new = defaults(ex["preset"])
+    olds = [defaults(p) for p in dict.fromkeys([current.get("preset") or ex["preset"], *presets]) if p]
     values = {k: new[k] for k in RESET if k in current and k in new}
-    changed = [k for k, v in values.items() if not _same(current[k], v) and not _same(current[k], old.get(k))]
+    changed = [k for k, v in values.items()
+               if not _same(current[k], v) and not any(_same(current[k], old.get(k)) for old in olds)]
     if not changed:
         return values, ""
     what = ", ".join(f"{labels.get(k, k)} ({_shown(current[k])} → {_shown(values[k])})" for k in changed)
@@ -184,11 +188,12 @@ def wire_reset(dataset: Any, rows: list[list[Any]], c: Mapping[str, Any], defaul
 
     names = [k for k in RESET if k in c]
     labels = {k: getattr(c[k], "label", None) or k for k in names}
+    example_presets = [p for p in dict.fromkeys(dict(zip(EXAMPLE_COLUMNS, row)).get("preset") for row in rows) if p]
 
     def on_example(sample: Any, preset: str, *values: Any) -> list[Any]:
         index = sample[0] if isinstance(sample, (tuple, list)) else sample
         reset, text = example_reset(rows[int(index)], {"preset": preset, **dict(zip(names, values))},
-                                    lambda p: settings_values(defaults(p)), labels)
+                                    lambda p: settings_values(defaults(p)), labels, example_presets)
         return [gr.update(value=reset[k]) for k in names] + [gr.update(value=text, visible=bool(text))]
 
     dataset.click(on_example, inputs=[dataset, c["preset"], *(c[k] for k in names)],

@@ -110,7 +110,8 @@ def race_html(vanilla: RunRecord, spec: RunRecord, names: tuple[str, str] = ("Va
         f'<div class="race-track"><div class="race-prefill" style="width:0%"></div>'
         f'<div class="race-fill" style="width:0%"></div></div><div class="race-text"></div></div>'
         for i, ln in enumerate((van, sp)))
-    verdict = f"End to end (prefill included): {html.escape(sp['name'])} {_verdict(data['end_to_end_speedup'])} · " \
+    verdict = (f"End to end (prefill included): {html.escape(sp['name'])} "
+               f"{_verdict(data['end_to_end_speedup'], data['decode_speedup'])} · ") + \
               f"decode alone **{ratio_text(data['decode_speedup'])}**"
     return (f'<div class="specvlm-race" data-race="{html.escape(json.dumps(data), quote=True)}">'
             f'<div class="race-head"><span class="race-title"><b>The race</b>: a replay of the measured runs on '
@@ -121,12 +122,16 @@ def race_html(vanilla: RunRecord, spec: RunRecord, names: tuple[str, str] = ("Va
             f'<div class="race-result">{_md_bold(finish)}<br>{_md_bold(verdict)}</div></div>')
 
 
-def _verdict(e2e: float | None) -> str:
-    """How the speculative run did end to end against vanilla, in words and its ratio."""
+def _verdict(e2e: float | None, decode: float | None = None) -> str:
+    """How the speculative run did end to end against vanilla, in words and its ratio; why, when it lost: its
+    longer prefill ate what decoding saved (decode speedup above 1), or decoding itself was slower."""
     if e2e is None:
         return "has no end-to-end time"
-    return f"**{ratio_text(e2e)}**, " + ("faster than vanilla" if e2e >= 1 else "slower than vanilla (its prefill "
-                                          "costs more than decoding saves)")
+    if e2e >= 1:
+        return f"**{ratio_text(e2e)}**, faster than vanilla"
+    why = ("its prefill costs more than decoding saves" if decode is not None and decode >= 1
+           else "its decoding was slower too")
+    return f"**{ratio_text(e2e)}**, slower than vanilla ({why})"
 
 
 def _md_bold(text: str) -> str:
