@@ -114,3 +114,60 @@ def test_cli_generate_uses_bundled_model_offline(vanilla):
     assert out["method"] == "specvlm" and out["num_kept"] < out["num_video_tokens"]
     # lossless and the same (bundled) target: the default-pair output equals the in-process vanilla output
     assert out["token_ids"] == vanilla.token_ids, (out["text"], vanilla.text)
+
+
+def test_greedy_specvlm_equals_model_generate(pair, clip, vanilla):
+    """The bundled pair's SpecVLM output is token for token what transformers' ``model.generate()`` writes."""
+    from specvlm.bench.hf_peers import processor_inputs
+    from specvlm.config import DecodeConfig
+    from specvlm.engine.prepare import prepare
+    from specvlm.engine.stream import generate
+
+    inputs = prepare(pair, clip, PROMPT)
+    enc = processor_inputs(pair, clip, inputs)
+    out = pair.target.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False,
+                               pad_token_id=pair.processor.tokenizer.pad_token_id)
+    hf = out[0, enc["input_ids"].shape[1]:].tolist()
+    res = generate(pair, inputs, DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))
+    eos = pair.target.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    if hf and hf[-1] in eos and (not res.token_ids or res.token_ids[-1] not in eos):
+        hf = hf[:-1]          # generate() returns the EOS token it stopped at; the engine may not emit it
+    assert res.token_ids == hf == vanilla.token_ids
+
+
+def test_sampled_specvlm_keeps_the_target_law_on_the_bundled_pair(pair, clip):
+    """Sampling through the bundled Std-SD pair: the joint law of the first three tokens over 200 seeds is the
+    target's (two-sample chi-square against vanilla sampling on other seeds, alpha = 1e-3; cells with fewer than
+    10 draws in both runs pooled)."""
+    from collections import Counter
+
+    import torch
+
+    from specvlm.config import DecodeConfig, SamplingConfig
+    from specvlm.engine.prefill import prefill_target
+    from specvlm.engine.prepare import prepare
+    from specvlm.engine.stream import generate
+
+    inputs = prepare(pair, clip, PROMPT)
+    with torch.inference_mode():
+        tp = prefill_target(pair, inputs.for_target(), with_scores=True)  # one prefill, copied by every run
+    counts = {}
+    for method, base in (("vanilla", 1000), ("specvlm", 5000)):
+        got = Counter()
+        for seed in range(200):
+            cfg = DecodeConfig(method=method, max_new_tokens=3,
+                               sampling=SamplingConfig(temperature=1.5, top_p_sampling=1.0, seed=base + seed))
+            got[tuple(generate(pair, inputs, cfg, prefill=tp).token_ids[:3])] += 1
+        counts[method] = got
+    keys = sorted(set(counts["vanilla"]) | set(counts["specvlm"]))
+    assert len(keys) >= 3, keys                         # the temperature makes the law non-trivial
+    big = [k for k in keys if counts["vanilla"][k] + counts["specvlm"][k] >= 10]
+    table = torch.tensor([[counts[m][k] for k in big] + [sum(counts[m][k] for k in keys if k not in big)]
+                          for m in ("vanilla", "specvlm")], dtype=torch.float64)
+    table = table[:, table.sum(0) > 0]
+    expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
+    stat = float(((table - expected) ** 2 / expected).sum())
+    dof = table.shape[1] - 1
+    p = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2)))
+    assert dof >= 1 and p > 1e-3, (p, stat, dof, table.tolist())
