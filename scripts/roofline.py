@@ -43,13 +43,10 @@ def weight_bytes(model) -> int:
 
 
 def kv_bytes(model, tokens: int) -> int:
-    """Bytes of the KV cache at ``tokens`` cached positions (keys and values of every layer)."""
-    cfg = model.config.get_text_config()
-    heads = cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    size = model.get_input_embeddings().weight.element_size()
-    return int(cfg.num_hidden_layers * 2 * kv_heads * head_dim * tokens * size)
+    """Bytes of the KV cache at ``tokens`` cached positions (:func:`specvlm.bench.records.kv_mb`, in bytes)."""
+    from specvlm.bench.records import kv_mb
+
+    return int(round(kv_mb(model, tokens) * 2**20))
 
 
 def projected(tau: float, depth: int, verify_ratio: float, level_ratio: float) -> float:
