@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from specvlm.models.attention import use_fast_attention
+from specvlm.models.layout import use_right_operand_layout
 from specvlm.models.stopping import install_stop_checks
 from specvlm.models.adapter import Adapter, video_geometry
 from specvlm.models.errors import ModelLoadError, TokenizerMismatchError
@@ -123,7 +124,9 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     attention (``specvlm_gqa``, :mod:`specvlm.models.attention`; transformers' SDPA path for everything
     but the engine's short masked queries, so ``model.generate()`` still works), and their layers get
     the engine's stop check (:func:`specvlm.models.stopping.install_stop_checks`: inert unless a
-    request with ``should_stop`` is prefilling on that thread). Nothing about the models changes after
+    request with ``should_stop`` is prefilling on that thread). On a CPU their decoder's float32 linear
+    weights are stored as right-hand matmul operands (:func:`specvlm.models.layout.use_right_operand_layout`:
+    same values and shapes, faster multi-row verify and draft levels). Nothing about the models changes after
     that: decoding requests choose their attention and stop callback per call, so concurrent requests
     on one pair do not disturb each other.
 
@@ -141,6 +144,7 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
         ModelLoadError: unsupported family, or a draft of another video geometry without its processor.
     """
     adapter = adapter_for(target)
+    use_right_operand_layout(adapter.language_model(target))
     if draft is None or draft is target:
         use_fast_attention(target)
         install_stop_checks(target, adapter.language_model(target))
@@ -156,6 +160,7 @@ def pair_from_models(target: Any, processor: Any, draft: Any | None = None, draf
     if t_geo != d_geo and draft_processor is None:
         raise ModelLoadError(f"the draft cuts frames into video tokens differently from the target ({d_geo} vs "
                              f"{t_geo}): pass the draft's processor (draft_processor) so it gets its own prompt.")
+    use_right_operand_layout(d_adapter.language_model(draft))
     use_fast_attention(target)
     use_fast_attention(draft)
     install_stop_checks(target, adapter.language_model(target))
