@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny models of both families built in-process (no downloads)."""
+"""Shared fixtures: tiny models of both families built in-process (no downloads), and the shipped pairs of
+``assets/`` (a test module that uses ``bundled_*`` names its folder in ``BUNDLED`` and its budget in ``MAX_NEW``)."""
 from __future__ import annotations
 
 import os
@@ -63,3 +64,25 @@ def _no_thread_policy():
 
     yield
     threads._POLICY = None
+
+
+@pytest.fixture(scope="module")
+def bundled_pair(request):
+    """The pair in ``assets/<BUNDLED>/`` of the requesting module, loaded offline on the CPU in float32
+    (:func:`helpers.bundled.load_bundled`)."""
+    from helpers.bundled import load_bundled
+    return load_bundled(request.module.BUNDLED)
+
+
+@pytest.fixture(scope="session")
+def bundled_clip():
+    """``assets/videos/shapes_short.mp4`` as 16 frames (:func:`helpers.bundled.shapes_clip`)."""
+    from helpers.bundled import shapes_clip
+    return shapes_clip()
+
+
+@pytest.fixture(scope="module")
+def bundled_vanilla(request, bundled_pair, bundled_clip):
+    """The bundled pair's greedy vanilla decode of the clip, ``MAX_NEW`` tokens at most (the module's budget)."""
+    from helpers.bundled import greedy
+    return greedy(bundled_pair, bundled_clip, "vanilla", request.module.MAX_NEW)

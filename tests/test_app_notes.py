@@ -64,7 +64,7 @@ def _last(backend, video, **settings):
 
 def test_bundled_model_on_a_real_video_says_it_only_knows_shapes(tmp_path):
     from specvlm import assets
-    from specvlm.models.presets import BUNDLED_TARGET, SPARSE_TARGET
+    from specvlm.models.presets import BUNDLED_TARGET, LARGE_TARGET, SPARSE_TARGET
     clips = sorted(assets.path("videos").glob("*.mp4"))
     assert clips
     real = tmp_path / "earth.mp4"
@@ -74,6 +74,7 @@ def test_bundled_model_on_a_real_video_says_it_only_knows_shapes(tmp_path):
     assert "only knows synthetic shape videos" in synthetic_caveat(str(BUNDLED_TARGET), str(real))
     assert synthetic_caveat(str(BUNDLED_TARGET), str(copy)) == ""
     assert "only knows synthetic shape videos" in synthetic_caveat(str(SPARSE_TARGET), str(real))
+    assert "only knows synthetic shape videos" in synthetic_caveat(str(LARGE_TARGET), str(real))
     assert synthetic_caveat("HuggingFaceTB/SmolVLM2-500M-Video-Instruct", str(real)) == ""
     backend = Backend(_bundled_engine())
     _, last = _last(backend, real, preset="Bundled")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.bundled import PROMPT, VIDEO, folders, greedy, specvlm_and_model_generate
+
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "assets" / "model" / "target"
-DRAFT = ROOT / "assets" / "model" / "draft"
-VIDEO = ROOT / "assets" / "videos" / "shapes_short.mp4"
+BUNDLED = "model"     # assets/model: the conftest's bundled_pair / bundled_vanilla load this pair
+TARGET, DRAFT = folders(BUNDLED)
 TRUTH = VIDEO.with_suffix(".json")
-PROMPT = "Describe this video in detail."
 MAX_NEW = 128  # the bundled presets' budget, so the CLI run below matches the in-process one
 
 
@@ -29,38 +29,10 @@ def truth() -> dict:
     return json.loads(TRUTH.read_text())
 
 
-@pytest.fixture(scope="module")
-def pair():
-    import torch
-
-    from specvlm.models.loading import load_pair
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    torch.manual_seed(0)
-    draft = str(DRAFT) if (DRAFT / "config.json").exists() else None
-    return load_pair(str(TARGET), draft, device="cpu", dtype="float32")
-
-
-@pytest.fixture(scope="module")
-def clip():
-    from specvlm.config import VideoConfig
-    from specvlm.video import load_video
-
-    return load_video(VIDEO, VideoConfig(num_frames=16, even_frames=True))
-
-
-@pytest.fixture(scope="module")
-def vanilla(pair, clip):
-    from specvlm.config import DecodeConfig
-    from specvlm.engine.prepare import prepare
-    from specvlm.engine.stream import generate
-
-    return generate(pair, prepare(pair, clip, PROMPT), DecodeConfig(method="vanilla", max_new_tokens=MAX_NEW))
-
-
-def test_loads_offline_from_assets(pair):
+def test_loads_offline_from_assets(bundled_pair):
     from transformers import Qwen2_5_VLForConditionalGeneration
 
+    pair = bundled_pair
     assert isinstance(pair.target, Qwen2_5_VLForConditionalGeneration)
     assert (TARGET / "model.safetensors").exists()
     assert pair.processor.tokenizer.convert_tokens_to_ids("<|video_pad|>") == pair.target.config.video_token_id
@@ -71,13 +43,14 @@ def test_loads_offline_from_assets(pair):
         assert total <= 30 * 2**20, f"models take {total / 2**20:.1f} MiB (limit 30 MB)"
 
 
-def test_description_matches_ground_truth(vanilla, truth):
+def test_description_matches_ground_truth(bundled_vanilla, truth):
     """The shipped model describes the committed clip exactly (colour, shape, motion of each object, count, no text).
 
     The held-out accuracy goal (>= 90% mean over 200 clips) is measured by training/eval_bundled.py
     (assets/model/eval.json), not here."""
     from specvlm.bench.captions import parse_caption
 
+    vanilla = bundled_vanilla
     got = parse_caption(vanilla.text)
     assert vanilla.token_ids, "nothing generated"
     assert got["count"] == len(truth["objects"]), vanilla.text
@@ -91,20 +64,14 @@ def test_description_matches_ground_truth(vanilla, truth):
 
 
 @pytest.mark.parametrize("self_sd", [False, True], ids=["std-sd", "self-sd"])
-def test_greedy_specvlm_identical_to_vanilla(pair, clip, vanilla, self_sd):
-    from specvlm.config import DecodeConfig
-    from specvlm.engine.prepare import prepare
-    from specvlm.engine.stream import generate
-    from specvlm.models.pair import pair_from_models
-
-    p = pair_from_models(pair.target, pair.processor) if self_sd else pair
-    res = generate(p, prepare(p, clip, PROMPT), DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))
-    assert res.token_ids == vanilla.token_ids
+def test_greedy_specvlm_identical_to_vanilla(bundled_pair, bundled_clip, bundled_vanilla, self_sd):
+    res = greedy(bundled_pair, bundled_clip, "specvlm", MAX_NEW, self_sd=self_sd)
+    assert res.token_ids == bundled_vanilla.token_ids
     assert res.num_kept < res.num_video_tokens
     assert res.tau >= 1.0, res.accept_lengths  # the draft's guesses are mostly accepted
 
 
-def test_cli_generate_uses_bundled_model_offline(vanilla):
+def test_cli_generate_uses_bundled_model_offline(bundled_vanilla):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
     r = subprocess.run([sys.executable, "-m", "specvlm", "generate", "--video", str(VIDEO.relative_to(ROOT)),
                         "--prompt", PROMPT, "--json"], capture_output=True, text=True, cwd=ROOT, env=env,
@@ -113,30 +80,16 @@ def test_cli_generate_uses_bundled_model_offline(vanilla):
     out = json.loads(r.stdout)
     assert out["method"] == "specvlm" and out["num_kept"] < out["num_video_tokens"]
     # lossless and the same (bundled) target: the default-pair output equals the in-process vanilla output
-    assert out["token_ids"] == vanilla.token_ids, (out["text"], vanilla.text)
+    assert out["token_ids"] == bundled_vanilla.token_ids, (out["text"], bundled_vanilla.text)
 
 
-def test_greedy_specvlm_equals_model_generate(pair, clip, vanilla):
+def test_greedy_specvlm_equals_model_generate(bundled_pair, bundled_clip, bundled_vanilla):
     """The bundled pair's SpecVLM output is token for token what transformers' ``model.generate()`` writes."""
-    from specvlm.bench.hf_peers import processor_inputs
-    from specvlm.config import DecodeConfig
-    from specvlm.engine.prepare import prepare
-    from specvlm.engine.stream import generate
-
-    inputs = prepare(pair, clip, PROMPT)
-    enc = processor_inputs(pair, clip, inputs)
-    out = pair.target.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False,
-                               pad_token_id=pair.processor.tokenizer.pad_token_id)
-    hf = out[0, enc["input_ids"].shape[1]:].tolist()
-    res = generate(pair, inputs, DecodeConfig(method="specvlm", max_new_tokens=MAX_NEW))
-    eos = pair.target.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos])
-    if hf and hf[-1] in eos and (not res.token_ids or res.token_ids[-1] not in eos):
-        hf = hf[:-1]          # generate() returns the EOS token it stopped at; the engine may not emit it
-    assert res.token_ids == hf == vanilla.token_ids
+    ours, hf = specvlm_and_model_generate(bundled_pair, bundled_clip, MAX_NEW)
+    assert ours == hf == bundled_vanilla.token_ids
 
 
-def test_sampled_specvlm_keeps_the_target_law_on_the_bundled_pair(pair, clip):
+def test_sampled_specvlm_keeps_the_target_law_on_the_bundled_pair(bundled_pair, bundled_clip):
     """Sampling through the bundled Std-SD pair: the joint law of the first three tokens over 200 seeds is the
     target's (two-sample chi-square against vanilla sampling on other seeds, alpha = 1e-3; cells with fewer than
     10 draws in both runs pooled)."""
@@ -150,6 +103,7 @@ def test_sampled_specvlm_keeps_the_target_law_on_the_bundled_pair(pair, clip):
     from specvlm.engine.prepare import prepare
     from specvlm.engine.stream import generate
 
+    pair, clip = bundled_pair, bundled_clip
     inputs = prepare(pair, clip, PROMPT)
     with torch.inference_mode():
         tp = prefill_target(pair, inputs.for_target(), with_scores=True)  # one prefill, copied by every run

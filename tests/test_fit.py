@@ -9,8 +9,8 @@ import torch
 import specvlm.models.loading as loading
 from specvlm.models import fit
 from specvlm.models.fit import GIB, GpuInfo, ModelSize, PresetTooLargeError
-from specvlm.models.presets import (BUNDLED_SELF, BUNDLED_STD, PRESETS, QWEN7_SELF, SMOLVLM2_2B, SMOLVLM2_CPU,
-                                    SPARSE_SELF, SPARSE_STD)
+from specvlm.models.presets import (BUNDLED_LARGE_SELF, BUNDLED_LARGE_STD, BUNDLED_SELF, BUNDLED_STD, PRESETS,
+                                    QWEN7_SELF, SMOLVLM2_2B, SMOLVLM2_CPU, SPARSE_SELF, SPARSE_STD)
 
 Q7, Q32 = fit.KNOWN_SIZES["Qwen/Qwen2.5-VL-7B-Instruct"], fit.KNOWN_SIZES["Qwen/Qwen2.5-VL-32B-Instruct"]
 A10G = GpuInfo(0, "NVIDIA A10G", 24 * 10**9, 23 * 10**9, True)
@@ -140,7 +140,7 @@ def test_unknown_size_loads_straight_to_the_device(fake_cuda):
 
 
 def test_presets_that_fit(fake_cuda):
-    cpu = {BUNDLED_STD, BUNDLED_SELF, SPARSE_STD, SPARSE_SELF, SMOLVLM2_CPU}
+    cpu = {BUNDLED_STD, BUNDLED_SELF, SPARSE_STD, SPARSE_SELF, BUNDLED_LARGE_STD, BUNDLED_LARGE_SELF, SMOLVLM2_CPU}
     assert set(fit.fitting_presets(PRESETS, [A10G])) == cpu | {QWEN7_SELF, "LLaVA-OneVision-7B Self-SD", SMOLVLM2_2B}
     assert set(fit.fitting_presets(PRESETS, [T4])) == cpu | {SMOLVLM2_2B}
     assert set(fit.fitting_presets(PRESETS, [])) == cpu

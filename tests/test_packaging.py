@@ -36,9 +36,12 @@ def test_path_stays_inside_the_assets_folder(bad):
 
 
 def test_bundled_preset_paths_come_from_assets():
-    from specvlm.models.presets import BUNDLED_DRAFT, BUNDLED_TARGET
+    from specvlm.models.presets import (BUNDLED_DRAFT, BUNDLED_TARGET, LARGE_DRAFT, LARGE_TARGET, SPARSE_DRAFT,
+                                        SPARSE_TARGET)
 
     assert BUNDLED_TARGET == assets.path("model", "target") and BUNDLED_DRAFT == assets.path("model", "draft")
+    assert SPARSE_TARGET == assets.path("model_sparse", "target") and SPARSE_DRAFT == assets.path("model_sparse", "draft")
+    assert LARGE_TARGET == assets.path("model_large", "target") and LARGE_DRAFT == assets.path("model_large", "draft")
 
 
 def _pins() -> dict[str, str]:

@@ -16,7 +16,7 @@ from specvlm.types import VideoClip
 from training.build_bundled_processor import CHAT_TEMPLATE
 from training.prompt_format import TRAINED_PROMPTS, PromptExample
 
-BUNDLED = ("model", "model_sparse")
+BUNDLED = ("model", "model_sparse", "model_large")
 
 
 @pytest.fixture(scope="module", params=BUNDLED)

@@ -13,7 +13,7 @@ Two jobs:
 Examples:
     python -m training.export --work /work/train-shapes/work --out /tmp/peek
     python -m training.eval_sparse --target /tmp/peek/target --draft /tmp/peek/target --num-videos 20 --sets long
-    python -m training.export --model runs/large/model/target --out assets/model/target --dtype bfloat16
+    python -m training.export --model runs/large/model/target --out assets/model_large/target --dtype bfloat16
 """
 from __future__ import annotations
 

@@ -128,8 +128,8 @@ def synthetic_caveat(target: str, video: str, clips: Path | None = None, hub_ok:
     Source: docs/design.md §1 (the app); assets/model/README.md (what the bundled model knows).
     """
     try:
-        from specvlm.models.presets import BUNDLED_TARGET, SPARSE_TARGET
-        if Path(target).resolve() not in {Path(BUNDLED_TARGET).resolve(), Path(SPARSE_TARGET).resolve()}:
+        from specvlm.models.presets import BUNDLED_TARGET, LARGE_TARGET, SPARSE_TARGET
+        if Path(target).resolve() not in {Path(t).resolve() for t in (BUNDLED_TARGET, SPARSE_TARGET, LARGE_TARGET)}:
             return ""
     except (ImportError, OSError):
         return ""

@@ -6,5 +6,7 @@
 * :mod:`helpers.browser`: Chromium pages over a launched demo; one Chromium shared by a module's tests.
 * :mod:`helpers.cli`: ``python -m specvlm`` run in the test process (exit status, stdout, stderr).
 * :mod:`helpers.chisquare`: the two-sample chi-square of the engine-level sampling-law tests (torch only).
+* :mod:`helpers.bundled`: the shipped pairs of ``assets/`` loaded on the CPU, their clip, greedy and
+  ``model.generate()`` runs (the ``bundled_*`` fixtures in ``tests/conftest.py``).
 * :mod:`helpers.served`: ``app.py`` loaded as a module; the page's Run through a server with gradio_client.
 """
