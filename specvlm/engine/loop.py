@@ -181,7 +181,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     fused = _fused(pair, rope_dims(d_in), d_in.next_position + budget)
     draft = _side(pair.draft, pair.draft_adapter, sp.d_cache, rope_dims(d_in),
                   sp.d_len + budget + shape.drafted + extra, fused)
-    rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), target.cache.capacity, dev)
+    rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), dev)
     target.tap = rs.tap if rs is not None else None
     last, last_row = tp.last_logits, tp.last_row
     del tp, sp
@@ -218,7 +218,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
             accepted, bonus = unpack(out[:-1])
             n_acc, size = len(accepted), out[-1]
             added, share = ([], None) if rs is None else \
-                reselection.after_step(rs, pair, (target, draft), st, measured, d_in)
+                reselection.after_step(rs, pair, (target, draft), st, measured, d_in, n_acc + 1)
             _to_draft(st, dst)
         new, pieces = em.emit(accepted + [bonus])
         n_new = min(n_acc, len(new))
