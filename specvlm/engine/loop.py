@@ -244,7 +244,8 @@ def _spec_runners(pair: ModelPair, target: ModelSide, draft: ModelSide, states, 
     pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
     dpool = pool if dst is st else (torch.cuda.graph_pool_handle() if ddev.type == "cuda" else None)
     dsaved = saved if dst is st else dst.tensors() + [draft.cache.length]
-    run_draft, c1 = step_runner(lambda: draft_step(draft, dst, shapes[1], offset, pair.shared_vocab), ddev,
+    root = rs is not None and rs.sync and rs.config.trigger == "every"   # only the bonus is ever pending
+    run_draft, c1 = step_runner(lambda: draft_step(draft, dst, shapes[1], offset, pair.shared_vocab, root), ddev,
                                 dsaved, dpool)
     run_verify, c2 = step_runner(lambda: verify_step(target, st, shapes[0], rows, sub), dev, saved, pool)
     run_measure, c3 = (step_runner(lambda: reselection.measure_step(rs, target.cache, st), dev,

@@ -308,13 +308,14 @@ def _logp(logits: torch.Tensor, shared: int) -> torch.Tensor:
 
 
 def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int,
-                 bias: torch.Tensor | None = None) -> torch.Tensor:
+                 bias: torch.Tensor | None = None, root: bool = False) -> torch.Tensor:
     """Feed the pending tokens to the draft (all D+1 slots; the length advances by ``n_pending``).
 
     Args:
         side: the draft. st: the state. offset: draft position - target position.
         shared: vocabulary size shared with the target (log-probs are over it).
         bias: the (1, 1, D+1, D+1) causal bias (:attr:`TreeShape.pending_bias`), or None = built here.
+        root: only the root is ever pending (a synced draft holds the rest, docs/design.md §4.14): one slot is fed.
 
     Returns:
         float32 (shared,) draft log-probs after the root.
@@ -322,6 +323,10 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int,
     Source: docs/design.md §4.10 (the draft catches up on the accepted tokens).
     """
     cache, n = side.cache, st.pending.shape[0]
+    if root:
+        logits = static_forward(side, st.pending[:1], (st.pos + offset).view(1), None, None, visible=cache.length + 1)
+        cache.advance(1)
+        return _logp(logits[0], shared)
     ar = cache.slots[:n]
     positions = st.pos + offset - (st.n_pending - 1) + ar
     bias = causal_bias(n, side.dtype, ar.device) if bias is None else bias
@@ -360,14 +365,15 @@ def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int, shape_
     return feed_next
 
 
-def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, shared: int) -> None:
-    """Feed the pending tokens, draft the whole tree into ``st`` (every level), roll the draft back.
+def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, shared: int, root: bool = False) -> None:
+    """Feed the pending tokens (``root``: only the root, :func:`feed_pending`), draft the whole tree into ``st``
+    (every level), roll the draft back.
 
     Tree nodes are written past the draft's length, so the rollback is not advancing over them.
 
     Source: docs/design.md §4.8; EAGLE-2 (Li et al. 2024) Sec. 4.
     """
-    root_logp = feed_pending(side, st, offset, shared, shape.pending_bias)
+    root_logp = feed_pending(side, st, offset, shared, shape.pending_bias, root)
     c = shape.config
     if shape.sampled is not None:
         tree = draft_sampled(root_logp, _tree_feed(side, st, offset, shared), c, shape.plan, shape.sampled,
