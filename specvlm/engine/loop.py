@@ -184,6 +184,8 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), dev)
     target.tap = rs.tap if rs is not None else None
     last, last_row = tp.last_logits, tp.last_row
+    # on a CPU the draft attends up to where it can have written: its prompt, the tokens added and emitted, a tree
+    reach = sp.d_len + shape.drafted + 2 if ddev.type == "cpu" and (rs is None or rs.grids is None) else None
     del tp, sp
     offset = d_in.next_position - t_in.next_position
     em, pick, _, first, event = _first_token(pair, config, last)
@@ -206,6 +208,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                 refresh(st.noise, gen)
                 if dst is not st:
                     dst.noise.tree.copy_(st.noise.tree)
+            draft.window = None if reach is None else reach + len(em.ids) + (rs.added if rs else 0)
             run_draft()
             _to_verify(dst, st)
         # 4.9-4.10 verify, accept on the device, commit; then re-selection's measure: the step's one host read

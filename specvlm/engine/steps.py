@@ -47,6 +47,7 @@ class ModelSide:
         fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), the target's
             (:mod:`specvlm.engine.statictarget`), or None = the module stack.
         tap: handed every layer's queries of each forward (:attr:`StaticAttn.tap`), or None.
+        window: a host bound on the slots a fused draft's forwards can see (set per step on a CPU), or None.
 
     Source: docs/design.md §4.13.
     """
@@ -58,6 +59,7 @@ class ModelSide:
     dtype: torch.dtype
     fused: FusedDraft | FusedTarget | None = None
     tap: Callable[[torch.Tensor, float], None] | None = None
+    window: int | None = None
 
 
 def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
@@ -90,8 +92,8 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
         slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
         if block_index is not None:
             sa = _one_mask(side.fused, sa, tokens.shape[0])
-        fwd = target_forward if isinstance(side.fused, FusedTarget) else fused_forward
-        return fwd(side.fused, cache, sa, tokens, positions, slots)
+        return (target_forward(side.fused, cache, sa, tokens, positions, slots) if isinstance(side.fused, FusedTarget)
+                else fused_forward(side.fused, cache, sa, tokens, positions, slots, side.window))
     emb = model.get_input_embeddings()(tokens[None])
     pos = side.adapter.lm_positions(positions[None].expand(side.rope_dims, -1))
     cache.cursor.write = write
