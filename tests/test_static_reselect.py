@@ -10,7 +10,7 @@ import torch
 from helpers.media import make_clip
 from specvlm.config import DecodeConfig, ReselectConfig, SamplingConfig, TreeConfig
 from specvlm.engine import reselection, statickv
-from specvlm.engine.draftcache import append_video, sync_rows
+from specvlm.engine.draftcache import append_video
 from specvlm.runtime.hostreads import HostReadCounter
 from specvlm.engine.prefill import speculative_prefill
 from specvlm.engine.prepare import prepare
@@ -108,8 +108,7 @@ def test_measure_step_traces_and_names_the_diverging_row(prefilled):
     rs_cfg = ReselectConfig(**{**cfg, "trigger": "every"})
     with torch.inference_mode():
         target, draft = _sides(pair, sp)
-        rs = reselection.start(rs_cfg, pair, sp, len(target.cache.layers), target.cache.capacity,
-                               torch.device("cpu"))
+        rs = reselection.start(rs_cfg, pair, sp, len(target.cache.layers), torch.device("cpu"))
         target.tap = rs.tap
         shape = tree_shape(TreeConfig(shape="dynamic", depth=3, top_k=3, total_tokens=8), pair.shared_vocab,
                            torch.device("cpu"))
@@ -163,8 +162,10 @@ def test_a_synced_self_sd_draft_holding_every_token_is_the_target(pairs, inputs)
         st = spec_state(int(sp.tp.first_token), sp.t_in.next_position, shape, 400, 0, torch.device("cpu"))
         before = feed_pending(draft, st, 0, pair.shared_vocab)
         L = int(sp.t_in.input_ids.shape[1])
-        sync_rows(draft.cache, target.cache, torch.ones(target.cache.capacity, dtype=torch.bool))
-        assert int(draft.cache.length) == L
+        every = ReselectConfig(enabled=True, min_share=0.0, step_tokens=4096, total_tokens=4096, sync=True)
+        rs = reselection.start(every, pair, sp, len(target.cache.layers), torch.device("cpu"))
+        reselection.begin(rs, pair, (target, draft), sp.tp.last_row, sp.d_in)     # adds every lacking token
+        assert rs.unheld == 0 and int(draft.cache.length) == L
         got = feed_pending(draft, st, 0, pair.shared_vocab)
         one = target.cache.slots[:1] + target.cache.length
         want = torch.log_softmax(static_forward(target, st.root, st.pos.view(1), one,

@@ -34,26 +34,6 @@ def copy_rows(dst: Any, src: Any, positions: torch.Tensor) -> None:
     dst.advance(n)
 
 
-def sync_rows(dst: Any, src: Any, hold: torch.Tensor) -> None:
-    """Self-SD ``sync``: ``dst`` becomes ``src``'s keys and values at the valid slots ``hold`` marks, in order
-    (fixed shapes: the held slots are sorted first and ``dst``'s length is their count, on the device).
-
-    Args:
-        dst, src: :class:`~specvlm.engine.statickv.StaticKV` buffers of the same model (the draft's, the target's).
-        hold: bool (cap_src,) the slots of ``src`` to keep (those at and past its length are ignored).
-
-    Source: docs/design.md §4.14 (``sync``); §4.7 (the draft's sequence keeps the prompt's order).
-    """
-    ok = hold & (src.slots < src.length)
-    order = torch.sort((~ok).to(torch.int8), stable=True).indices      # held slots first, in order
-    n = min(dst.capacity, src.capacity)
-    idx, write = order[:n], dst.slots[:n]
-    for d, s in zip(dst.layers, src.layers):
-        d.keys.index_copy_(-2, write, s.keys.index_select(-2, idx))
-        d.values.index_copy_(-2, write, s.values.index_select(-2, idx))
-    dst.length.copy_(ok.sum())
-
-
 def append_video(side: Any, pair: Any, d_in: Any, draft_video: tuple[torch.Tensor, torch.Tensor | None],
                  d_idx: torch.Tensor) -> None:
     """Std-SD: a partial draft prefill of its video tokens ``d_idx`` (A,) at their original (M-RoPE) positions,
@@ -83,12 +63,8 @@ def append_video(side: Any, pair: Any, d_in: Any, draft_video: tuple[torch.Tenso
 
 
 def only_bonus(st: Any) -> None:
-    """The next draft feeds only the bonus token (the draft's buffer already holds the accepted path).
-
-    Args:
-        st: a :class:`~specvlm.engine.steps.SpecState` after the verify (its last pending token is the bonus).
-
-    Source: docs/design.md §4.14 (``sync``).
-    """
+    """The next draft feeds only the bonus token, the last pending one of ``st`` (a
+    :class:`~specvlm.engine.steps.SpecState` after the verify): the draft's buffer holds the accepted path.
+    Source: docs/design.md §4.14 (``sync``)."""
     st.pending[:1].copy_(st.pending.index_select(0, st.n_pending.view(1) - 1))
     st.n_pending.fill_(1)

@@ -181,9 +181,11 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
     fused = _fused(pair, rope_dims(d_in), d_in.next_position + budget)
     draft = _side(pair.draft, pair.draft_adapter, sp.d_cache, rope_dims(d_in),
                   sp.d_len + budget + shape.drafted + extra, fused)
-    rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), target.cache.capacity, dev)
+    rs = reselection.start(config.reselect, pair, sp, len(target.cache.layers), dev)
     target.tap = rs.tap if rs is not None else None
     last, last_row = tp.last_logits, tp.last_row
+    # on a CPU the draft attends up to where it can have written: its prompt, the tokens added and emitted, a tree
+    reach = sp.d_len + shape.drafted + 2 if ddev.type == "cpu" and (rs is None or rs.grids is None) else None
     del tp, sp
     offset = d_in.next_position - t_in.next_position
     em, pick, _, first, event = _first_token(pair, config, last)
@@ -206,6 +208,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
                 refresh(st.noise, gen)
                 if dst is not st:
                     dst.noise.tree.copy_(st.noise.tree)
+            draft.window = None if reach is None else reach + len(em.ids) + (rs.added if rs else 0)
             run_draft()
             _to_verify(dst, st)
         # 4.9-4.10 verify, accept on the device, commit; then re-selection's measure: the step's one host read
@@ -218,7 +221,7 @@ def stream_speculative(pair: ModelPair, inputs, config: DecodeConfig, reuse, sho
             accepted, bonus = unpack(out[:-1])
             n_acc, size = len(accepted), out[-1]
             added, share = ([], None) if rs is None else \
-                reselection.after_step(rs, pair, (target, draft), st, measured, d_in)
+                reselection.after_step(rs, pair, (target, draft), st, measured, d_in, n_acc + 1)
             _to_draft(st, dst)
         new, pieces = em.emit(accepted + [bonus])
         n_new = min(n_acc, len(new))
@@ -244,7 +247,8 @@ def _spec_runners(pair: ModelPair, target: ModelSide, draft: ModelSide, states, 
     pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
     dpool = pool if dst is st else (torch.cuda.graph_pool_handle() if ddev.type == "cuda" else None)
     dsaved = saved if dst is st else dst.tensors() + [draft.cache.length]
-    run_draft, c1 = step_runner(lambda: draft_step(draft, dst, shapes[1], offset, pair.shared_vocab), ddev,
+    root = rs is not None and rs.sync and rs.config.trigger == "every"   # only the bonus is ever pending
+    run_draft, c1 = step_runner(lambda: draft_step(draft, dst, shapes[1], offset, pair.shared_vocab, root), ddev,
                                 dsaved, dpool)
     run_verify, c2 = step_runner(lambda: verify_step(target, st, shapes[0], rows, sub), dev, saved, pool)
     run_measure, c3 = (step_runner(lambda: reselection.measure_step(rs, target.cache, st), dev,

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from specvlm.config import ReselectConfig
-from specvlm.engine.draftcache import append_video, copy_rows, only_bonus, sync_rows
+from specvlm.engine.draftcache import append_video, copy_rows, only_bonus
 from specvlm.models.staticattn import key_bias
 from specvlm.spec.adaptive import reselect_tokens, track_picks
 from specvlm.spec.grid import map_keep
@@ -59,9 +59,8 @@ class Reselect:
     Attributes:
         config: the settings; held: per video token (``PruneResult.keep``'s index space), whether the draft
             holds it (host list); unheld: how many it lacks; lack: bool (V,) on the target's device: not held.
-        hold_pos: bool (cap,) on the target's device: the target's buffer slots the draft holds (every slot
-            but the video tokens it lacks).
-        video_index: int64 (V,) on the target's device: the video tokens' sequence positions.
+        video_index: int64 (V,) on the target's device, vpos the same host list: the video tokens' sequence positions.
+        t_len: the target's committed length (host); synced: (the target's, the draft's) length at the last sync.
         draft_held, grids: bool (Vd,) ``held`` in the draft's own token grid and (target grid, draft grid)
             when it has one, else None.
         sync: rebuild the draft's buffer from the target's at every measured step.
@@ -77,8 +76,9 @@ class Reselect:
     held: list[bool]
     unheld: int
     lack: torch.Tensor
-    hold_pos: torch.Tensor
     video_index: torch.Tensor
+    vpos: list[int]
+    t_len: int
     draft_held: torch.Tensor | None
     grids: tuple[torch.Tensor, torch.Tensor] | None
     sync: bool
@@ -88,17 +88,17 @@ class Reselect:
     token_grid: torch.Tensor
     cells: dict[tuple[int, int, int], int]
     added: int = 0
+    synced: tuple[int, int] = (0, 0)
     draft_video: Any = field(default=None, repr=False)
 
 
-def start(config: ReselectConfig, pair: Any, sp: Any, layers: int, capacity: int,
-          device: torch.device) -> Reselect | None:
+def start(config: ReselectConfig, pair: Any, sp: Any, layers: int, device: torch.device) -> Reselect | None:
     """The state before the first step, or None when re-selection is off.
 
     Args:
         config: the settings; pair: the model pair; sp: the speculative prefill
             (:class:`specvlm.engine.prefill.SpeculativePrefill`); layers: the target's decoder layers;
-        capacity: the target's buffer slots; device: the target's device.
+        device: the target's device.
 
     Source: docs/design.md §4.7 and §4.14.
     """
@@ -115,11 +115,9 @@ def start(config: ReselectConfig, pair: Any, sp: Any, layers: int, capacity: int
         d_held = torch.zeros(int(d_in.num_video_tokens), dtype=torch.bool)
         d_held[map_keep(keep, *grids).cpu()] = True
     k = min(V, config.step_tokens * (2 if config.track else 1))
-    vidx = t_in.video_index.to(device)
-    hold_pos = torch.ones(capacity, dtype=torch.bool, device=device)
-    hold_pos[vidx[~held.to(device)]] = False
     cells = {tuple(c): i for i, c in enumerate(t_in.token_grid.long().reshape(-1, 3).tolist())}
-    return Reselect(config, held.tolist(), int((~held).sum()), (~held).to(device), hold_pos, vidx, d_held, grids,
+    return Reselect(config, held.tolist(), int((~held).sum()), (~held).to(device), t_in.video_index.to(device),
+                    t_in.video_index.tolist(), int(t_in.input_ids.shape[1]), d_held, grids,
                     bool(config.sync and pair.self_sd and d_in is t_in), QueryTap(layers),
                     torch.zeros(2 + 2 * k, dtype=torch.float64, device=device), k, t_in.token_grid, cells,
                     draft_video=sp.tp.draft_video)
@@ -204,19 +202,21 @@ def pick(rs: Reselect, measured: list[float]) -> tuple[list[int], float | None]:
 
 
 def after_step(rs: Reselect, pair: Any, sides: tuple[Any, Any], st: Any, measured: list[float],
-               d_in: Any) -> tuple[list[int], float | None]:
+               d_in: Any, committed: int) -> tuple[list[int], float | None]:
     """After a verify: add what the measured row asks for, or sync the draft's buffer.
 
     Args:
         rs: the state; pair: the model pair; sides: (target, draft) :class:`~specvlm.engine.steps.ModelSide`;
         st: the :class:`~specvlm.engine.steps.SpecState` after the verify (its pending tokens);
-        measured: :func:`measure_step`'s host copy; d_in: the draft's prepared inputs.
+        measured: :func:`measure_step`'s host copy; d_in: the draft's prepared inputs;
+        committed: the tokens the verify committed to the target's buffer (the root and the accepted path).
 
     Returns:
         (video-token indices added, ascending; the unseen share, or None when no row was measured).
 
     Source: docs/design.md §4.14.
     """
+    rs.t_len += committed
     added, share = pick(rs, measured)
     if share is None:
         return [], None
@@ -257,9 +257,8 @@ def _apply(rs: Reselect, pair: Any, sides: tuple[Any, Any], added: list[int], d_
         rs.added += len(added)
         idx = torch.tensor(added, dtype=torch.long, device=rs.lack.device)
         rs.lack.index_fill_(0, idx, False)
-        rs.hold_pos.index_fill_(0, rs.video_index.index_select(0, idx), True)
     if rs.sync:
-        sync_rows(draft.cache, target.cache, rs.hold_pos)
+        _sync(rs, draft.cache, target.cache, added)
         return
     if not added:
         return
@@ -273,3 +272,15 @@ def _apply(rs: Reselect, pair: Any, sides: tuple[Any, Any], added: list[int], d_
         rs.draft_held[d_idx] = True
     if d_idx.numel():
         append_video(draft, pair, d_in, rs.draft_video, d_idx)
+
+
+def _sync(rs: Reselect, dst: Any, src: Any, added: list[int]) -> None:
+    """Self-SD ``sync``: ``dst`` (the draft's buffer) back to its length at the last sync, then ``src``'s (the
+    target's) entries committed since and the video tokens just added (the first time: every prompt slot it holds);
+    host slot numbers, only what changed is copied (entries' order does not matter). Source: docs/design.md §4.14."""
+    lo, keep = rs.synced
+    lack = {rs.vpos[i] for i, h in enumerate(rs.held) if not h} if lo == 0 else ()
+    pos = [p for p in range(lo, rs.t_len) if p not in lack] + ([rs.vpos[i] for i in added] if lo else [])
+    dst.length.fill_(keep)
+    copy_rows(dst, src, torch.tensor(pos, dtype=torch.long, device=dst.slots.device))
+    rs.synced = (rs.t_len, keep + len(pos))

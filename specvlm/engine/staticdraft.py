@@ -64,12 +64,13 @@ def fused_draft(pair: Any, rope_dims: int, max_position: int) -> FusedDraft:
 
 
 def fused_forward(fd: FusedDraft, cache: StaticKV, sa: StaticAttn, tokens: torch.Tensor, positions: torch.Tensor,
-                  write: torch.Tensor) -> torch.Tensor:
+                  write: torch.Tensor, window: int | None = None) -> torch.Tensor:
     """n tokens through every layer of the draft, keys/values written at ``write``; no host reads.
 
     Args:
         fd: the fused draft; cache: its static cache; sa: the step's attention biases and block.
         tokens: int64 (n,) ids; positions: int64 (n,) 1-D positions; write: int64 (n,) buffer slots.
+        window: attend over the first ``window`` slots only (a host bound past every visible slot), None = all.
 
     Returns:
         float (n, shared vocab) logits.
@@ -78,6 +79,8 @@ def fused_forward(fd: FusedDraft, cache: StaticKV, sa: StaticAttn, tokens: torch
     """
     d = fd.dims
     n, H, KV, hd = tokens.shape[0], d.heads, d.kv_heads, d.head_dim
+    span = cache.capacity if window is None else min(window, cache.capacity)
+    sa = StaticAttn(sa.key_bias[..., :span], sa.block_index, sa.block_bias, sa.tap)   # no visible slot past span
     x = F.embedding(tokens, fd.embed)
     cos, sin = fd.cos.index_select(0, positions)[:, None], fd.sin.index_select(0, positions)[:, None]
     for lw, layer in zip(fd.layers, cache.layers):
@@ -88,8 +91,14 @@ def fused_forward(fd: FusedDraft, cache: StaticKV, sa: StaticAttn, tokens: torch
         layer.keys.index_copy_(-2, write, qk[:, H:].transpose(0, 1)[None].to(layer.keys.dtype))
         layer.values.index_copy_(-2, write, qkv[:, (H + KV) * hd:].view(n, KV, hd).transpose(0, 1)[None]
                                  .to(layer.values.dtype))
-        q = qk[:, :H].transpose(0, 1)[None]                       # (1, H, n, hd)
-        o = static_attention(q, layer.keys, layer.values, sa, d.q_scale).reshape(n, H * hd)
+        keys, values = layer.keys[:, :, :span], layer.values[:, :, :span]
+        if n == 1 and sa.block_index is None and x.device.type == "cpu":   # one query: grouped matmuls, fewer ops
+            att = torch.baddbmm(sa.key_bias[0, 0], qk[0, :H].view(KV, H // KV, hd), keys[0].transpose(1, 2),
+                                alpha=d.q_scale)
+            o = torch.bmm(torch.softmax(att, -1), values[0]).view(1, H * hd)
+        else:
+            q = qk[:, :H].transpose(0, 1)[None]                       # (1, H, n, hd)
+            o = static_attention(q, keys, values, sa, d.q_scale).reshape(n, H * hd)
         w, b = lw.o
         x = torch.addmm(x, o, w) if b is None else torch.addmm(x + b, o, w)
         h = _rms(x, lw.ln2, d.eps_sum)

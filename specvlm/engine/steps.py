@@ -47,6 +47,7 @@ class ModelSide:
         fused: the draft's fused forward (:mod:`specvlm.engine.staticdraft`), the target's
             (:mod:`specvlm.engine.statictarget`), or None = the module stack.
         tap: handed every layer's queries of each forward (:attr:`StaticAttn.tap`), or None.
+        window: a host bound on the slots a fused draft's forwards can see (set per step on a CPU), or None.
 
     Source: docs/design.md §4.13.
     """
@@ -58,6 +59,7 @@ class ModelSide:
     dtype: torch.dtype
     fused: FusedDraft | FusedTarget | None = None
     tap: Callable[[torch.Tensor, float], None] | None = None
+    window: int | None = None
 
 
 def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tensor, block_index: torch.Tensor | None,
@@ -90,8 +92,8 @@ def static_forward(side: ModelSide, tokens: torch.Tensor, positions: torch.Tenso
         slots = write if write is not None else cache.slots[: tokens.shape[0]] + cache.length
         if block_index is not None:
             sa = _one_mask(side.fused, sa, tokens.shape[0])
-        fwd = target_forward if isinstance(side.fused, FusedTarget) else fused_forward
-        return fwd(side.fused, cache, sa, tokens, positions, slots)
+        return (target_forward(side.fused, cache, sa, tokens, positions, slots) if isinstance(side.fused, FusedTarget)
+                else fused_forward(side.fused, cache, sa, tokens, positions, slots, side.window))
     emb = model.get_input_embeddings()(tokens[None])
     pos = side.adapter.lm_positions(positions[None].expand(side.rope_dims, -1))
     cache.cursor.write = write
@@ -308,13 +310,14 @@ def _logp(logits: torch.Tensor, shared: int) -> torch.Tensor:
 
 
 def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int,
-                 bias: torch.Tensor | None = None) -> torch.Tensor:
+                 bias: torch.Tensor | None = None, root: bool = False) -> torch.Tensor:
     """Feed the pending tokens to the draft (all D+1 slots; the length advances by ``n_pending``).
 
     Args:
         side: the draft. st: the state. offset: draft position - target position.
         shared: vocabulary size shared with the target (log-probs are over it).
         bias: the (1, 1, D+1, D+1) causal bias (:attr:`TreeShape.pending_bias`), or None = built here.
+        root: only the root is ever pending (a synced draft holds the rest, docs/design.md §4.14): one slot is fed.
 
     Returns:
         float32 (shared,) draft log-probs after the root.
@@ -322,6 +325,10 @@ def feed_pending(side: ModelSide, st: SpecState, offset: int, shared: int,
     Source: docs/design.md §4.10 (the draft catches up on the accepted tokens).
     """
     cache, n = side.cache, st.pending.shape[0]
+    if root:
+        logits = static_forward(side, st.pending[:1], (st.pos + offset).view(1), None, None, visible=cache.length + 1)
+        cache.advance(1)
+        return _logp(logits[0], shared)
     ar = cache.slots[:n]
     positions = st.pos + offset - (st.n_pending - 1) + ar
     bias = causal_bias(n, side.dtype, ar.device) if bias is None else bias
@@ -360,14 +367,15 @@ def _chain_feed(side: ModelSide, st: SpecState, offset: int, shared: int, shape_
     return feed_next
 
 
-def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, shared: int) -> None:
-    """Feed the pending tokens, draft the whole tree into ``st`` (every level), roll the draft back.
+def draft_step(side: ModelSide, st: SpecState, shape: TreeShape, offset: int, shared: int, root: bool = False) -> None:
+    """Feed the pending tokens (``root``: only the root, :func:`feed_pending`), draft the whole tree into ``st``
+    (every level), roll the draft back.
 
     Tree nodes are written past the draft's length, so the rollback is not advancing over them.
 
     Source: docs/design.md §4.8; EAGLE-2 (Li et al. 2024) Sec. 4.
     """
-    root_logp = feed_pending(side, st, offset, shared, shape.pending_bias)
+    root_logp = feed_pending(side, st, offset, shared, shape.pending_bias, root)
     c = shape.config
     if shape.sampled is not None:
         tree = draft_sampled(root_logp, _tree_feed(side, st, offset, shared), c, shape.plan, shape.sampled,
