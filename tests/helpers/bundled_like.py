@@ -17,10 +17,11 @@ SKIP = ("config.json", "generation_config.json", "model.safetensors", "training_
 
 
 def save_bundled_like(out: Path, *, layers: int, seed: int, source: Path = BUNDLED_TARGET, hidden: int = 128,
-                      std: float = 0.15) -> Path:
+                      vision_depth: int = 1, std: float = 0.15) -> Path:
     """A random Qwen2.5-VL in ``out`` with ``source``'s tokenizer, processor and chat template: ``hidden`` wide
-    (2 heads of the bundled head size, so its M-RoPE sections hold), ``layers`` decoder layers, a 1-block vision
-    tower; weights N(0, ``std``) so greedy decoding is varied. Returns ``out``."""
+    (2 heads of the bundled head size, so its M-RoPE sections hold), ``layers`` decoder layers, a vision tower of
+    ``vision_depth`` blocks (the last with full attention); weights N(0, ``std``) so greedy decoding is varied.
+    Returns ``out``."""
     import torch
     from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -33,7 +34,7 @@ def save_bundled_like(out: Path, *, layers: int, seed: int, source: Path = BUNDL
     text.hidden_size, text.num_attention_heads, text.num_key_value_heads = hidden, hidden // head_dim, 1
     text.intermediate_size, text.num_hidden_layers = 2 * hidden, layers
     text.layer_types = ["full_attention"] * layers
-    vision.depth, vision.fullatt_block_indexes, vision.out_hidden_size = 1, [0], hidden
+    vision.depth, vision.fullatt_block_indexes, vision.out_hidden_size = vision_depth, [vision_depth - 1], hidden
     vision.hidden_size, vision.intermediate_size, vision.num_heads = 64, 128, 2
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config).eval()
@@ -63,3 +64,31 @@ def bundled_like_presets(target: Path, draft: Path, max_new_tokens: int | None =
     budget = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     return {BUNDLED_STD: dataclasses.replace(PRESETS[BUNDLED_STD], target=str(target), draft=str(draft), **budget),
             BUNDLED_SELF: dataclasses.replace(PRESETS[BUNDLED_SELF], target=str(target), **budget)}
+
+
+_PAIR: list[tuple[Path, Path]] = []
+
+
+def stand_in_pair() -> tuple[Path, Path]:
+    """This process's (target, draft) stand-ins (:func:`bundled_like_pair`), written once to a temporary folder
+    that is removed at exit."""
+    if not _PAIR:
+        import atexit
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="bundled-like-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        _PAIR.append(bundled_like_pair(root))
+    return _PAIR[0]
+
+
+def stand_in_engine():
+    """The app's real engine (:class:`app.runs.facade.SpecvlmFacade`) whose bundled presets load the stand-ins
+    (:func:`stand_in_pair`); every other preset as it is."""
+    from app.runs.facade import SpecvlmFacade
+
+    class StandInFacade(SpecvlmFacade):
+        def presets(self):
+            return super().presets() | bundled_like_presets(*stand_in_pair())
+
+    return StandInFacade()
