@@ -48,13 +48,13 @@ def save_bundled_like(out: Path, *, layers: int, seed: int, source: Path = BUNDL
     return out
 
 
-def bundled_like_pair(root: Path) -> tuple[Path, Path]:
+def bundled_like_pair(root: Path, layers: int = 2, vision_depth: int = 1) -> tuple[Path, Path]:
     """(target, draft) stand-ins of the bundled pair under ``root``, from the bundled target's and draft's own
-    files: a 2-layer target and a 1-layer draft of the same seed (the target's first layer, so the draft agrees
-    with it at some steps and not at others: τ between 0 and the tree's depth)."""
+    files: a target of ``layers`` decoder layers and a 1-layer draft of the same seed (the target's first layer,
+    so the draft agrees with it at some steps and not at others), both with ``vision_depth`` vision blocks."""
     root = Path(root)
-    return (save_bundled_like(root / "target", layers=2, seed=0),
-            save_bundled_like(root / "draft", layers=1, seed=0, source=BUNDLED_DRAFT))
+    return (save_bundled_like(root / "target", layers=layers, seed=0, vision_depth=vision_depth),
+            save_bundled_like(root / "draft", layers=1, seed=0, source=BUNDLED_DRAFT, vision_depth=vision_depth))
 
 
 def bundled_like_presets(target: Path, draft: Path, max_new_tokens: int | None = None) -> dict:
@@ -66,29 +66,30 @@ def bundled_like_presets(target: Path, draft: Path, max_new_tokens: int | None =
             BUNDLED_SELF: dataclasses.replace(PRESETS[BUNDLED_SELF], target=str(target), **budget)}
 
 
-_PAIR: list[tuple[Path, Path]] = []
+_PAIRS: dict[tuple[int, int], tuple[Path, Path]] = {}
 
 
-def stand_in_pair() -> tuple[Path, Path]:
-    """This process's (target, draft) stand-ins (:func:`bundled_like_pair`), written once to a temporary folder
-    that is removed at exit."""
-    if not _PAIR:
+def stand_in_pair(layers: int = 2, vision_depth: int = 1) -> tuple[Path, Path]:
+    """This process's (target, draft) stand-ins of that depth (:func:`bundled_like_pair`), written once to a
+    temporary folder that is removed at exit."""
+    key = (layers, vision_depth)
+    if key not in _PAIRS:
         import atexit
         import tempfile
 
         root = Path(tempfile.mkdtemp(prefix="bundled-like-"))
         atexit.register(shutil.rmtree, root, ignore_errors=True)
-        _PAIR.append(bundled_like_pair(root))
-    return _PAIR[0]
+        _PAIRS[key] = bundled_like_pair(root, layers, vision_depth)
+    return _PAIRS[key]
 
 
-def stand_in_engine():
-    """The app's real engine (:class:`app.runs.facade.SpecvlmFacade`) whose bundled presets load the stand-ins
-    (:func:`stand_in_pair`); every other preset as it is."""
+def stand_in_engine(layers: int = 2, vision_depth: int = 1):
+    """The app's real engine (:class:`app.runs.facade.SpecvlmFacade`) whose bundled presets load stand-ins of that
+    depth (:func:`stand_in_pair`); every other preset as it is."""
     from app.runs.facade import SpecvlmFacade
 
     class StandInFacade(SpecvlmFacade):
         def presets(self):
-            return super().presets() | bundled_like_presets(*stand_in_pair())
+            return super().presets() | bundled_like_presets(*stand_in_pair(layers, vision_depth))
 
     return StandInFacade()
