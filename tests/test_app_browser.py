@@ -1,8 +1,9 @@
 """Real browser: Debian ``chromium`` driven by the ``playwright`` package (never the Playwright browser download).
 
-Uploads a clip, presses Run on the real engine with the bundled pair, waits for both panels to finish,
-checks that the heatmap gallery and the plotly charts rendered, and saves a screenshot to ``artifacts/``
-(git-ignored). With SPECVLM_UPDATE_SCREENSHOT=1 the screenshot is also copied to ``docs/screenshot.png``.
+Uploads a clip, presses Run on the real engine with the bundled preset (random stand-ins of its pair,
+:mod:`helpers.bundled_like`), waits for both panels to finish, checks that the heatmap gallery and the plotly
+charts rendered, and saves a screenshot to ``artifacts/`` (git-ignored). With SPECVLM_UPDATE_SCREENSHOT=1 the Run
+uses the bundled pair itself and the screenshot is also copied to ``docs/screenshot.png``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_browser_upload_run_and_render(chrome, tmp_path):
     from app.page.ui import build_demo
     from app.runs.backend import Backend
     video = sample_video()
-    engine, _ = real_engine()
+    engine, _ = real_engine(bundled=os.environ.get("SPECVLM_UPDATE_SCREENSHOT") == "1")   # the docs show its text
     backend = Backend(engine, device="cpu", dtype="float32")
     demo = build_demo(backend)
     port = free_port()

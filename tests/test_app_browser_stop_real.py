@@ -1,5 +1,6 @@
-"""Real browser (Debian ``chromium`` via the ``playwright`` package) over the real engine and the bundled model:
-Stop during a long prefill, then a Run clicked at once ends Done with no second click."""
+"""Real browser (Debian ``chromium`` via the ``playwright`` package) over the real engine and the bundled preset
+(random stand-ins of its pair with its tokenizer and processor, :mod:`helpers.bundled_like`): Stop during a long
+prefill, then a Run clicked at once ends Done with no second click."""
 from __future__ import annotations
 
 from helpers.browser import STATUS_LOG_JS, assert_order, chromium, served_page, set_slider, wait_until
@@ -7,14 +8,14 @@ from helpers.fakes import free_port
 
 
 def test_real_engine_stop_during_a_long_prefill_then_run(tmp_path):
-    """The bundled model, 256 frames of world.mp4 (a prefill of ~22k video tokens, about 20 s here): Stop 1 s
-    into it, click Run at once and lower the frames meanwhile; the held click runs with 8 frames and ends Done."""
+    """The bundled preset, 256 frames of world.mp4 (a prefill of ~22k video tokens): Stop 1 s into it, click Run
+    at once and lower the frames meanwhile; the held click runs with 8 frames and ends Done."""
     exe = chromium()
     from gradio.media import get_video
     from app.page.ui import build_demo
     from app.runs.backend import Backend
-    from app.runs.facade import SpecvlmFacade
-    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32", update_interval_s=0.1)
+    from helpers.bundled_like import stand_in_engine
+    backend = Backend(stand_in_engine(), device="cpu", dtype="float32", update_interval_s=0.1)
     demo = build_demo(backend, examples=[])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)

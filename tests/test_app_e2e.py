@@ -1,6 +1,8 @@
 """End to end: launch the app on a free local port and drive ``/compare`` with gradio_client.
 
-One run over the fake engine and one over the real engine with the bundled CPU preset.
+One run over the fake engine and one over the real engine with the bundled CPU preset (random stand-ins of the
+bundled pair with its tokenizer and processor, :mod:`helpers.bundled_like`: the app's path is under test here, the
+bundled model itself in tests/test_bundled_model.py).
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Every example on the page, run twice with the bundled models: as the page runs it after a click (the row's values,
-every other setting at its preset's defaults, through the page's own handlers, after the person had changed Frames
-and Timing runs) and through ``/compare_json`` over HTTP with only the values the row names. One preset resolver
-(:func:`specvlm.models.presets.resolve_settings`): both give the same τ and the same tokens, the failure case
-included (τ 3.33 with the subtitles to the target only, 7.67 with them to both models)."""
+"""Every example on the page, run twice: as the page runs it after a click (the row's values, every other setting at
+its preset's defaults, through the page's own handlers, after the person had changed Frames and Timing runs) and
+through ``/compare_json`` over HTTP with only the values the row names. One preset resolver
+(:func:`specvlm.models.presets.resolve_settings`): both give the same τ, tokens, accepted lengths, prompt, video,
+kept and subtitle token counts. The bundled presets' rows run on random stand-ins with the bundled pair's tokenizer
+and processor (:mod:`helpers.bundled_like`: the wiring, not the model, is under test); the failure case runs on the
+bundled sparse pair itself (τ 3.33 with the subtitles to the target only, 7.67 with them to both models)."""
 from __future__ import annotations
 
 import pytest
@@ -18,22 +20,33 @@ CHANGED = {"frames": 256, "timing_pairs": 2}
 """What the person changed before clicking an example (a second timing pair: the same tokens, more time)."""
 
 
+SAME = ("token_ids", "tau", "accept_lengths", "num_prompt_tokens", "num_video_tokens", "num_kept",
+        "target_subtitle_tokens", "draft_subtitle_tokens")
+"""What the page's speculative run and the API's must share (the resolved settings decide each)."""
+
+
 @pytest.fixture(scope="module")
-def served():
+def served(tmp_path_factory):
     from gradio_client import Client
+    from helpers.bundled_like import bundled_like_pair, bundled_like_presets
 
     from app.page.ui import build_demo
     from app.runs.backend import Backend
     from app.runs.facade import SpecvlmFacade
+    from specvlm.models.presets import PRESETS
 
-    backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
-    demo = build_demo(backend)
-    port = free_port()
-    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield demo, Client(f"http://127.0.0.1:{port}/", verbose=False)
-    finally:
-        demo.close()
+    with pytest.MonkeyPatch.context() as mp:
+        pair = bundled_like_pair(tmp_path_factory.mktemp("bundled-like"))
+        for name, preset in bundled_like_presets(*pair, max_new_tokens=24).items():
+            mp.setitem(PRESETS, name, preset)
+        backend = Backend(SpecvlmFacade(), device="cpu", dtype="float32")
+        demo = build_demo(backend)
+        port = free_port()
+        demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+        try:
+            yield demo, Client(f"http://127.0.0.1:{port}/", verbose=False)
+        finally:
+            demo.close()
 
 
 def _handlers(demo) -> dict:
@@ -90,6 +103,8 @@ def test_every_example_gives_the_same_tau_and_tokens_on_the_page_and_through_the
             page, api = _page_run(demo, values), _api_run(client, named)
             assert api["status"] == "done", (label, api["error"])
             assert (api["tau"], api["speculative"]["token_ids"]) == (page.tau, page.token_ids), (label, mode)
+            mine = page.run_json()
+            assert {k: api["speculative"][k] for k in SAME} == {k: mine[k] for k in SAME}, (label, mode)
             assert api["identical"], label
             seen[(label, mode)] = api["tau"]
     failure = {mode: tau for (label, mode), tau in seen.items() if mode}

@@ -1,7 +1,9 @@
 """Progress through long work: one progress event per prefill part (vision block, decoder layer, chunk of a long
 layer's attention; both runs), a repeat with the seconds at least every second while one part runs, and one per
-decode step, through the app's backend with the bundled pair on a many-frame clip; never "Prefill" once text
-streams; none after Done, while the failing steps are explained in the background; Stop reachable then."""
+decode step, through the app's backend with the bundled preset on a many-frame clip; never "Prefill" once text
+streams; none after Done, while the failing steps are explained in the background; Stop reachable then. The
+preset loads random stand-ins of the bundled pair at its depth (4 decoder layers, 2 vision blocks; its tokenizer
+and processor, so the same video tokens; :mod:`helpers.bundled_like`): the progress, not the model, is under test."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +14,6 @@ import pytest
 from app.inputs.settings import RunRequest
 from app.runs.backend import Backend
 from app.runs.done_first import EXPLAINING
-from app.runs.facade import SpecvlmFacade
 from app.runs.progress import LayerProgress, LayerTicks, layer_status
 from specvlm import assets
 from specvlm.models.stopping import checked_layers
@@ -72,12 +73,14 @@ def test_the_status_shows_parts_of_work_and_seconds_apart():
 
 @pytest.fixture(scope="module")
 def backend():
-    return Backend(SpecvlmFacade(), device="cpu", dtype="float32")
+    from helpers.bundled_like import stand_in_engine
+
+    return Backend(stand_in_engine(layers=4, vision_depth=2), device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")
 def long_run(backend):
-    """The default pair on the bundled long clip at the page's 256-frame setting (capped at its 200 frames)."""
+    """The default preset on the bundled long clip at the page's 256-frame setting (capped at its 200 frames)."""
     s = dataclasses.replace(backend.default_settings(), num_frames=256, max_new_tokens=8)
     events, views = [], []
 

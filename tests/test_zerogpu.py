@@ -1,11 +1,13 @@
 """The app on a ZeroGPU Space.
 
 ``app.py`` started as a Space starts it, under the real ``spaces`` package in ZeroGPU mode against a
-stand-in device API (tests/zerogpu_space.py): the default pair loads at start to emulated ``cuda`` in
-bf16 (no device or dtype given), a whole Run decodes in the worker process ``spaces`` forks, Stop
-releases the device within 2 s, Inspect and Export work from the returned record, a killed worker and
-a used-up quota each give one line with the partial texts kept. Plus, without ``spaces``: the plain-data
-contract of the GPU function, its size and duration, the presets ZeroGPU can run, and how a Run ends
+stand-in device API (tests/zerogpu_space.py): the default pair (random stand-ins of the bundled pair with
+its tokenizer and processor, :mod:`helpers.bundled_like`: the Space's mechanics, not the model, are under
+test) loads at start to emulated ``cuda`` in bf16 (no device or dtype given), a whole Run decodes in the
+worker process ``spaces`` forks, Stop releases the device within 2 s, Inspect and Export work from the
+returned record, a killed worker and a used-up quota each give one line with the partial texts kept.
+Plus, without ``spaces``: the plain-data contract of the GPU function, its size and duration, the
+presets ZeroGPU can run, and how a Run ends
 (Done only with both outcomes; ZeroGPU's errors in the user's terms)."""
 from __future__ import annotations
 
@@ -300,6 +302,14 @@ def test_zerogpu_errors_in_one_line(error, reserved, elapsed, line):
 
 # ---- app.py on a ZeroGPU Space (real spaces, stand-in device API) ---------------------------------
 
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory) -> tuple[str, str]:
+    """(target, draft) folders: random stand-ins of the bundled pair (its tokenizer, processor and special ids)."""
+    from helpers.bundled_like import bundled_like_pair
+
+    return tuple(map(str, bundled_like_pair(tmp_path_factory.mktemp("bundled-like"))))
+
+
 def _start_space(*flags: str) -> dict:
     """Run tests/zerogpu_space.py (``app.py`` started as a Space starts it) and return its RESULT line."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
@@ -317,12 +327,12 @@ def _start_space(*flags: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def space():
-    return _start_space()
+def space(stand_in):
+    return _start_space("--stand-in", *stand_in)
 
 
 @pytest.fixture(scope="module")
-def plain_space():
+def plain_space(stand_in):
     """``app.py``'s ``serve`` in this process without ``spaces`` (``python app.py`` itself runs as a subprocess in
     tests/test_app_server_log.py): the page's Run through the server, as :func:`_start_space` reports it."""
     import torch
@@ -330,27 +340,33 @@ def plain_space():
     from helpers.fakes import free_port, sample_video
     from helpers.served import app_main, through_server
 
+    from helpers.bundled_like import bundled_like_presets
+
+    from specvlm.models.presets import PRESETS
     from specvlm.runtime import threads
 
     before = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         for name in ("SPECVLM_THREADS", "HF_DEACTIVATE_ASYNC_LOAD", "SPACES_ZERO_GPU"):
             mp.delenv(name, raising=False)
+        for name, preset in bundled_like_presets(*stand_in).items():
+            mp.setitem(PRESETS, name, preset)
         demo = app_main().serve(["--port", str(free_port())])
-    try:
-        return through_server(demo.server_port, str(sample_video()))
-    finally:
-        demo.close()
-        torch.set_num_threads(before)      # serve() chose the process's threads and policy
-        threads._POLICY = None
+        try:
+            return through_server(demo.server_port, str(sample_video()))
+        finally:
+            demo.close()
+            torch.set_num_threads(before)      # serve() chose the process's threads and policy
+            threads._POLICY = None
 
 
 @pytest.mark.timeout(420)
-def test_app_py_on_zerogpu_loads_to_emulated_cuda_at_start(space):
+def test_app_py_on_zerogpu_loads_to_emulated_cuda_at_start(space, stand_in):
     from specvlm.models.presets import BUNDLED_STD
 
     assert space["decorated"], "spaces.GPU did not wrap the GPU function in ZeroGPU mode"
     assert space["default_preset"] == BUNDLED_STD   # offline: the bundled pair, the 7B is not cached
+    assert space["loaded_target"] == stand_in[0]    # here its stand-in (tests/zerogpu_space.py --stand-in)
     assert space["loaded"]["asked"] == [None, None] and space["loaded"]["devices"] == 1   # app.py chose them
     assert space["loaded"]["device"] == "cuda:0" and space["loaded"]["dtype"] == "torch.bfloat16"
     assert "Models load on the first Run" not in space["footer"]

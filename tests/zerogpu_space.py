@@ -19,6 +19,10 @@ A thread drives the page's handlers as Gradio calls them, then the page's Run th
 ``gradio_client`` (its streamed outputs folded as the browser folds them: an update without a value
 leaves a component as it was), prints one JSON line (``RESULT {...}``) with what the test asserts and
 ends the server.
+
+``--stand-in TARGET DRAFT``: the bundled presets load these folders instead of ``assets/model`` (random stand-ins
+with the bundled tokenizer and processor, :mod:`helpers.bundled_like`), so the Space's mechanics cost the same
+whatever the bundled model's size.
 """
 from __future__ import annotations
 
@@ -134,7 +138,7 @@ def drive(captured: dict, out: dict) -> None:
     demo, backend = captured["demo"], captured["backend"]
     out.update(port=demo.server_port, decorated=hasattr(backend.gpu_run, "zerogpu"),
                presets=backend.preset_names(), default_preset=backend.default_settings().preset)
-    out.update(loaded=captured["loaded"], footer=captured.get("note", ""))
+    out.update(loaded=captured["loaded"], loaded_target=captured["loaded_target"], footer=captured.get("note", ""))
     compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
     key = {id(c): name for name, c in demo.specvlm_components.items()}
     video = str(sample_video())
@@ -225,6 +229,12 @@ def main() -> None:
                       ZEROGPU_OFFLOAD_DIR=tempfile.mkdtemp(prefix="zerogpu-tensors-"))
     import spaces  # noqa: F401  (before torch, as app.py does)
     install_worker_standins()
+    flags = sys.argv[1:]
+    if flags[:1] == ["--stand-in"]:
+        from helpers.bundled_like import bundled_like_presets
+
+        from specvlm.models.presets import PRESETS
+        PRESETS.update(bundled_like_presets(*flags[1:3]))
 
     import app.runs.facade
     import app.page.ui
@@ -238,6 +248,7 @@ def main() -> None:
         p = next(pair.target.parameters())
         captured["loaded"] = dict(asked=[backend.pool.slots[0].device, dtype], devices=len(backend.pool),
                                   device=str(p.device), dtype=str(p.dtype))
+        captured["loaded_target"] = target
         captured["demo"] = build_demo(backend, *a, **k)
         return captured["demo"]
 

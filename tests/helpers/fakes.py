@@ -233,13 +233,16 @@ def sample_video() -> Path:
     return min(vids, key=lambda p: p.stat().st_size)
 
 
-def real_engine():
-    """(engine, preset name): the app's real engine with the bundled Std-SD pair (committed in assets/model)."""
+def real_engine(bundled: bool = False):
+    """(engine, preset name): the app's real engine with the bundled Std-SD preset, over random stand-ins of the
+    bundled pair with its tokenizer and processor (:func:`helpers.bundled_like.stand_in_engine`: for tests of the
+    app's mechanics), or with ``bundled`` over the pair committed in assets/model."""
     from app.runs.facade import SpecvlmFacade
+    from helpers.bundled_like import stand_in_engine
     from specvlm.models.presets import BUNDLED_STD, PRESETS
 
     assert Path(PRESETS[BUNDLED_STD].target).exists(), "the bundled pair is committed in assets/model"
-    return SpecvlmFacade(), BUNDLED_STD
+    return (SpecvlmFacade() if bundled else stand_in_engine()), BUNDLED_STD
 
 
 class ProbingEngine(FakeEngine):
