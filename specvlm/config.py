@@ -197,14 +197,9 @@ BUNDLED_STD_TREE = TreeConfig(shape="chain", depth=4, min_prob=0.0,
 A chain of 4 without an early stop; from 8,192 prompt tokens on, a chain of up to 12 with early stop 0.1, where a
 verify costs more decode steps' worth and longer chains pay. On a CPU every draft level reads the draft's
 weights, so on short captions a short chain wins (the trees compared and their figures:
-docs/benchmark.md, *The engine on a CPU*).
-"""
-BUNDLED_LARGE_STD_TREE = TreeConfig(shape="chain", depth=6, min_prob=0.1)
-"""Draft tree of the bundled large Std-SD pair (assets/model_large: 9-layer 28.6M target, 1-layer draft) on a CPU.
-
-The target's decode step reads ~107 MB of weights from memory, so a verify of 7 tokens costs under 2 decode
-steps and a draft level about a thirtieth of one: a chain of 6 with early stop 0.1 (measured with
-``python -m scripts.speed_check`` against chains of 4 and 8 and a dynamic tree; docs/bench/speed_check_large_*.json).
+docs/benchmark.md, *The engine on a CPU*). The bundled large pair (assets/model_large: 9-layer 28.6M target) uses
+it too: on the example clips it gave a 2.25x median decode speedup against 2.21x for a chain of 6 with early stop
+0.1, and a higher minimum (1.41x against 1.21x; docs/bench/speed_check_large_*.json).
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).

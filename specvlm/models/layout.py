@@ -2,10 +2,10 @@
 
 ``F.linear(x, W)`` computes ``x @ W.T`` for a weight W of shape (out, in). Stored row-major (the
 checkpoint's layout), W.T is a transposed read, and on a CPU the BLAS kernels for a few rows (a
-verify of k tokens, a draft level of k siblings) are then markedly slower than for one row: on a
-2-core AVX2 EPYC, a (1408, 512) projection over 7 rows took about 2.5x its 1-row time in that layout
-and about 1.2x once W.T was contiguous (``python -m scripts.roofline`` reports the resulting
-verify(k)/decode ratio). :func:`use_right_operand_layout` stores each decoder linear's weight as the
+verify of k tokens, a draft level of k siblings) are then slower than they need to be: a (1408, 512)
+projection over 7 rows took about 2.5x its 1-row time in that layout on a 2-core AVX2 EPYC and about 1.2x
+once W.T was contiguous; on a 2-core Xeon a 7-token verify of the bundled large target fell from 1.81-1.89
+to 1.67-1.72 decode steps (docs/benchmark.md; ``python -m scripts.roofline`` reports verify(k)/decode). :func:`use_right_operand_layout` stores each decoder linear's weight as the
 transpose of a contiguous (in, out) tensor: the parameter keeps its shape (out, in) and its values,
 every consumer (the module stack, ``model.generate()``, the fused target of
 :mod:`specvlm.engine.statictarget`, the draft's weight reader) reads the same tensor, so vanilla

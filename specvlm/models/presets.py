@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 
 from specvlm import assets
-from specvlm.config import (BUNDLED_LARGE_STD_TREE, BUNDLED_SELF_TREE, BUNDLED_STD_TREE, CPU_MAX_NEW_TOKENS,
-                            DecodeConfig, PruneConfig, TreeConfig, VideoConfig, tree_with_options)
+from specvlm.config import (BUNDLED_SELF_TREE, BUNDLED_STD_TREE, CPU_MAX_NEW_TOKENS, DecodeConfig, PruneConfig,
+                            TreeConfig, VideoConfig, tree_with_options)
 from specvlm.models.ceiling import Ceiling, ceiling_note, preset_ceiling
 
 BUNDLED_TARGET = assets.path("model", "target")
@@ -120,7 +120,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "1-layer draft. Every decode step reads the target's ~107 MB of weights from memory, as a real video "
            "LLM's does, so verifying several drafted tokens costs little more than one step and the small draft "
            "a fraction of it (offline, CPU)", num_frames=32, requires_cuda=False,
-           max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_LARGE_STD_TREE),
+           max_new_tokens=CPU_MAX_NEW_TOKENS, tree=BUNDLED_STD_TREE),
     Preset(BUNDLED_LARGE_SELF, str(LARGE_TARGET), None,
            "The bundled large target drafting for itself on ~10% of the video (on a CPU every draft level reads "
            "all of its weights: it shows τ, not speed)",
