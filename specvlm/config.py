@@ -199,7 +199,7 @@ verify costs more decode steps' worth and longer chains pay. On a CPU every draf
 weights, so on short captions a short chain wins (the trees compared and their figures:
 docs/benchmark.md, *The engine on a CPU*). The bundled large pair (assets/model_large: 9-layer 28.6M target) uses
 it too: on the example clips it gave a 2.25x median decode speedup against 2.21x for a chain of 6 with early stop
-0.1, and a higher minimum (1.41x against 1.21x; docs/bench/speed_check_large_*.json).
+0.1, and a higher minimum (1.41x against 1.21x; docs/bench/speed/speed_check_large_*.json).
 """
 BUNDLED_SELF_TREE = TreeConfig(shape="chain", depth=12, min_prob=0.1)
 """Draft tree of the bundled pair in Self-SD (the 4-layer target drafting on ~10% of the video).
