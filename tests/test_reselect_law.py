@@ -1,4 +1,4 @@
-"""The sampling law through the one engine with re-selection on and off (issue 53).
+"""The sampling law through the one engine with re-selection on and off.
 
 Sampled SpecVLM on a tiny random Qwen2.5-VL pair, re-selection adding video tokens to the draft before the
 first draft and after every verify: the joint law of the first three tokens is vanilla sampling's at the same
